@@ -1,0 +1,150 @@
+package cdc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Dead-letter headers use Kafka Connect's names (errors.deadletterqueue.
+// context.headers.enable), so tooling that reads Connect's dead letters reads
+// ragsync's too.
+const (
+	HeaderErrTopic     = "__connect.errors.topic"
+	HeaderErrPartition = "__connect.errors.partition"
+	HeaderErrOffset    = "__connect.errors.offset"
+	HeaderErrClass     = "__connect.errors.exception.class.name"
+	HeaderErrMessage   = "__connect.errors.exception.message"
+	HeaderErrStage     = "__connect.errors.stage"
+	HeaderErrTimestamp = "__connect.errors.timestamp"
+	HeaderVersion      = "ragsync.version"
+)
+
+// DLQSuffix is appended to a topic's name to form its dead-letter topic.
+const DLQSuffix = ".ragsync-dlq"
+
+// ErrorClass names the kind of a failure for the dead-letter headers.
+func ErrorClass(err error) string {
+	var de *DecodeError
+	switch {
+	case errors.As(err, &de):
+		return "ragsync.cdc.DecodeError"
+	default:
+		return "ragsync.pipeline.ApplyError"
+	}
+}
+
+// deadLetterHeaders returns the original headers followed by the reason.
+func deadLetterHeaders(m Message, cause error, version string) []Header {
+	hs := append([]Header(nil), m.Headers...)
+	stage := "VALUE_CONVERTER"
+	var de *DecodeError
+	if !errors.As(cause, &de) {
+		stage = "TASK_PUT"
+	}
+	return append(hs,
+		Header{HeaderErrTopic, []byte(m.Topic)},
+		Header{HeaderErrPartition, []byte(strconv.Itoa(int(m.Partition)))},
+		Header{HeaderErrOffset, []byte(strconv.FormatInt(m.Offset, 10))},
+		Header{HeaderErrClass, []byte(ErrorClass(cause))},
+		Header{HeaderErrMessage, []byte(cause.Error())},
+		Header{HeaderErrStage, []byte(stage)},
+		Header{HeaderErrTimestamp, []byte(strconv.FormatInt(m.Timestamp.UnixMilli(), 10))},
+		Header{HeaderVersion, []byte(version)},
+	)
+}
+
+// KafkaDeadLetters produces dead letters to "<topic>.ragsync-dlq" (or one
+// fixed topic) with the original key, value and headers.
+type KafkaDeadLetters struct {
+	cl      *kgo.Client
+	topic   string
+	version string
+}
+
+// NewKafkaDeadLetters produces with cl. An empty topic means "<source topic>" + DLQSuffix.
+func NewKafkaDeadLetters(cl *kgo.Client, topic, version string) *KafkaDeadLetters {
+	return &KafkaDeadLetters{cl: cl, topic: topic, version: version}
+}
+
+// Put writes one dead letter and waits for the broker to acknowledge it.
+func (d *KafkaDeadLetters) Put(ctx context.Context, m Message, cause error) error {
+	topic := d.topic
+	if topic == "" {
+		topic = m.Topic + DLQSuffix
+	}
+	r := &kgo.Record{Topic: topic, Key: m.Key, Value: m.Value}
+	for _, h := range deadLetterHeaders(m, cause, d.version) {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	if err := d.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("produce dead letter to %s: %w", topic, err)
+	}
+	return nil
+}
+
+// FileDeadLetters appends dead letters to a JSON Lines file in kcat's -J
+// shape, which the file source reads back: fix the config, then replay the
+// file with `serve --once`.
+type FileDeadLetters struct {
+	mu      sync.Mutex
+	path    string
+	version string
+}
+
+// NewFileDeadLetters appends to path, creating it on first use.
+func NewFileDeadLetters(path, version string) *FileDeadLetters {
+	return &FileDeadLetters{path: path, version: version}
+}
+
+// Path is where dead letters go.
+func (d *FileDeadLetters) Path() string { return d.path }
+
+// Put appends one dead letter and syncs the file.
+func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
+	var flat []string
+	for _, h := range deadLetterHeaders(m, cause, d.version) {
+		flat = append(flat, h.Key, string(h.Value))
+	}
+	line := struct {
+		Topic     string   `json:"topic"`
+		Partition int32    `json:"partition"`
+		Offset    int64    `json:"offset"`
+		Key       *string  `json:"key"`
+		Payload   *string  `json:"payload"`
+		Headers   []string `json:"headers"`
+	}{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Headers: flat}
+	if m.Key != nil {
+		s := string(m.Key)
+		line.Key = &s
+	}
+	if m.Value != nil {
+		s := string(m.Value)
+		line.Payload = &s
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return fmt.Errorf("encode dead letter: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f, err := os.OpenFile(d.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("open dead-letter file: %w", err)
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("write dead-letter file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync dead-letter file: %w", err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/pipeline"
+)
+
+// Config is ragsync.yaml. Names are a contract (DESIGN.md): add fields,
+// never rename.
+type Config struct {
+	Source   SourceConfig   `yaml:"source"`
+	Tables   []TableConfig  `yaml:"tables"`
+	Chunker  ChunkerConfig  `yaml:"chunker"`
+	Embedder EmbedderConfig `yaml:"embedder"`
+	Postgres PostgresConfig `yaml:"postgres"`
+	Index    string         `yaml:"index"`
+	Pipeline PipelineConfig `yaml:"pipeline"`
+	DLQ      DLQConfig      `yaml:"dlq"`
+	HTTP     HTTPConfig     `yaml:"http"`
+	Log      LogConfig      `yaml:"log"`
+}
+
+type SourceConfig struct {
+	Kind     string               `yaml:"kind"`
+	Kafka    KafkaSourceConfig    `yaml:"kafka"`
+	File     FileSourceConfig     `yaml:"file"`
+	Postgres PostgresSourceConfig `yaml:"postgres"`
+}
+
+type KafkaSourceConfig struct {
+	Brokers        []string `yaml:"brokers"`
+	Topics         []string `yaml:"topics"`
+	Group          string   `yaml:"group"`
+	MaxPollRecords int      `yaml:"max_poll_records"`
+}
+
+type FileSourceConfig struct {
+	Path   string `yaml:"path"`
+	Follow bool   `yaml:"follow"`
+}
+
+type PostgresSourceConfig struct {
+	URL         string `yaml:"url"`
+	Publication string `yaml:"publication"`
+	Slot        string `yaml:"slot"`
+}
+
+type TableConfig struct {
+	Match    string   `yaml:"match"`
+	ID       []string `yaml:"id"`
+	Text     string   `yaml:"text"`
+	Metadata []string `yaml:"metadata"`
+	Tenant   string   `yaml:"tenant"`
+}
+
+type ChunkerConfig struct {
+	Strategy     string `yaml:"strategy"`
+	TargetTokens int    `yaml:"target_tokens"`
+	MinTokens    int    `yaml:"min_tokens"`
+	MaxTokens    int    `yaml:"max_tokens"`
+}
+
+type EmbedderConfig struct {
+	Provider       string        `yaml:"provider"`
+	BaseURL        string        `yaml:"base_url"`
+	Model          string        `yaml:"model"`
+	Dimensions     int           `yaml:"dimensions"`
+	APIKey         string        `yaml:"api_key"`
+	MaxBatchInputs int           `yaml:"max_batch_inputs"`
+	MaxBatchTokens int           `yaml:"max_batch_tokens"`
+	Timeout        time.Duration `yaml:"timeout"`
+	MaxRetries     int           `yaml:"max_retries"`
+}
+
+type PostgresConfig struct {
+	URL    string `yaml:"url"`
+	Schema string `yaml:"schema"`
+}
+
+type PipelineConfig struct {
+	Workers int `yaml:"workers"`
+}
+
+type DLQConfig struct {
+	// Topic overrides the Kafka dead-letter topic; default "<topic>.ragsync-dlq".
+	Topic string `yaml:"topic"`
+	// Path is the dead-letter file for the file source; default "<path>.dlq.jsonl".
+	Path string `yaml:"path"`
+}
+
+type HTTPConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+type LogConfig struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// defaultConfig is what a user gets with no file at all: the offline
+// embedder against the local Postgres, so `ragsync inspect` and the demo
+// need no setup.
+func defaultConfig() Config {
+	return Config{
+		Source:   SourceConfig{Kind: "kafka", Kafka: KafkaSourceConfig{Group: "ragsync"}},
+		Chunker:  ChunkerConfig{Strategy: "content-defined", TargetTokens: 512, MinTokens: 128, MaxTokens: 1024},
+		Embedder: EmbedderConfig{Provider: "hashing", Dimensions: 384},
+		Postgres: PostgresConfig{URL: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", Schema: "ragsync"},
+		Index:    "default",
+		HTTP:     HTTPConfig{Listen: "127.0.0.1:9464"},
+		Log:      LogConfig{Level: "info"},
+	}
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// expandEnv replaces ${VAR} and ${VAR:-default}; a $ not followed by { is
+// left alone so passwords and templates survive.
+func expandEnv(s string) (string, []string) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		m := envRef.FindStringSubmatch(ref)
+		if v, ok := os.LookupEnv(m[1]); ok {
+			return v
+		}
+		if m[2] != "" {
+			return m[3]
+		}
+		missing = append(missing, m[1])
+		return ""
+	})
+	return out, missing
+}
+
+// loadConfig reads the file (if any), expands ${VAR}, then applies RAGSYNC_*
+// environment variables and finally the --set overrides, so flags win.
+func loadConfig(path string, sets []string) (Config, error) {
+	cfg := defaultConfig()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config: %w (pass --config with the path of your ragsync.yaml)", err)
+		}
+		expanded, _ := expandEnv(string(raw))
+		dec := yaml.NewDecoder(strings.NewReader(expanded))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file means all defaults
+			return cfg, fmt.Errorf("parse %s: %w", path, err)
+		}
+	}
+	var errs []error
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		name, ok := strings.CutPrefix(k, "RAGSYNC_")
+		if !ok || name == "CONFIG" {
+			continue
+		}
+		if err := setPath(&cfg, strings.ToLower(name), v, true); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s: %w", k, err))
+		}
+	}
+	for _, s := range sets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			errs = append(errs, fmt.Errorf("--set %q: want path=value, e.g. --set embedder.model=text-embedding-3-large", s))
+			continue
+		}
+		if err := setPath(&cfg, k, v, false); err != nil {
+			errs = append(errs, fmt.Errorf("--set %s: %w", k, err))
+		}
+	}
+	return cfg, errors.Join(errs...)
+}
+
+// setPath sets the field at a yaml path ("embedder.api_key"). From the
+// environment the separators are underscores too (RAGSYNC_EMBEDDER_API_KEY),
+// so the path is matched greedily against the yaml names.
+func setPath(cfg *Config, path, value string, underscores bool) error {
+	v := reflect.ValueOf(cfg).Elem()
+	rest := path
+	for {
+		if v.Kind() != reflect.Struct {
+			return fmt.Errorf("unknown setting %q", path)
+		}
+		field, remaining, ok := matchField(v, rest, underscores)
+		if !ok {
+			return fmt.Errorf("unknown setting %q", path)
+		}
+		v = field
+		if remaining == "" {
+			return setValue(v, value)
+		}
+		rest = remaining
+	}
+}
+
+func matchField(v reflect.Value, path string, underscores bool) (reflect.Value, string, bool) {
+	t := v.Type()
+	// Longest name first so "max_batch_tokens" wins over "max".
+	type cand struct {
+		name string
+		i    int
+	}
+	var cands []cand
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" {
+			cands = append(cands, cand{name, i})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return len(b.name) - len(a.name) })
+	for _, c := range cands {
+		if path == c.name {
+			return v.Field(c.i), "", true
+		}
+		sep := "."
+		if underscores {
+			sep = "_"
+		}
+		if rest, ok := strings.CutPrefix(path, c.name+sep); ok {
+			return v.Field(c.i), rest, true
+		}
+	}
+	return reflect.Value{}, "", false
+}
+
+func setValue(v reflect.Value, s string) error {
+	switch {
+	case v.Type() == reflect.TypeOf(time.Duration(0)):
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("want a duration like 30s: %w", err)
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(s)
+	case v.Kind() == reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", s)
+		}
+		v.SetInt(int64(n))
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", s)
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		var parts []string
+		for p := range strings.SplitSeq(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+	default:
+		return errors.New("cannot be set from a string; set it in the YAML file")
+	}
+	return nil
+}
+
+var indexName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
+
+// validate reports every problem at once, each naming the field and the fix.
+func (c Config) validate(needSource bool) error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if needSource {
+		switch c.Source.Kind {
+		case "kafka":
+			if len(c.Source.Kafka.Brokers) == 0 {
+				add("source.kafka.brokers: list at least one broker, e.g. [localhost:9092]")
+			}
+			if len(c.Source.Kafka.Topics) == 0 {
+				add("source.kafka.topics: list the Debezium topics, e.g. [dbserver1.public.articles]")
+			}
+		case "file":
+			if c.Source.File.Path == "" {
+				add("source.file.path: set the JSON Lines file to replay")
+			}
+		case "postgres":
+			add("source.kind: postgres (logical replication) is not available in this version; use kafka or file")
+		default:
+			add("source.kind: %q is not one of kafka, file, postgres", c.Source.Kind)
+		}
+	}
+	for i, t := range c.Tables {
+		if t.Match == "" {
+			add("tables[%d].match: set the Debezium source table, e.g. public.articles (or * for any)", i)
+		}
+		if t.Text != "" && !strings.Contains(t.Text, "{{") {
+			add("tables[%d].text: the template names no column; write e.g. \"# {{title}}\\n\\n{{body}}\"", i)
+		}
+	}
+	if !indexName.MatchString(c.Index) {
+		add("index: %q must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", c.Index)
+	}
+	if c.Postgres.URL == "" {
+		add("postgres.url: set the Postgres URL of the index, e.g. postgres://postgres@127.0.0.1:5432/ragsync")
+	}
+	if c.Postgres.Schema == "" || !indexName.MatchString(c.Postgres.Schema) {
+		add("postgres.schema: %q must be a lower-case identifier such as ragsync", c.Postgres.Schema)
+	}
+	if err := c.chunkerConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.embedderConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Pipeline.Workers < 0 {
+		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		add("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) chunkerConfig() chunker.Config {
+	return chunker.Config{
+		Strategy:     c.Chunker.Strategy,
+		TargetTokens: c.Chunker.TargetTokens,
+		MinTokens:    c.Chunker.MinTokens,
+		MaxTokens:    c.Chunker.MaxTokens,
+	}
+}
+
+func (c Config) embedderConfig() embedder.Config {
+	e := c.Embedder
+	return embedder.Config{
+		Provider:       e.Provider,
+		BaseURL:        e.BaseURL,
+		Model:          e.Model,
+		Dimensions:     e.Dimensions,
+		APIKey:         e.APIKey,
+		MaxBatchInputs: e.MaxBatchInputs,
+		MaxBatchTokens: e.MaxBatchTokens,
+		Timeout:        e.Timeout,
+		MaxRetries:     e.MaxRetries,
+	}
+}
+
+func (c Config) decoderConfig() cdc.DecoderConfig {
+	var d cdc.DecoderConfig
+	for _, t := range c.Tables {
+		d.Tables = append(d.Tables, cdc.TableConfig{Match: t.Match, ID: t.ID})
+	}
+	return d
+}
+
+func (c Config) pipelineTables() []pipeline.TableConfig {
+	var ts []pipeline.TableConfig
+	for _, t := range c.Tables {
+		ts = append(ts, pipeline.TableConfig{Match: t.Match, Text: t.Text, Metadata: t.Metadata, Tenant: t.Tenant, ID: t.ID})
+	}
+	return ts
+}

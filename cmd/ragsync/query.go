@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/sink"
+)
+
+func newQueryCmd(g *globals) *cobra.Command {
+	var (
+		k       int
+		filters []string
+		tenant  string
+		table   string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "query TEXT",
+		Short: "Search the index: embed TEXT and print the nearest chunks",
+		Long: `query embeds TEXT with the configured embedder, searches the pgvector index
+and prints the ranked chunks with their document id, score (cosine similarity)
+and text. Deleted documents never appear.`,
+		Example: `  ragsync query --config ragsync.yaml "how do I reset my router" -k 5
+  ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(args[0]) == "" {
+				return errors.New("query: the query text is empty")
+			}
+			if k < 1 || k > 1000 {
+				return fmt.Errorf("-k: %d is out of range, use 1..1000", k)
+			}
+			md := map[string]any{}
+			for _, f := range filters {
+				key, val, ok := strings.Cut(f, "=")
+				if !ok || key == "" {
+					return fmt.Errorf("--filter %q: want key=value, e.g. --filter lang=en", f)
+				}
+				md[key] = val
+			}
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if err := cfg.validate(false); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			ctx := cmd.Context()
+			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+			emb, err := embedder.New(cfg.embedderConfig())
+			if err != nil {
+				return err
+			}
+			st, pool, err := openStore(ctx, cfg, emb, logger)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			vecs, err := emb.Embed(ctx, []string{args[0]})
+			if err != nil {
+				return fmt.Errorf("embed query: %w", err)
+			}
+			hits, err := st.Search(ctx, vecs[0], sink.Query{K: k, Tenant: tenant, Filter: md, Table: table})
+			if err != nil {
+				return err
+			}
+			return printHits(cmd, hits, asJSON)
+		},
+	}
+	cmd.Flags().IntVarP(&k, "k", "k", 10, "number of chunks to return")
+	cmd.Flags().StringArrayVar(&filters, "filter", nil, "metadata filter key=value (repeatable; all must match)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only documents of this tenant")
+	cmd.Flags().StringVar(&table, "table", "", "only documents of this source table, e.g. public.articles")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hits as JSON lines")
+	return cmd
+}
+
+type hitJSON struct {
+	Rank     int            `json:"rank"`
+	DocID    string         `json:"doc_id"`
+	Position int            `json:"position"`
+	Score    float64        `json:"score"`
+	Text     string         `json:"text"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		for i, h := range hits {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(hits) == 0 {
+		fmt.Fprintln(out, "no results")
+		return nil
+	}
+	for i, h := range hits {
+		fmt.Fprintf(out, "%2d. %.4f  %s #%d\n    %s\n", i+1, h.Score, h.DocID, h.Position, snippet(h.Text, 160))
+	}
+	return nil
+}
+
+// snippet flattens text to one line of at most n runes.
+func snippet(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

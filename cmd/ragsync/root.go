@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+// globals are the flags every command shares.
+type globals struct {
+	configPath string
+	sets       []string
+	// shortcuts for the settings people change most from the command line
+	postgresURL string
+	index       string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "ragsync",
+		Short: "Keep a pgvector index in sync with a document database from Debezium change events",
+		Long: `ragsync consumes Debezium change events (Kafka, or a JSON Lines file), chunks
+each changed document, embeds only the chunks whose content is new, and applies
+the result to Postgres/pgvector in one transaction per document.
+
+Settings come from --config (YAML), then RAGSYNC_* environment variables
+(RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
+		SilenceUsage: true,
+	}
+	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")
+	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override one setting by its YAML path, e.g. --set embedder.model=text-embedding-3-large (repeatable)")
+	root.PersistentFlags().StringVar(&g.postgresURL, "postgres-url", "", "Postgres URL of the index (postgres.url)")
+	root.PersistentFlags().StringVar(&g.index, "index", "", "index name (index)")
+	root.AddCommand(
+		newServeCmd(g),
+		newQueryCmd(g),
+		newInspectCmd(g),
+		newMigrateCmd(g),
+		newVersionCmd(),
+	)
+	return root
+}
+
+// load reads the configuration with flags applied last.
+func (g *globals) load() (Config, error) {
+	sets := append([]string(nil), g.sets...)
+	if g.postgresURL != "" {
+		sets = append(sets, "postgres.url="+g.postgresURL)
+	}
+	if g.index != "" {
+		sets = append(sets, "index="+g.index)
+	}
+	return loadConfig(g.configPath, sets)
+}
+
+// newLogger builds the process logger: JSON for serve (machines read it),
+// text for interactive commands.
+func newLogger(w io.Writer, cfg LogConfig, json bool) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(strings.ToUpper(orDefault(cfg.Level, "info"))))
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch {
+	case cfg.Format == "json" || (cfg.Format == "" && json):
+		return slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the ragsync version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "ragsync %s\n", version)
+			return err
+		},
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ragsync/ragsync/embedder"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the sync pipeline (and /metrics, /healthz, /readyz)",
+		Long: `serve consumes change events from the configured source and keeps the index in
+sync until it is stopped (SIGINT/SIGTERM; a second signal exits at once).
+With --once and a file source it stops at the end of the file and prints a
+summary of what it did.`,
+		Example: `  ragsync serve --config ragsync.yaml
+  ragsync serve --config ragsync.yaml --set source.kind=file --set source.file.path=events.jsonl --once`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if err := cfg.validate(true); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() {
+				// A second signal exits hard, for a drain that hangs.
+				<-ctx.Done()
+				c := make(chan os.Signal, 1)
+				signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+				<-c
+				os.Exit(130)
+			}()
+			return serve(ctx, cmd, cfg, once)
+		},
+	}
+	cmd.Flags().BoolVar(&once, "once", false, "stop at the end of a file source and print a summary")
+	return cmd
+}
+
+func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error {
+	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	emb, err := embedder.New(cfg.embedderConfig())
+	if err != nil {
+		return err
+	}
+	st, pool, err := openStore(ctx, cfg, emb, logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	src, dlq, closeSrc, err := newSource(cfg, once, logger)
+	if err != nil {
+		return err
+	}
+	defer closeSrc()
+	p, err := newPipeline(cfg, src, dlq, emb, st, reg, logger)
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	ready.Store(true)
+	g, gctx := errgroup.WithContext(ctx)
+	runCtx, cancelRun := context.WithCancel(gctx)
+	defer cancelRun()
+	g.Go(func() error {
+		defer cancelRun() // the pipeline ending (--once) stops the HTTP server too
+		err := p.Run(runCtx)
+		if err != nil {
+			ready.Store(false)
+		}
+		return err
+	})
+	if cfg.HTTP.Listen != "" && !once {
+		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, &ready), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen %s: %w (choose a free address or set http.listen to empty to disable)", cfg.HTTP.Listen, err)
+		}
+		logger.Info("http listening", "addr", ln.Addr().String())
+		g.Go(func() error {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-runCtx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	err = g.Wait()
+	if once {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", p.Stats())
+	}
+	return err
+}
+
+// httpHandler serves /metrics, /healthz (process alive) and /readyz
+// (Postgres reachable and the pipeline not failed).
+func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ping(ctx); err != nil {
+			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !ready.Load() {
+			http.Error(w, "pipeline stopped", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

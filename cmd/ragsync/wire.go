@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// Conformance of the concrete stages to the pipeline's interfaces.
+var (
+	_ pipeline.Sink        = (*sink.Store)(nil)
+	_ pipeline.Splitter    = (*chunker.Chunker)(nil)
+	_ pipeline.Decoder     = (*cdc.Decoder)(nil)
+	_ pipeline.Source      = (*cdc.FileSource)(nil)
+	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
+	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
+	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+)
+
+// openStore connects to Postgres, migrates the schema and registers the index.
+func openStore(ctx context.Context, cfg Config, emb embedder.Client, logger *slog.Logger) (*sink.Store, *pgxpool.Pool, error) {
+	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, logger); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	st, err := sink.New(ctx, pool, sink.Config{
+		Schema:     cfg.Postgres.Schema,
+		Index:      cfg.Index,
+		Model:      emb.Model(),
+		Dimensions: emb.Dimensions(),
+		Logger:     logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, pool, nil
+}
+
+// source builds the configured source and its dead-letter destination.
+// close releases both.
+func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pipeline.DeadLetters, func(), error) {
+	switch cfg.Source.Kind {
+	case "file":
+		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		dlqPath := cfg.DLQ.Path
+		if dlqPath == "" {
+			dlqPath = cfg.Source.File.Path + ".dlq.jsonl"
+		}
+		return src, cdc.NewFileDeadLetters(filepath.Clean(dlqPath), version), func() { src.Close() }, nil
+	case "kafka":
+		k := cfg.Source.Kafka
+		src, err := cdc.NewKafkaSource(cdc.KafkaConfig{
+			Brokers:        k.Brokers,
+			Topics:         k.Topics,
+			Group:          k.Group,
+			MaxPollRecords: k.MaxPollRecords,
+			Logger:         logger.With("stage", "kafka"),
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return src, cdc.NewKafkaDeadLetters(src.Client(), cfg.DLQ.Topic, version), src.Close, nil
+	default:
+		return nil, nil, nil, fmt.Errorf("source.kind: %q is not one of kafka, file", cfg.Source.Kind)
+	}
+}
+
+// newPipeline wires every stage.
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+	ch, err := chunker.New(cfg.chunkerConfig())
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.New(pipeline.Config{
+		Tables:     cfg.pipelineTables(),
+		Workers:    cfg.Pipeline.Workers,
+		Logger:     logger,
+		Registerer: reg,
+	}, pipeline.Stages{
+		Source:      src,
+		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
+		Splitter:    ch,
+		Embedder:    emb,
+		Sink:        st,
+		DeadLetters: dlq,
+		Transient:   transient,
+	})
+}
+
+// transient says which failures mean "a dependency is down, wait for it"
+// rather than "this message is bad".
+func transient(err error) bool {
+	return sink.Retryable(err) || embedder.Unavailable(err)
+}

@@ -1,0 +1,212 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// apply applies one change to the sink. It is called for different documents
+// concurrently and for one document sequentially.
+func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
+	op := string(ch.Op)
+	switch ch.Op {
+	case cdc.OpMessage:
+		p.count(op, "skipped")
+		return nil
+	case cdc.OpTruncate:
+		n, err := p.st.Sink.Truncate(ctx, ch.Table, ch.Version, ch.SourceTS)
+		if err != nil {
+			return fmt.Errorf("truncate %s: %w", ch.Table, err)
+		}
+		p.count(op, "applied")
+		p.stats.add("documents_deleted", n)
+		return nil
+	case cdc.OpDelete:
+		start := time.Now()
+		out, err := p.st.Sink.Delete(ctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", DocID(ch), err)
+		}
+		p.metrics.txSeconds.Observe(time.Since(start).Seconds())
+		p.countOutcome(op, out)
+		if out.Applied {
+			p.stats.add("documents_deleted", 1)
+		}
+		return nil
+	case cdc.OpCreate, cdc.OpUpdate, cdc.OpRead:
+		return p.upsert(ctx, ch)
+	default:
+		return permanent(fmt.Errorf("unsupported op %q", ch.Op))
+	}
+}
+
+func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
+	op := string(ch.Op)
+	tbl, ok := p.table(ch.Table)
+	if !ok {
+		p.count(op, "unmatched_table")
+		return nil
+	}
+	id := DocID(ch)
+	stored, found, err := p.st.Sink.Document(ctx, id)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", id, err)
+	}
+	// Fence before paying for embeddings; the sink fences again inside its
+	// transaction, which is what makes concurrent writers safe.
+	if found && stored.Version.Compare(ch.Version) > 0 {
+		p.count(op, "stale")
+		return nil
+	}
+	row := p.mergeUnavailable(ch, stored, found)
+	text := tbl.render(row)
+	chunks := p.st.Splitter.Split(text)
+
+	doc := sink.Document{
+		ID:       id,
+		Table:    ch.Table,
+		Key:      ch.DocKey,
+		Version:  ch.Version,
+		SourceTS: ch.SourceTS,
+		Metadata: tbl.metadata(row),
+		Tenant:   tbl.tenant(row),
+		Row:      row,
+		Chunks:   make([]sink.Chunk, len(chunks)),
+	}
+	for i, c := range chunks {
+		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
+	}
+	if err := p.embedMissing(ctx, doc.Chunks); err != nil {
+		return fmt.Errorf("embed %s: %w", id, err)
+	}
+	start := time.Now()
+	out, err := p.st.Sink.Upsert(ctx, doc)
+	if err != nil {
+		return fmt.Errorf("upsert %s: %w", id, err)
+	}
+	p.metrics.txSeconds.Observe(time.Since(start).Seconds())
+	if !ch.SourceTS.IsZero() && out.Applied {
+		p.metrics.lag.WithLabelValues(ch.Table).Set(time.Since(ch.SourceTS).Seconds())
+	}
+	p.countOutcome(op, out)
+	p.stats.add("chunks_inserted", out.Inserted)
+	p.stats.add("chunks_unchanged", out.Unchanged)
+	p.stats.add("chunks_moved", out.Moved)
+	p.stats.add("chunks_removed", out.Removed)
+	p.metrics.chunks.WithLabelValues("unchanged").Add(float64(out.Unchanged))
+	p.metrics.chunks.WithLabelValues("moved").Add(float64(out.Moved))
+	p.metrics.chunks.WithLabelValues("removed").Add(float64(out.Removed))
+	return nil
+}
+
+// mergeUnavailable fills the columns Debezium marked as unchanged TOAST (or
+// left out of a MongoDB patch) from the stored row, so the placeholder is
+// never embedded and unchanged text stays as it was.
+func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, found bool) map[string]any {
+	if len(ch.Unavailable) == 0 && ch.After != nil {
+		return ch.After
+	}
+	row := make(map[string]any, len(ch.After)+len(stored.Row))
+	if found {
+		for k, v := range stored.Row {
+			if ch.After == nil || slices.Contains(ch.Unavailable, k) {
+				row[k] = v
+			}
+		}
+	} else {
+		p.stats.add("unavailable_without_stored_row", 1)
+	}
+	for k, v := range ch.After {
+		row[k] = v
+	}
+	return row
+}
+
+// embedMissing sets the vector of every chunk whose content hash has no
+// stored embedding, embedding each distinct text once. Chunks with a stored
+// embedding keep a nil vector: the sink takes it from its cache.
+func (p *Pipeline) embedMissing(ctx context.Context, chunks []sink.Chunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	hashes := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if !slices.Contains(hashes, c.Hash) {
+			hashes = append(hashes, c.Hash)
+		}
+	}
+	known, err := p.st.Sink.Vectors(ctx, hashes)
+	if err != nil {
+		return err
+	}
+	var texts []string
+	index := map[string]int{}
+	for _, c := range chunks {
+		if _, ok := known[c.Hash]; ok {
+			continue
+		}
+		if _, ok := index[c.Hash]; ok {
+			continue
+		}
+		index[c.Hash] = len(texts)
+		texts = append(texts, c.Text)
+	}
+	p.stats.add("chunks_cached", len(hashes)-len(texts))
+	p.metrics.chunks.WithLabelValues("cached").Add(float64(len(hashes) - len(texts)))
+	if len(texts) == 0 {
+		return nil
+	}
+	vecs, err := p.st.Embedder.Embed(ctx, texts)
+	if err != nil {
+		return err
+	}
+	if len(vecs) != len(texts) {
+		return fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
+	}
+	p.stats.add("chunks_embedded", len(texts))
+	p.metrics.chunks.WithLabelValues("embedded").Add(float64(len(texts)))
+	for i := range chunks {
+		if n, ok := index[chunks[i].Hash]; ok {
+			chunks[i].Vector = vecs[n]
+		}
+	}
+	return nil
+}
+
+func (p *Pipeline) table(name string) (TableConfig, bool) {
+	if len(p.cfg.Tables) == 0 {
+		return TableConfig{Match: "*"}, true
+	}
+	return tableFor(p.cfg.Tables, name)
+}
+
+func (p *Pipeline) count(op, outcome string) {
+	p.metrics.changes.WithLabelValues(op, outcome).Inc()
+	p.stats.add("op_"+op, 1)
+	p.stats.add(outcome, 1)
+}
+
+func (p *Pipeline) countOutcome(op string, out sink.Outcome) {
+	switch {
+	case out.Stale:
+		p.count(op, "stale")
+	case out.Duplicate:
+		p.count(op, "duplicate")
+	default:
+		p.count(op, "applied")
+	}
+}
+
+// permanentError marks a failure that no retry can fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string   { return e.err.Error() }
+func (e permanentError) Unwrap() error   { return e.err }
+func (e permanentError) Permanent() bool { return true }
+
+func permanent(err error) error { return permanentError{err} }

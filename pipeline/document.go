@@ -1,0 +1,121 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// TableConfig says how the rows of one source table become documents.
+type TableConfig struct {
+	// Match is the Debezium source "schema.table" (MongoDB "db.collection"),
+	// or "*" for any table.
+	Match string
+	// Text is a template over the row's columns, "{{column}}" for each value,
+	// e.g. "# {{title}}\n\n{{body}}". Defaults to every text column, sorted by
+	// name, one paragraph each.
+	Text string
+	// Metadata lists the columns copied into the document's jsonb metadata.
+	Metadata []string
+	// Tenant is the column holding the document's tenant. Optional.
+	Tenant string
+	// ID lists the document id columns; only used here to keep them out of
+	// the default text.
+	ID []string
+}
+
+var placeholder = regexp.MustCompile(`\{\{\s*([^{}\s]+)\s*\}\}`)
+
+// templateColumns returns the columns a template reads.
+func (t TableConfig) templateColumns() []string {
+	var cols []string
+	for _, m := range placeholder.FindAllStringSubmatch(t.Text, -1) {
+		cols = append(cols, m[1])
+	}
+	return cols
+}
+
+// render builds the document text from a row.
+func (t TableConfig) render(row map[string]any) string {
+	if t.Text != "" {
+		return placeholder.ReplaceAllStringFunc(t.Text, func(s string) string {
+			col := placeholder.FindStringSubmatch(s)[1]
+			return textOf(row[col])
+		})
+	}
+	var cols []string
+	for c, v := range row {
+		if _, ok := v.(string); ok && !slices.Contains(t.ID, c) && c != t.Tenant {
+			cols = append(cols, c)
+		}
+	}
+	slices.Sort(cols)
+	parts := make([]string, 0, len(cols))
+	for _, c := range cols {
+		if s := row[c].(string); strings.TrimSpace(s) != "" {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+func (t TableConfig) metadata(row map[string]any) map[string]any {
+	md := make(map[string]any, len(t.Metadata))
+	for _, c := range t.Metadata {
+		if v, ok := row[c]; ok {
+			md[c] = v
+		}
+	}
+	return md
+}
+
+func (t TableConfig) tenant(row map[string]any) string {
+	if t.Tenant == "" {
+		return ""
+	}
+	return textOf(row[t.Tenant])
+}
+
+// textOf renders a decoded column value as text for a template.
+func textOf(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	case bool, float64, int64, int:
+		return fmt.Sprint(v)
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, e := range v {
+			parts = append(parts, textOf(e))
+		}
+		return strings.Join(parts, ", ")
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	}
+}
+
+// tableFor returns the first table config matching a change's table.
+func tableFor(tables []TableConfig, table string) (TableConfig, bool) {
+	for _, t := range tables {
+		if t.Match == table || t.Match == "*" {
+			return t, true
+		}
+	}
+	return TableConfig{}, false
+}
+
+// DocID is the document id the sink stores: the source table and the key
+// within it, so two tables with overlapping keys never collide.
+func DocID(c cdc.Change) string { return c.Table + "/" + c.DocKey }

@@ -1,0 +1,49 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	changes   *prometheus.CounterVec // op, outcome
+	chunks    *prometheus.CounterVec // result: embedded, cached, unchanged, moved, removed
+	txSeconds prometheus.Histogram   // sink transaction duration
+	retries   *prometheus.CounterVec // stage
+	batchSecs prometheus.Histogram   // batch processing duration
+	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ragsync_pipeline_changes_total",
+			Help: "Change events by Debezium op and outcome (applied, stale, duplicate, skipped, dead_lettered).",
+		}, []string{"op", "outcome"}),
+		chunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ragsync_pipeline_chunks_total",
+			Help: "Chunks by result: embedded (sent to the API), cached (vector reused by content hash), unchanged, moved, removed.",
+		}, []string{"result"}),
+		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ragsync_sink_tx_duration_seconds",
+			Help:    "Duration of one document's sink transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ragsync_pipeline_retries_total",
+			Help: "Retries of transient failures by stage (embedder, sink).",
+		}, []string{"stage"}),
+		batchSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ragsync_pipeline_batch_duration_seconds",
+			Help:    "Time from fetching a batch to acknowledging it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ragsync_pipeline_lag_seconds",
+			Help: "Seconds between the last applied change's source timestamp and its apply, by table.",
+		}, []string{"table"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag)
+	}
+	return m
+}

@@ -1,0 +1,292 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// Config tunes the pipeline.
+type Config struct {
+	// Tables says how rows become documents. Empty means every table, with
+	// the default text (all text columns).
+	Tables []TableConfig
+	// Workers is how many documents are applied concurrently. Changes to one
+	// document always go to the same worker, in source order. Defaults to 4.
+	Workers int
+	// RetryBackoff is the first wait before retrying a transient failure; it
+	// doubles up to MaxRetryBackoff, with jitter. Defaults to 200ms.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the wait between retries. Defaults to 30s.
+	MaxRetryBackoff time.Duration
+	// MaxAttempts bounds retries of failures that are neither known-transient
+	// nor permanent; past it the message is dead-lettered. Known-transient
+	// failures (provider down, Postgres restarting) retry until the context
+	// ends, which stops fetching: that is the back-pressure. Defaults to 5.
+	MaxAttempts int
+	// Logger receives start/stop summaries and actionable warnings. Nil
+	// discards.
+	Logger *slog.Logger
+	// Registerer receives the pipeline's metrics. Nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 200 * time.Millisecond
+	}
+	if c.MaxRetryBackoff <= 0 {
+		c.MaxRetryBackoff = 30 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Stages are the pipeline's collaborators. DeadLetters may be nil, in which
+// case undecodable messages stop the pipeline instead of being set aside.
+type Stages struct {
+	Source      Source
+	Decoder     Decoder
+	Splitter    Splitter
+	Embedder    Embedder
+	Sink        Sink
+	DeadLetters DeadLetters
+	// Transient reports whether an error is worth retrying without limit
+	// (a dependency that will come back). Nil treats no error as transient.
+	Transient func(error) bool
+}
+
+// Pipeline moves changes from a source to the sink.
+type Pipeline struct {
+	cfg     Config
+	st      Stages
+	log     *slog.Logger
+	metrics *metrics
+	stats   Stats
+}
+
+// New checks that every stage is present and builds a pipeline.
+func New(cfg Config, st Stages) (*Pipeline, error) {
+	cfg = cfg.withDefaults()
+	var errs []error
+	if st.Source == nil {
+		errs = append(errs, errors.New("pipeline: no source"))
+	}
+	if st.Decoder == nil {
+		errs = append(errs, errors.New("pipeline: no decoder"))
+	}
+	if st.Splitter == nil {
+		errs = append(errs, errors.New("pipeline: no splitter"))
+	}
+	if st.Embedder == nil {
+		errs = append(errs, errors.New("pipeline: no embedder"))
+	}
+	if st.Sink == nil {
+		errs = append(errs, errors.New("pipeline: no sink"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if st.Transient == nil {
+		st.Transient = func(error) bool { return false }
+	}
+	return &Pipeline{
+		cfg:     cfg,
+		st:      st,
+		log:     cfg.Logger.With("stage", "pipeline"),
+		metrics: newMetrics(cfg.Registerer),
+		stats:   newStats(),
+	}, nil
+}
+
+// Stats returns a snapshot of what the pipeline did so far.
+func (p *Pipeline) Stats() Snapshot { return p.stats.snapshot() }
+
+// Run fetches, applies and acknowledges batches until the source is exhausted
+// or ctx ends; both return nil. Any other error stops the pipeline and is
+// returned; the batch in flight is then not acknowledged and will be replayed.
+func (p *Pipeline) Run(ctx context.Context) error {
+	p.log.InfoContext(ctx, "pipeline started", "workers", p.cfg.Workers)
+	defer func() { p.log.InfoContext(ctx, "pipeline stopped", "stats", p.stats.snapshot().String()) }()
+	for {
+		b, err := p.st.Source.Fetch(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		start := time.Now()
+		if err := p.Process(ctx, b.Messages); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if b.Ack != nil {
+			if err := p.retry(ctx, "ack", func() error { return b.Ack(ctx) }); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("ack batch: %w", err)
+			}
+		}
+		p.metrics.batchSecs.Observe(time.Since(start).Seconds())
+	}
+}
+
+// item is one decoded change on its way to a worker.
+type item struct {
+	msg    cdc.Message
+	change cdc.Change
+}
+
+// Process applies one batch: it returns nil once every message has been
+// applied, skipped or dead-lettered, and an error if one could not be (the
+// caller must then not acknowledge the batch).
+func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
+	var segment []item
+	flush := func() error {
+		err := p.applyParallel(ctx, segment)
+		segment = segment[:0]
+		return err
+	}
+	for _, m := range msgs {
+		ch, err := p.st.Decoder.Decode(m)
+		var skip *cdc.SkipError
+		switch {
+		case errors.As(err, &skip):
+			p.stats.add("skipped_"+skip.Reason, 1)
+			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
+			continue
+		case errors.Is(err, cdc.ErrSkip):
+			p.stats.add("skipped", 1)
+			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
+			continue
+		case err != nil:
+			if err := p.deadLetter(ctx, m, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if ch.Op == cdc.OpTruncate {
+			// A truncate orders against every document of its table, so it
+			// is a barrier: what came before it is applied first.
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := p.applyOne(ctx, item{m, ch}); err != nil {
+				return err
+			}
+			continue
+		}
+		segment = append(segment, item{m, ch})
+	}
+	return flush()
+}
+
+// applyParallel routes items by document to a fixed set of workers so that
+// one document's changes stay in order while different documents proceed
+// concurrently.
+func (p *Pipeline) applyParallel(ctx context.Context, items []item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	lanes := make([][]item, p.cfg.Workers)
+	for _, it := range items {
+		h := fnv.New32a()
+		h.Write([]byte(DocID(it.change)))
+		n := int(h.Sum32() % uint32(len(lanes)))
+		lanes[n] = append(lanes[n], it)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, lane := range lanes {
+		if len(lane) == 0 {
+			continue
+		}
+		g.Go(func() error {
+			for _, it := range lane {
+				if err := p.applyOne(gctx, it); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// applyOne applies a change, retrying transient failures, and dead-letters it
+// when it can never be applied.
+func (p *Pipeline) applyOne(ctx context.Context, it item) error {
+	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	p.metrics.changes.WithLabelValues(string(it.change.Op), "dead_lettered").Inc()
+	return p.deadLetter(ctx, it.msg, err)
+}
+
+// retry runs fn until it succeeds, fails permanently, fails with an
+// unclassified error MaxAttempts times, or ctx ends. Transient failures retry
+// without limit: a provider or database that is down stops progress (and so
+// fetching) rather than losing work.
+func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) error {
+	backoff := p.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		var perm interface{ Permanent() bool }
+		if errors.As(err, &perm) && perm.Permanent() {
+			return err
+		}
+		transient := p.st.Transient(err)
+		if !transient && attempt >= p.cfg.MaxAttempts {
+			return err
+		}
+		p.metrics.retries.WithLabelValues(stage).Inc()
+		p.stats.add("retries", 1)
+		if attempt == 1 || attempt%10 == 0 {
+			p.log.WarnContext(ctx, "retrying after failure", "step", stage, "attempt", attempt, "error", err)
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, p.cfg.MaxRetryBackoff)
+	}
+}
+
+func (p *Pipeline) deadLetter(ctx context.Context, m cdc.Message, cause error) error {
+	p.stats.add("dead_lettered", 1)
+	if p.st.DeadLetters == nil {
+		return fmt.Errorf("no dead-letter destination for %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, cause)
+	}
+	p.log.WarnContext(ctx, "message dead-lettered", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "error", cause)
+	return p.retry(ctx, "dead_letter", func() error { return p.st.DeadLetters.Put(ctx, m, cause) })
+}

@@ -1,0 +1,45 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// Source yields batches. Fetch returns io.EOF when a finite source (a file
+// replayed with --once) is exhausted.
+type Source interface {
+	Fetch(ctx context.Context) (cdc.Batch, error)
+}
+
+// Decoder turns a message into a change.
+type Decoder interface {
+	Decode(m cdc.Message) (cdc.Change, error)
+}
+
+// Splitter cuts a document's text into chunks.
+type Splitter interface {
+	Split(text string) []chunker.Chunk
+}
+
+// Embedder computes one vector per text, in order.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
+// Sink stores documents and their chunks.
+type Sink interface {
+	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
+	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
+	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
+	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
+	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
+}
+
+// DeadLetters keeps messages that can never be applied, with the reason.
+type DeadLetters interface {
+	Put(ctx context.Context, m cdc.Message, cause error) error
+}
