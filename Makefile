@@ -1,0 +1,37 @@
+# ragsync — make help lists the targets.
+GO          ?= go
+GOFLAGS     ?= -mod=mod
+export GOFLAGS
+BIN         := bin/ragsync
+TEST_FLAGS  ?= -race -timeout 20m
+PKGS        := ./...
+
+.PHONY: help build test test-short demo bench bench-incremental lint services clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+build: ## build bin/ragsync
+	$(GO) build -o $(BIN) ./cmd/ragsync
+
+services: ## make sure Postgres (with pgvector, wal_level=logical) and Redis are running
+	@bash scripts/services.sh
+
+test: services ## set up services and run every test (with -race)
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+test-short: ## run the tests that need no Postgres, Redis or Kafka
+	$(GO) test -short $(PKGS)
+
+demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
+	$(GO) run ./examples/demo --ragsync $(BIN)
+
+bench: services ## Go benchmarks of every package
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
+
+lint: ## gofmt check and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean: ## remove build output
+	rm -rf bin
