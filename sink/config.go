@@ -1,0 +1,62 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+
+	"github.com/ragsync/ragsync/migrations"
+)
+
+// MaxDimensions is the largest vector size pgvector's HNSW index accepts for
+// the vector type.
+const MaxDimensions = 2000
+
+var indexNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
+
+// Config configures a Store.
+type Config struct {
+	// Schema is the Postgres schema holding ragsync's tables (migrated by
+	// migrations.Up). Defaults to "ragsync".
+	Schema string
+	// Index names this index; it must match [a-z][a-z0-9_]{0,40} because it
+	// is spliced into the HNSW index's name and predicate. Required.
+	Index string
+	// Model is the embedding model whose vectors the index holds. Required.
+	Model string
+	// Dimensions is the model's output size, 1 to MaxDimensions. Required.
+	Dimensions int
+	// Logger receives start-up messages. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = "ragsync"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if err := migrations.ValidSchema(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("postgres.schema: %w", err))
+	}
+	if !indexNameRE.MatchString(c.Index) {
+		errs = append(errs, fmt.Errorf("index: %q must match [a-z][a-z0-9_]{0,40}, e.g. articles", c.Index))
+	}
+	if c.Model == "" {
+		errs = append(errs, errors.New("embedder.model: required, set it to the embedding model's name"))
+	}
+	if c.Dimensions <= 0 || c.Dimensions > MaxDimensions {
+		errs = append(errs, fmt.Errorf("embedder.dimensions: %d must be 1..%d, set it to the model's output size", c.Dimensions, MaxDimensions))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}

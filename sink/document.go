@@ -1,0 +1,97 @@
+package sink
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// Chunk is one piece of a document's text as the chunker cut it.
+type Chunk struct {
+	// Position is the chunk's 0-based place in the document; unique per
+	// document.
+	Position int
+	// Hash is the chunk's normalised content hash; equal hashes mean equal
+	// text, which is what lets the sink keep, move or reuse chunks.
+	Hash   string
+	Text   string
+	Tokens int
+	// Vector is the chunk's embedding with exactly Config.Dimensions
+	// values. Nil means the vector is already known: Upsert takes it from
+	// the embedding cache (see Store.Vectors) and fails with
+	// ErrMissingVector if it is not there.
+	Vector []float32
+}
+
+// Document is the full new state of one source document.
+type Document struct {
+	// ID is DocID(Table, Key); left empty, Upsert derives it.
+	ID string
+	// Table is the source "schema.table" and Key the document's key within
+	// it; both required.
+	Table, Key string
+	// Version orders the changes of this document; required (non-zero).
+	Version  cdc.Version
+	SourceTS time.Time
+	// Metadata is matched by Query.Filter (jsonb containment).
+	Metadata map[string]any
+	// Tenant, when not empty, is matched by Query.Tenant.
+	Tenant string
+	// Row is the source row image, stored for re-chunking and inspection.
+	Row    map[string]any
+	Chunks []Chunk
+}
+
+// Outcome says what a write did. Exactly one of Applied, Stale and
+// Duplicate is true after a successful call; the counts are chunk rows and
+// are zero unless Applied.
+type Outcome struct {
+	// Applied: the change was newer than what was stored and is written.
+	Applied bool
+	// Stale: a newer version is stored; nothing was written.
+	Stale bool
+	// Duplicate: this version is stored already; nothing was written.
+	Duplicate bool
+
+	Inserted  int // chunks with new content, written with their vectors
+	Moved     int // chunks whose content moved to another position
+	Unchanged int // chunks left untouched
+	Removed   int // chunks whose content vanished, deleted
+}
+
+// DocID is the document id the sink stores: table + "/" + key.
+func DocID(table, key string) string { return table + "/" + key }
+
+func (s *Store) checkDocument(id string, d Document) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidDocument, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case d.Table == "" || d.Key == "":
+		return bad("table and key are required")
+	case id != DocID(d.Table, d.Key):
+		return bad("id %q is not table/key %q", id, DocID(d.Table, d.Key))
+	case d.Version.IsZero():
+		return bad("version is zero: every change needs a source version for fencing")
+	}
+	seen := make(map[int]bool, len(d.Chunks))
+	for i, c := range d.Chunks {
+		switch {
+		case c.Position < 0 || seen[c.Position]:
+			return bad("chunk %d: position %d is negative or repeated", i, c.Position)
+		case c.Hash == "":
+			return bad("chunk %d: empty content hash", i)
+		case c.Vector != nil && len(c.Vector) != s.cfg.Dimensions:
+			return bad("chunk %d: vector has %d dimensions, index %s wants %d", i, len(c.Vector), s.cfg.Index, s.cfg.Dimensions)
+		}
+		for _, f := range c.Vector {
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return bad("chunk %d: vector holds NaN or Inf", i)
+			}
+		}
+		seen[c.Position] = true
+	}
+	return nil
+}

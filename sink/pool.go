@@ -1,0 +1,78 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	pgxvector "github.com/pgvector/pgvector-go/pgx"
+
+	"github.com/ragsync/ragsync/migrations"
+)
+
+// OpenPool connects to the Postgres at url and returns a pool whose sessions
+// have search_path "schema, public" and know pgvector's types. It first
+// creates the vector extension (in public) over a single plain connection if
+// it is missing, because the types can only be registered once it exists.
+// The caller closes the pool. Errors name url without its password.
+func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
+	safe := redactURL(url)
+	if err := migrations.ValidSchema(schema); err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx redacts the password in its parse errors.
+		return nil, fmt.Errorf("open postgres %s: %w (check postgres.url)", safe, err)
+	}
+
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
+	}
+	err = migrations.EnsureVector(ctx, conn)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+	}
+
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize() + ", public"
+	cfg.AfterConnect = pgxvector.RegisterTypes
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
+	}
+	return pool, nil
+}
+
+var passwordRE = regexp.MustCompile(`(?i)(password=)('[^']*'|[^\s&]*)`)
+
+// redactURL hides the password of a URL or keyword/value connection string.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
+		s = u.Redacted()
+	}
+	return passwordRE.ReplaceAllString(s, "${1}xxxxx")
+}
+
+// hintMigrate adds the fix to "relation/schema does not exist", which means
+// the schema was never migrated.
+func hintMigrate(err error, schema string) error {
+	if isCode(err, "42P01") || isCode(err, "3F000") {
+		return fmt.Errorf("%w (schema %s is not migrated: run `ragsync migrate`)", err, schema)
+	}
+	return err
+}
+
+func isCode(err error, code string) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == code
+}

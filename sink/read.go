@@ -1,0 +1,131 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// StoredDocument is a document as the index holds it.
+type StoredDocument struct {
+	ID, Table, Key string
+	Version        cdc.Version
+	SourceTS       time.Time // zero if unknown
+	Deleted        bool
+	DeletedAt      time.Time // zero unless Deleted
+	Metadata       map[string]any
+	Tenant         string
+	Row            map[string]any
+	// Hashes are the content hashes of the stored chunks in position
+	// order (also kept while the document is deleted).
+	Hashes []string
+}
+
+// Stats counts what the index holds.
+type Stats struct {
+	Documents int64 // live documents
+	Deleted   int64 // soft-deleted documents (version fences)
+	Chunks    int64 // chunk rows, including those of deleted documents
+	// CacheEntries counts cached vectors for this index's model and
+	// dimensions (shared with other indexes of the same model and size).
+	CacheEntries int64
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Vectors returns the cached vectors among hashes for the Store's model and
+// dimensions; hashes with no vector are absent from the map. Callers embed
+// only the hashes it does not return.
+func (s *Store) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
+	if len(hashes) == 0 {
+		return map[string][]float32{}, nil
+	}
+	m, err := s.vectors(ctx, s.pool, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("read vectors of %d hashes: %w", len(hashes), hintMigrate(err, s.cfg.Schema))
+	}
+	return m, nil
+}
+
+func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[string][]float32, error) {
+	rows, err := q.Query(ctx, "SELECT content_hash, embedding FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3)",
+		s.cfg.Model, s.cfg.Dimensions, hashes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string][]float32, len(hashes))
+	for rows.Next() {
+		var h string
+		var v pgvector.Vector
+		if err := rows.Scan(&h, &v); err != nil {
+			return nil, err
+		}
+		out[h] = v.Slice()
+	}
+	return out, rows.Err()
+}
+
+// Document returns the stored state of document id (see DocID), deleted or
+// not; ok is false if the index has never seen it.
+func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
+	var (
+		d         = StoredDocument{ID: id}
+		version   string
+		sourceTS  *time.Time
+		deletedAt *time.Time
+		tenant    *string
+	)
+	// One statement, so the chunk hashes belong to the same snapshot as
+	// the row.
+	err := s.pool.QueryRow(ctx, "SELECT d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at,"+
+		" d.metadata, d.tenant, d.row,"+
+		" array(SELECT c.content_hash FROM "+s.tChunks+" c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)"+
+		" FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $2", s.cfg.Index, id).
+		Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StoredDocument{}, false, nil
+	}
+	if err != nil {
+		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, hintMigrate(err, s.cfg.Schema))
+	}
+	if d.Version, err = cdc.ParseVersion(version); err != nil {
+		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, err)
+	}
+	if sourceTS != nil {
+		d.SourceTS = *sourceTS
+	}
+	if deletedAt != nil {
+		d.Deleted, d.DeletedAt = true, *deletedAt
+	}
+	if tenant != nil {
+		d.Tenant = *tenant
+	}
+	return d, true, nil
+}
+
+// Stats counts the index's documents, chunks and cached vectors.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	err := s.pool.QueryRow(ctx, "SELECT"+
+		" (SELECT count(*) FROM "+s.tDocs+" WHERE index_name = $1 AND deleted_at IS NULL),"+
+		" (SELECT count(*) FROM "+s.tDocs+" WHERE index_name = $1 AND deleted_at IS NOT NULL),"+
+		" (SELECT count(*) FROM "+s.tChunks+" WHERE index_name = $1),"+
+		" (SELECT count(*) FROM "+s.tCache+" WHERE model = $2 AND dimensions = $3)",
+		s.cfg.Index, s.cfg.Model, s.cfg.Dimensions).Scan(&st.Documents, &st.Deleted, &st.Chunks, &st.CacheEntries)
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats of index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+	}
+	return st, nil
+}

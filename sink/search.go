@@ -1,0 +1,158 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+)
+
+// MaxK is the most hits one search returns (pgvector's hnsw.ef_search
+// ceiling).
+const MaxK = 1000
+
+// Query narrows a search. Only live documents are ever searched.
+type Query struct {
+	// K is how many hits to return at most, 1..MaxK. Defaults to 10.
+	K int
+	// Tenant, when set, keeps documents of that tenant only. Empty means
+	// every tenant: the caller enforces isolation.
+	Tenant string
+	// Filter, when set, keeps documents whose metadata contains it (jsonb
+	// @>), e.g. {"lang": "en"}.
+	Filter map[string]any
+	// Table, when set, keeps documents of that source table only.
+	Table string
+}
+
+// Hit is one matching chunk.
+type Hit struct {
+	DocID, Table, Key string
+	Position          int
+	Text              string
+	// Score is 1 - cosine distance for Search (1 is identical direction)
+	// and ts_rank for SearchText; higher is better.
+	Score    float64
+	Metadata map[string]any
+}
+
+func (q Query) withDefaults() (Query, error) {
+	if q.K == 0 {
+		q.K = 10
+	}
+	if q.K < 0 || q.K > MaxK {
+		return q, fmt.Errorf("%w: k=%d must be 1..%d", ErrInvalidQuery, q.K, MaxK)
+	}
+	return q, nil
+}
+
+// filters renders q's filters as SQL over documents alias d, numbering
+// parameters after the n already in args.
+func (q Query) filters(args []any) (string, []any) {
+	var b strings.Builder
+	if q.Tenant != "" {
+		args = append(args, q.Tenant)
+		b.WriteString(" AND d.tenant = $" + strconv.Itoa(len(args)))
+	}
+	if len(q.Filter) > 0 {
+		args = append(args, q.Filter)
+		b.WriteString(" AND d.metadata @> $" + strconv.Itoa(len(args)) + "::jsonb")
+	}
+	if q.Table != "" {
+		args = append(args, q.Table)
+		b.WriteString(" AND d.source_table = $" + strconv.Itoa(len(args)))
+	}
+	return b.String(), args
+}
+
+// Search returns the chunks nearest vec by cosine distance, best first, at
+// most q.K, from live documents that pass q's filters. It runs in a
+// read-only transaction that sets hnsw.ef_search ≥ K and pgvector 0.8's
+// strict-order iterative scan, so filters and deleted documents do not
+// starve the result below K while enough matches exist.
+func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, error) {
+	q, err := q.withDefaults()
+	if err == nil && len(vec) != s.cfg.Dimensions {
+		err = fmt.Errorf("%w: vector has %d dimensions, index %s wants %d", ErrInvalidQuery, len(vec), s.cfg.Index, s.cfg.Dimensions)
+	}
+	for _, f := range vec {
+		if err == nil && (math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)) {
+			err = fmt.Errorf("%w: vector holds NaN or Inf", ErrInvalidQuery)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("search %s: %w", s.cfg.Index, err)
+	}
+	sql, args := s.searchSQL(vec, q)
+	var hits []Hit
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'strict_order', true)",
+			strconv.Itoa(max(q.K, 40))); err != nil {
+			return err
+		}
+		var err error
+		hits, err = collectHits(ctx, tx, sql, args)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+	}
+	return hits, nil
+}
+
+// searchSQL is the vector query; its ORDER BY expression and index_name
+// literal are exactly the HNSW index's, or the planner will not use it.
+func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
+	args := []any{pgvector.NewVector(vec), q.K}
+	filters, args := q.filters(args)
+	dist := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
+	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata" +
+		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
+		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters +
+		" ORDER BY " + dist + " LIMIT $2", args
+}
+
+// SearchText is the full-text fallback for degraded answers: chunks of live
+// documents matching any word of text (Postgres 'simple' configuration, so
+// no stemming or stop words), ranked by ts_rank, best first, at most q.K.
+// Text without words returns no hits.
+func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, error) {
+	q, err := q.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, err)
+	}
+	if strings.TrimSpace(text) == "" {
+		return nil, nil
+	}
+	args := []any{text, q.K}
+	filters, args := q.filters(args)
+	// plainto_tsquery ANDs the words; a question rarely has all of them in
+	// one chunk, so the ANDs become ORs and ts_rank rewards chunks that
+	// match more of them.
+	sql := "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, ts_rank(c.tsv, tq.q), d.metadata" +
+		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id," +
+		" (SELECT to_tsquery('simple', replace(plainto_tsquery('simple', $1)::text, ' & ', ' | ')) AS q) tq" +
+		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL AND c.tsv @@ tq.q" + filters +
+		" ORDER BY 6 DESC, c.doc_id, c.position LIMIT $2"
+	hits, err := collectHits(ctx, s.pool, sql, args)
+	if err != nil {
+		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+	}
+	return hits, nil
+}
+
+func collectHits(ctx context.Context, q querier, sql string, args []any) ([]Hit, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Hit, error) {
+		var h Hit
+		err := r.Scan(&h.DocID, &h.Table, &h.Key, &h.Position, &h.Text, &h.Score, &h.Metadata)
+		return h, err
+	})
+}

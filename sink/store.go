@@ -1,0 +1,100 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is one ragsync index in Postgres. It is safe for concurrent use;
+// writes to one document serialize on that document's row lock. The Store
+// does not own the pool: the caller closes it after the last call.
+type Store struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	logger *slog.Logger
+
+	// Schema-qualified table names, so the Store works whatever the pool's
+	// search_path is.
+	tIndexes, tDocs, tChunks, tCache, tTruncs string
+	// vecType is "vector(D)": queries cast with exactly the HNSW index's
+	// expression so the planner can use it.
+	vecType string
+}
+
+// New registers cfg.Index in the indexes table (or checks that it is
+// already registered with the same model and dimensions) and makes sure its
+// HNSW index exists. The schema must have been migrated (migrations.Up).
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	q := func(table string) string { return pgx.Identifier{cfg.Schema, table}.Sanitize() }
+	s := &Store{
+		pool:     pool,
+		cfg:      cfg,
+		logger:   cfg.Logger.With("stage", "sink", "index", cfg.Index),
+		tIndexes: q("indexes"),
+		tDocs:    q("documents"),
+		tChunks:  q("chunks"),
+		tCache:   q("embedding_cache"),
+		tTruncs:  q("truncations"),
+		vecType:  fmt.Sprintf("vector(%d)", cfg.Dimensions),
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
+	if err != nil {
+		return nil, fmt.Errorf("open index %s: %w", cfg.Index, hintMigrate(err, cfg.Schema))
+	}
+	s.logger.InfoContext(ctx, "index ready", "model", cfg.Model, "dimensions", cfg.Dimensions, "schema", cfg.Schema)
+	return s, nil
+}
+
+func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
+	// Two processes opening the same new index would race on CREATE INDEX
+	// IF NOT EXISTS (the loser fails on pg_class's unique index).
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.index", s.cfg.Schema, s.cfg.Index)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+s.tIndexes+" (name, model, dimensions) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+		s.cfg.Index, s.cfg.Model, s.cfg.Dimensions)
+	if err != nil {
+		return err
+	}
+	var model string
+	var dims int
+	if err := tx.QueryRow(ctx, "SELECT model, dimensions FROM "+s.tIndexes+" WHERE name = $1", s.cfg.Index).Scan(&model, &dims); err != nil {
+		return err
+	}
+	if model != s.cfg.Model || dims != s.cfg.Dimensions {
+		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name or run ragsync reindex",
+			ErrIndexMismatch, s.cfg.Index, model, dims, s.cfg.Model, s.cfg.Dimensions)
+	}
+	// The cast fixes the dimensions the HNSW index needs while the column
+	// stays untyped; the predicate keeps each index to its own rows.
+	_, err = tx.Exec(ctx, fmt.Sprintf(
+		"CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
+		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit()))
+	return err
+}
+
+// hnswIndexName is the per-index HNSW index; Index is validated, so it needs
+// no quoting.
+func (s *Store) hnswIndexName() string { return "chunks_hnsw_" + s.cfg.Index }
+
+// indexLit is the index name as an SQL literal. Queries spell the partial
+// index's predicate with this literal, not a parameter, because the planner
+// proves "index_name = 'x'" implies the index predicate only for constants
+// (a generic plan with $1 would never use the HNSW index).
+func (s *Store) indexLit() string { return "'" + s.cfg.Index + "'" }
+
+func lockKey(parts ...string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(strings.Join(parts, "\x00")))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,308 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// docState is the locked stored row of a document.
+type docState struct {
+	found   bool
+	version cdc.Version
+	deleted bool
+}
+
+// Upsert applies d as the new state of its document in one transaction.
+// It locks the document's row, so concurrent writes to one document
+// serialize. If a newer version is stored, nothing is written (Stale); if
+// this version is stored and live, nothing is written (Duplicate);
+// otherwise the document row is written (undeleting it) and its chunks are
+// diffed by content hash (see Outcome). New vectors also enter the
+// embedding cache. Errors wrap the document id; transient ones satisfy
+// Retryable, malformed documents ErrInvalidDocument or ErrMissingVector.
+func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
+	id := d.ID
+	if id == "" {
+		id = DocID(d.Table, d.Key)
+	}
+	if err := s.checkDocument(id, d); err != nil {
+		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
+	}
+	var out Outcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.upsert(ctx, tx, id, d)
+		return err
+	})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
+	}
+	return out, nil
+}
+
+func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (Outcome, error) {
+	st, err := s.lockDoc(ctx, tx, id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	created := false
+	if !st.found {
+		fenced, err := s.truncated(ctx, tx, d.Table, d.Version)
+		if err != nil || fenced {
+			return Outcome{Stale: fenced}, err
+		}
+		created, err = s.insertDoc(ctx, tx, id, d)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !created {
+			// A concurrent writer created the row between our SELECT
+			// and INSERT; its commit released it to us, so fence against it.
+			if st, err = s.lockDoc(ctx, tx, id); err != nil {
+				return Outcome{}, err
+			}
+			if !st.found {
+				return Outcome{}, errors.New("document row vanished under a concurrent writer")
+			}
+		}
+	}
+
+	var stored []storedChunk
+	if !created {
+		switch c := d.Version.Compare(st.version); {
+		case c < 0:
+			return Outcome{Stale: true}, nil
+		case c == 0 && !st.deleted:
+			return Outcome{Duplicate: true}, nil
+		}
+		if err := s.updateDoc(ctx, tx, id, d); err != nil {
+			return Outcome{}, err
+		}
+		if stored, err = s.storedChunks(ctx, tx, id); err != nil {
+			return Outcome{}, err
+		}
+	}
+
+	plan := planChunks(stored, d.Chunks)
+	if err := s.fillVectors(ctx, tx, plan.inserts); err != nil {
+		return Outcome{}, err
+	}
+	if err := s.applyPlan(ctx, tx, id, plan); err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{
+		Applied:   true,
+		Inserted:  len(plan.inserts),
+		Moved:     len(plan.moves),
+		Unchanged: plan.unchanged,
+		Removed:   len(plan.removes),
+	}, nil
+}
+
+func (s *Store) lockDoc(ctx context.Context, tx pgx.Tx, id string) (docState, error) {
+	var v string
+	var st docState
+	err := tx.QueryRow(ctx, "SELECT version, deleted_at IS NOT NULL FROM "+s.tDocs+
+		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id).Scan(&v, &st.deleted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return docState{}, nil
+	}
+	if err != nil {
+		return docState{}, fmt.Errorf("lock document: %w", hintMigrate(err, s.cfg.Schema))
+	}
+	if st.version, err = cdc.ParseVersion(v); err != nil {
+		return docState{}, fmt.Errorf("stored version: %w", err)
+	}
+	st.found = true
+	return st, nil
+}
+
+// truncated reports whether a truncate of table at a version ≥ v has been
+// applied, which fences out creates of documents the index never saw.
+func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Version) (bool, error) {
+	var fence string
+	// FOR SHARE: a concurrent Truncate of this table waits for us (and
+	// then sees our new row), or we wait for it and see its fence.
+	err := tx.QueryRow(ctx, "SELECT version FROM "+s.tTruncs+
+		" WHERE index_name = $1 AND source_table = $2 FOR SHARE", s.cfg.Index, table).Scan(&fence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read truncate fence: %w", err)
+	}
+	fv, err := cdc.ParseVersion(fence)
+	if err != nil {
+		return false, fmt.Errorf("stored truncate version: %w", err)
+	}
+	return v.Compare(fv) <= 0, nil
+}
+
+func (s *Store) insertDoc(ctx context.Context, tx pgx.Tx, id string, d Document) (bool, error) {
+	tag, err := tx.Exec(ctx, "INSERT INTO "+s.tDocs+
+		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (index_name, id) DO NOTHING",
+		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
+	if err != nil {
+		return false, fmt.Errorf("insert document: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document) error {
+	_, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
+		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
+		" metadata = $7, tenant = $8, row = $9, updated_at = now()"+
+		" WHERE index_name = $1 AND id = $2",
+		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
+	if err != nil {
+		return fmt.Errorf("update document: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) storedChunks(ctx context.Context, tx pgx.Tx, id string) ([]storedChunk, error) {
+	rows, err := tx.Query(ctx, "SELECT id, position, content_hash FROM "+s.tChunks+
+		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
+	if err != nil {
+		return nil, fmt.Errorf("read chunks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedChunk, error) {
+		var c storedChunk
+		err := r.Scan(&c.id, &c.position, &c.hash)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read chunks: %w", err)
+	}
+	return out, nil
+}
+
+// fillVectors takes the vectors of chunks that came without one from the
+// embedding cache.
+func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) error {
+	var need []string
+	for _, c := range inserts {
+		if c.Vector == nil {
+			need = append(need, c.Hash)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	known, err := s.vectors(ctx, tx, need)
+	if err != nil {
+		return err
+	}
+	for i, c := range inserts {
+		if c.Vector != nil {
+			continue
+		}
+		v, ok := known[c.Hash]
+		if !ok {
+			return fmt.Errorf("chunk %d (hash %s): %w", c.Position, c.Hash, ErrMissingVector)
+		}
+		inserts[i].Vector = v
+	}
+	return nil
+}
+
+// applyPlan writes the chunk plan in one round trip. Deletes go first and
+// the unique (doc, position) check is deferred to commit, so moves and
+// inserts may reuse any position within the transaction.
+func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan) error {
+	b := &pgx.Batch{}
+	if len(p.removes) > 0 {
+		b.Queue("DELETE FROM "+s.tChunks+" WHERE id = ANY($1)", p.removes)
+	}
+	if len(p.moves) > 0 {
+		ids := make([]int64, len(p.moves))
+		pos := make([]int32, len(p.moves))
+		for i, m := range p.moves {
+			ids[i], pos[i] = m.id, int32(m.position)
+		}
+		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position"+
+			" FROM unnest($1::bigint[], $2::int[]) AS u(id, position) WHERE c.id = u.id", ids, pos)
+	}
+	if len(p.inserts) > 0 {
+		n := len(p.inserts)
+		pos, toks := make([]int32, n), make([]int32, n)
+		hashes, texts := make([]string, n), make([]string, n)
+		vecs := make([]pgvector.Vector, n)
+		for i, c := range p.inserts {
+			pos[i], toks[i], hashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.Text
+			vecs[i] = pgvector.NewVector(c.Vector)
+		}
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, text, tokens, embedding)"+
+			" SELECT $1, $2, u.* FROM unnest($3::int[], $4::text[], $5::text[], $6::int[], $7::vector[])"+
+			" AS u(position, content_hash, text, tokens, embedding)",
+			s.cfg.Index, id, pos, hashes, texts, toks, vecs)
+
+		// Into the cache, once per hash and in hash order: two documents
+		// adding the same new paragraphs then lock cache rows in the same
+		// order and cannot deadlock.
+		cache := make(map[string][]float32, n)
+		for _, c := range p.inserts {
+			cache[c.Hash] = c.Vector
+		}
+		keys := make([]string, 0, len(cache))
+		for h := range cache {
+			keys = append(keys, h)
+		}
+		slices.Sort(keys)
+		cvecs := make([]pgvector.Vector, len(keys))
+		for i, h := range keys {
+			cvecs[i] = pgvector.NewVector(cache[h])
+		}
+		b.Queue("INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding)"+
+			" SELECT $1, $2, u.h, u.e FROM unnest($3::text[], $4::vector[]) WITH ORDINALITY AS u(h, e, n) ORDER BY u.n"+
+			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now()",
+			s.cfg.Model, s.cfg.Dimensions, keys, cvecs)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write chunks: %w", err)
+	}
+	return nil
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullMap(m map[string]any) any {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+// jsonObject keeps metadata a JSON object, so "@>" filters work on every row.
+func jsonObject(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
