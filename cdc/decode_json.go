@@ -1,0 +1,217 @@
+package cdc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"strconv"
+	"strings"
+)
+
+// maxDepth bounds the nesting of any JSON the decoder parses (the message and
+// every JSON document embedded in a string). Debezium envelopes add four
+// levels to a row; 128 leaves room for deep jsonb columns while keeping the
+// recursive walks over decoded values cheap on hostile input.
+const maxDepth = 128
+
+var (
+	errTooDeep  = errors.New("nesting deeper than 128 levels")
+	errTrailing = errors.New("trailing data after the JSON value")
+)
+
+// checkDepth scans b without allocating and fails if arrays/objects nest
+// deeper than maxDepth. It only counts brackets outside strings; the JSON
+// parser that runs next does the real validation.
+func checkDepth(b []byte) error {
+	depth, inStr, esc := 0, false, false
+	for _, c := range b {
+		switch {
+		case inStr:
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > maxDepth {
+				return errTooDeep
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// parseJSON decodes one JSON value with numbers kept as json.Number, so ids
+// and decimals never pass through float64.
+func parseJSON(b []byte) (any, error) {
+	if err := checkDepth(b); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errTrailing
+	}
+	return v, nil
+}
+
+// isNullJSON reports whether b is empty, whitespace or the JSON literal null:
+// all of them are tombstones.
+func isNullJSON(b []byte) bool {
+	t := bytes.TrimSpace(b)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// objectKeyOrder returns the top-level keys of the JSON object b in the order
+// they appear (first occurrence wins), which a map loses. Message keys list
+// primary-key columns in key order, and DocKey joins them in that order.
+func objectKeyOrder(b []byte) ([]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := t.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, ok := t.(string)
+		if !ok {
+			return nil, errors.New("object key is not a string")
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil, err
+		}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// describe names a decoded JSON value's type for error messages.
+func describe(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		if len(v) > 40 {
+			v = v[:40] + "…"
+		}
+		return strconv.Quote(v)
+	case json.Number:
+		return string(v)
+	case bool:
+		return strconv.FormatBool(v)
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// asUint reads a non-negative integer that Debezium may write as a JSON
+// number or, in payload-only and documented examples, as a string ("ts_ms":
+// "123"). ok is false when the field is absent or null.
+func asUint(v any) (n uint64, ok bool, err error) {
+	var s string
+	switch v := v.(type) {
+	case nil:
+		return 0, false, nil
+	case json.Number:
+		s = string(v)
+	case string:
+		s = strings.TrimSpace(v)
+		if s == "" {
+			return 0, false, nil
+		}
+	default:
+		return 0, false, fmt.Errorf("want an unsigned integer, got %s", describe(v))
+	}
+	n, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("want an unsigned integer, got %q", s)
+	}
+	return n, true, nil
+}
+
+// asInt is asUint for signed values (epoch days and times before 1970).
+func asInt(v any) (int64, error) {
+	var s string
+	switch v := v.(type) {
+	case json.Number:
+		s = string(v)
+	case string:
+		s = strings.TrimSpace(v)
+	default:
+		return 0, fmt.Errorf("want an integer, got %s", describe(v))
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want an integer, got %q", s)
+	}
+	return n, nil
+}
+
+// asText renders a scalar source field (txId, gtid, ids) as text.
+func asText(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, v != ""
+	case json.Number:
+		return string(v), true
+	}
+	return "", false
+}
+
+// canonicalNumber renders n so that equal integers give equal text whatever
+// their JSON spelling ("1004", "1004.0", "1.004e3" → "1004"); other numbers
+// keep their decimal text, which is already exact.
+func canonicalNumber(n json.Number) string {
+	s := string(n)
+	if !strings.ContainsAny(s, ".eE") {
+		if s == "-0" {
+			return "0"
+		}
+		return s
+	}
+	// Bound the exponent before big.Rat expands it: "1e999999999" would
+	// allocate a billion-digit integer.
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if e, err := strconv.Atoi(s[i+1:]); err != nil || e > 64 || e < -64 {
+			return s
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return s
+	}
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	return s
+}
