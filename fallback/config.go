@@ -1,0 +1,257 @@
+package fallback
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Config configures a FrontDoor. The yaml tags are the names under
+// `frontdoor:` in ragsync.yaml; Validate reports problems as
+// "frontdoor.<name>: …".
+type Config struct {
+	// RedisURL is where the streams, cache and Bloom bitmaps live; the caller
+	// opens the client (see OpenRedis). Defaults to redis://127.0.0.1:6379/0.
+	RedisURL string `yaml:"redis_url"`
+	// Prefix starts every Redis key the front door uses. Defaults to "ragsync".
+	Prefix string `yaml:"prefix"`
+	// Index is the ragsync index queried; it is part of every cache key so
+	// several indexes can share one Redis. Defaults to "default".
+	Index string `yaml:"index"`
+	// Workers is the number of request workers in this process. Defaults to 4.
+	Workers int `yaml:"workers"`
+	// Group is the consumer group shared by every front door process.
+	// Defaults to "frontdoor".
+	Group string `yaml:"group"`
+	// Consumer names this process inside the group; worker i uses
+	// Consumer-i. Defaults to hostname-pid-random.
+	Consumer string `yaml:"consumer"`
+	// BatchSize is how many requests one XREADGROUP takes. Defaults to 16.
+	BatchSize int `yaml:"batch_size"`
+	// BlockTimeout bounds one blocking XREADGROUP, and so how long Run takes
+	// to notice cancellation. Defaults to 500ms.
+	BlockTimeout time.Duration `yaml:"block_timeout"`
+	// MaxDeliveries is how many times a request is tried before it is
+	// dead-lettered. Defaults to 3.
+	MaxDeliveries int `yaml:"max_deliveries"`
+	// MinIdle is how long a delivered, unacknowledged request waits before
+	// another worker reclaims it with XAUTOCLAIM. Defaults to 5s.
+	MinIdle time.Duration `yaml:"min_idle"`
+	// ReclaimInterval is how often pending requests are reclaimed, streams
+	// trimmed and gauges refreshed. Defaults to MinIdle/2.
+	ReclaimInterval time.Duration `yaml:"reclaim_interval"`
+	// SearchTimeout bounds one embed + vector search. Defaults to 2s.
+	SearchTimeout time.Duration `yaml:"search_timeout"`
+	// CacheTTL is how long a non-empty result stays fresh; each entry gets up
+	// to CacheJitter×CacheTTL more so entries written together do not expire
+	// together. Defaults to 5m.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// CacheJitter is the fraction of CacheTTL (and NegativeTTL) added at
+	// random. Defaults to 0.1.
+	CacheJitter float64 `yaml:"cache_jitter"`
+	// NegativeTTL is how long an empty result is cached. Defaults to 30s.
+	NegativeTTL time.Duration `yaml:"negative_ttl"`
+	// StaleTTL is how long the last good answer is kept for degraded
+	// replies; it must exceed CacheTTL. Defaults to 24h.
+	StaleTTL time.Duration `yaml:"stale_ttl"`
+	// EmbeddingTTL is how long a query embedding is cached by text hash.
+	// Defaults to 24h.
+	EmbeddingTTL time.Duration `yaml:"embedding_ttl"`
+	// LockTTL is the PX of the cross-worker miss lock; it should exceed
+	// SearchTimeout so a slow search is not duplicated. Defaults to
+	// SearchTimeout + 1s.
+	LockTTL time.Duration `yaml:"lock_ttl"`
+	// LockWait is how long a worker waits for another worker's result before
+	// giving up and retrying the request. Defaults to LockTTL + 1s.
+	LockWait time.Duration `yaml:"lock_wait"`
+	// MaxK is the largest k a request may ask for. Defaults to 50.
+	MaxK int `yaml:"max_k"`
+	// MaxQueryBytes is the largest query text accepted, in bytes. Defaults
+	// to 4096.
+	MaxQueryBytes int `yaml:"max_query_bytes"`
+	// AllowedFilters lists the filter keys a request may use. "doc_id" and
+	// "table" are handled by the front door (Bloom check, table match); any
+	// other key is matched against document metadata. Defaults to
+	// [doc_id, table].
+	AllowedFilters []string `yaml:"allowed_filters"`
+	// ReplyTTL is set on reply streams so abandoned ones disappear.
+	// Defaults to 5m.
+	ReplyTTL time.Duration `yaml:"reply_ttl"`
+	// ReplyMaxLen caps a reply stream (MAXLEN ~). Defaults to 1000.
+	ReplyMaxLen int64 `yaml:"reply_max_len"`
+	// IdempotencyTTL is how long a request id is remembered as answered, so
+	// a redelivered or duplicated request is never answered twice.
+	// Defaults to 24h.
+	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
+	// DLQMaxLen caps the dead-letter stream (MAXLEN ~). Defaults to 10000.
+	DLQMaxLen int64 `yaml:"dlq_max_len"`
+	// BreakerFailures is how many consecutive search failures open the
+	// circuit breaker. Defaults to 5.
+	BreakerFailures int `yaml:"breaker_failures"`
+	// BreakerCooldown is how long the breaker stays open before one probe
+	// request may try the real search again. Defaults to 10s.
+	BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
+	// Bloom sizes the Bloom filters of known tenants and document ids.
+	Bloom BloomConfig `yaml:"bloom"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.RedisURL == "" {
+		c.RedisURL = "redis://127.0.0.1:6379/0"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "ragsync"
+	}
+	if c.Index == "" {
+		c.Index = "default"
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Group == "" {
+		c.Group = "frontdoor"
+	}
+	if c.Consumer == "" {
+		c.Consumer = defaultConsumer()
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 16
+	}
+	if c.BlockTimeout == 0 {
+		c.BlockTimeout = 500 * time.Millisecond
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 3
+	}
+	if c.MinIdle == 0 {
+		c.MinIdle = 5 * time.Second
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = c.MinIdle / 2
+	}
+	if c.SearchTimeout == 0 {
+		c.SearchTimeout = 2 * time.Second
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = 5 * time.Minute
+	}
+	if c.CacheJitter == 0 {
+		c.CacheJitter = 0.1
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = 30 * time.Second
+	}
+	if c.StaleTTL == 0 {
+		c.StaleTTL = 24 * time.Hour
+	}
+	if c.EmbeddingTTL == 0 {
+		c.EmbeddingTTL = 24 * time.Hour
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = c.SearchTimeout + time.Second
+	}
+	if c.LockWait == 0 {
+		c.LockWait = c.LockTTL + time.Second
+	}
+	if c.MaxK == 0 {
+		c.MaxK = 50
+	}
+	if c.MaxQueryBytes == 0 {
+		c.MaxQueryBytes = 4096
+	}
+	if c.AllowedFilters == nil {
+		c.AllowedFilters = []string{FilterDocID, FilterTable}
+	}
+	if c.ReplyTTL == 0 {
+		c.ReplyTTL = 5 * time.Minute
+	}
+	if c.ReplyMaxLen == 0 {
+		c.ReplyMaxLen = 1000
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.DLQMaxLen == 0 {
+		c.DLQMaxLen = 10000
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = 10 * time.Second
+	}
+	c.Bloom = c.Bloom.WithDefaults()
+	return c
+}
+
+var filterKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
+
+// Validate reports every problem at once, each naming its yaml path and the
+// fix. Call it on the result of WithDefaults.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("frontdoor.%s: "+format, append([]any{field}, args...)...))
+	}
+	if c.Prefix == "" {
+		add("prefix", "must not be empty, e.g. ragsync")
+	}
+	if c.Index == "" {
+		add("index", "must not be empty; set it to the ragsync index name")
+	}
+	if c.Group == "" {
+		add("group", "must not be empty, e.g. frontdoor")
+	}
+	positive := []struct {
+		name string
+		v    int64
+	}{
+		{"workers", int64(c.Workers)}, {"batch_size", int64(c.BatchSize)},
+		{"max_deliveries", int64(c.MaxDeliveries)}, {"max_k", int64(c.MaxK)},
+		{"max_query_bytes", int64(c.MaxQueryBytes)}, {"reply_max_len", c.ReplyMaxLen},
+		{"dlq_max_len", c.DLQMaxLen}, {"breaker_failures", int64(c.BreakerFailures)},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			add(p.name, "must be > 0, got %d", p.v)
+		}
+	}
+	durations := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"block_timeout", c.BlockTimeout}, {"min_idle", c.MinIdle}, {"reclaim_interval", c.ReclaimInterval},
+		{"search_timeout", c.SearchTimeout}, {"cache_ttl", c.CacheTTL}, {"negative_ttl", c.NegativeTTL},
+		{"stale_ttl", c.StaleTTL}, {"embedding_ttl", c.EmbeddingTTL}, {"lock_ttl", c.LockTTL},
+		{"lock_wait", c.LockWait}, {"reply_ttl", c.ReplyTTL}, {"idempotency_ttl", c.IdempotencyTTL},
+		{"breaker_cooldown", c.BreakerCooldown},
+	}
+	for _, d := range durations {
+		if d.v <= 0 {
+			add(d.name, "must be a positive duration such as 5s, got %s", d.v)
+		}
+	}
+	if c.BlockTimeout > 0 && c.BlockTimeout < time.Millisecond {
+		add("block_timeout", "must be at least 1ms (0 would block forever), got %s", c.BlockTimeout)
+	}
+	if c.CacheJitter < 0 || c.CacheJitter > 1 {
+		add("cache_jitter", "must be between 0 and 1, got %g", c.CacheJitter)
+	}
+	if c.StaleTTL > 0 && c.StaleTTL < c.CacheTTL {
+		add("stale_ttl", "must be >= cache_ttl (%s) so a stale answer outlives the fresh one, got %s", c.CacheTTL, c.StaleTTL)
+	}
+	if c.LockTTL > 0 && c.SearchTimeout > 0 && c.LockTTL < c.SearchTimeout {
+		add("lock_ttl", "must be >= search_timeout (%s) or slow searches are duplicated, got %s", c.SearchTimeout, c.LockTTL)
+	}
+	for i, f := range c.AllowedFilters {
+		if !filterKeyRE.MatchString(f) {
+			add(fmt.Sprintf("allowed_filters[%d]", i), "%q is not a valid filter key (letters, digits, _ . -)", f)
+		}
+	}
+	if err := c.Bloom.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,287 @@
+package fallback
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
+)
+
+// Embedder turns query texts into vectors (embedder.Hashing, embedder.OpenAI).
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
+// Searcher runs the vector and the full-text search (sink.Store).
+type Searcher interface {
+	Search(ctx context.Context, vec []float32, q sinkQuery) ([]sinkHit, error)
+	SearchText(ctx context.Context, text string, q sinkQuery) ([]sinkHit, error)
+}
+
+// FrontDoor answers retrieval requests from the Redis request stream. Build it
+// with NewFrontDoor and call Run; several processes may run front doors on
+// the same prefix and group. Safe for concurrent use.
+type FrontDoor struct {
+	cfg     Config
+	rdb     *redis.Client
+	emb     Embedder
+	search  Searcher
+	keys    keys
+	bloom   *Bloom
+	breaker *breaker
+	metrics *metrics
+	logger  *slog.Logger
+	sf      singleflight.Group
+
+	// afterSearch, when set by a test, runs after a successful search and
+	// before the reply; returning true simulates the worker dying there.
+	afterSearch func(r request) (die bool)
+}
+
+// NewFrontDoor validates cfg (after WithDefaults) and returns a front door.
+// emb and search may be nil for a FrontDoor used only for DLQ operations
+// (DLQList, DLQReplay, DLQPurge); Run then returns ErrNotRunnable. reg nil
+// keeps metrics private; logger nil discards logs. rdb stays owned by the
+// caller.
+func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, reg prometheus.Registerer, logger *slog.Logger) (*FrontDoor, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rdb == nil {
+		return nil, errors.New("frontdoor: a Redis client is required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("frontdoor: register metrics: %w", err)
+	}
+	f := &FrontDoor{
+		cfg:     cfg,
+		rdb:     rdb,
+		emb:     emb,
+		search:  search,
+		keys:    keys{prefix: cfg.Prefix, index: cfg.Index},
+		bloom:   NewBloom(rdb, cfg.Prefix, cfg.Index, cfg.Bloom),
+		metrics: m,
+		logger:  logger.With("stage", "frontdoor"),
+	}
+	f.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
+		m.breakerState.Set(float64(s))
+	})
+	return f, nil
+}
+
+// Bloom returns the front door's Bloom filters, for the sink (Add) and the
+// rebuild command (Rebuild).
+func (f *FrontDoor) Bloom() *Bloom { return f.bloom }
+
+// OpenRedis parses url, connects and pings, with an error that names the
+// fix. The caller closes the client.
+func OpenRedis(ctx context.Context, url string) (*redis.Client, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("frontdoor.redis_url: %w (want redis://host:port/db)", err)
+	}
+	rdb := redis.NewClient(opts)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`)", opts.Addr, err)
+	}
+	return rdb, nil
+}
+
+// BumpGeneration starts a new cache generation for index: every fresh cache
+// entry is abandoned at once (stale answers are kept). Call it after a
+// reindex or a purge; ordinary document edits do not need it, their
+// staleness is bounded by cache_ttl.
+func BumpGeneration(ctx context.Context, rdb *redis.Client, prefix, index string) (int64, error) {
+	n, err := rdb.Incr(ctx, keys{prefix: prefix, index: index}.generation()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("bump cache generation of %s: %w", index, err)
+	}
+	return n, nil
+}
+
+func defaultConsumer() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID()[:8])
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	// RFC 4122 version 4 layout, so ids look like the UUIDs the protocol asks for.
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// Run starts the request workers, the reclaimer (XAUTOCLAIM, dead-lettering,
+// trimming, gauges) and the DLQ worker, and blocks until ctx ends. Requests in
+// flight when ctx ends are finished (bounded by search_timeout and
+// lock_wait); requests taken but not answered stay pending and are reclaimed
+// by another front door. It returns nil on cancellation.
+func (f *FrontDoor) Run(ctx context.Context) error {
+	if f.emb == nil || f.search == nil {
+		return ErrNotRunnable
+	}
+	if err := f.ensureGroups(ctx); err != nil {
+		return err
+	}
+	f.logger.InfoContext(ctx, "front door started", "workers", f.cfg.Workers, "group", f.cfg.Group, "consumer", f.cfg.Consumer, "prefix", f.cfg.Prefix)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range f.cfg.Workers {
+		consumer := fmt.Sprintf("%s-%d", f.cfg.Consumer, i)
+		g.Go(func() error { return f.readLoop(gctx, f.keys.requests(), consumer, f.handleRequest) })
+	}
+	g.Go(func() error { return f.readLoop(gctx, f.keys.dlq(), f.cfg.Consumer+"-dlq", f.handleDeadLetter) })
+	g.Go(func() error { return f.maintain(gctx) })
+	err := g.Wait()
+	f.logger.InfoContext(ctx, "front door stopped")
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (f *FrontDoor) ensureGroups(ctx context.Context) error {
+	for _, stream := range []string{f.keys.requests(), f.keys.dlq()} {
+		// "0" rather than "$": requests queued before the first front door
+		// started must be answered too.
+		err := f.rdb.XGroupCreateMkStream(ctx, stream, f.cfg.Group, "0").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			return fmt.Errorf("create consumer group %s on %s: %w", f.cfg.Group, stream, err)
+		}
+	}
+	return nil
+}
+
+// handler processes one delivered entry; deliveries counts this delivery.
+type handler func(ctx context.Context, msg redis.XMessage, deliveries int64)
+
+// readLoop reads new entries of stream for consumer until ctx ends. Redis
+// errors are logged and retried with a capped backoff: a front door outlives
+// a Redis restart.
+func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, h handler) error {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: f.cfg.Group, Consumer: consumer, Streams: []string{stream, ">"},
+			Count: int64(f.cfg.BatchSize), Block: f.cfg.BlockTimeout,
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if strings.HasPrefix(err.Error(), "NOGROUP") {
+				// The stream was deleted under us (e.g. by hand); recreate it.
+				if gerr := f.ensureGroups(ctx); gerr == nil {
+					continue
+				}
+			}
+			f.logger.WarnContext(ctx, "read stream failed; retrying", "stream", stream, "error", err, "backoff", backoff)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		// In-flight work finishes after cancellation so a graceful stop does
+		// not leave answered-but-unacknowledged entries behind.
+		work := context.WithoutCancel(ctx)
+		for _, s := range res {
+			for _, msg := range s.Messages {
+				h(work, msg, 1)
+			}
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// replyScript sends a reply at most once per request id and acknowledges the
+// entry in the same atomic step: the idempotency marker (SET NX), the XADD
+// to the reply stream, its TTL and the XACK either all happen or none does,
+// so a worker dying at any instant leaves either an unanswered pending entry
+// (reclaimed later) or an answered, acknowledged one — never two replies.
+//
+// KEYS: replied marker, reply stream, source stream.
+// ARGV: group, entry id, marker TTL ms, reply TTL ms, reply MAXLEN, fields…
+var replyScript = redis.NewScript(`
+local first = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3])
+if first then
+  local args = {'XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*'}
+  for i = 6, #ARGV do args[#args+1] = ARGV[i] end
+  redis.call(unpack(args))
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
+if first then return 1 end
+return 0
+`)
+
+// send replies to r and acknowledges its entry on stream. It returns false
+// when the request id had already been answered.
+func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep reply) (bool, error) {
+	argv := []any{f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(), f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen}
+	argv = append(argv, rep.fields(r.ID)...)
+	n, err := replyScript.Run(ctx, f.rdb, []string{f.keys.replied(r.ID), r.ReplyTo, stream}, argv...).Int()
+	if err != nil {
+		return false, fmt.Errorf("reply to %s: %w", r.ID, err)
+	}
+	return n == 1, nil
+}
+
+// finish sends the reply and records the outcome. A Redis failure leaves the
+// entry pending, so it is retried like a failed search.
+func (f *FrontDoor) finish(ctx context.Context, stream string, r request, rep reply, outcome string, start time.Time) {
+	first, err := f.send(ctx, stream, r, rep)
+	if err != nil {
+		f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
+		f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
+		return
+	}
+	if !first {
+		outcome = outcomeDuplicate
+	}
+	f.metrics.requests.WithLabelValues(outcome).Inc()
+	f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+func (f *FrontDoor) ack(ctx context.Context, stream, entryID string) {
+	if err := f.rdb.XAck(ctx, stream, f.cfg.Group, entryID).Err(); err != nil {
+		f.logger.WarnContext(ctx, "ack failed; the entry will be redelivered", "stream", stream, "entry", entryID, "error", err)
+	}
+}

@@ -1,0 +1,301 @@
+package fallback
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// handleRequest answers one request entry: validate, Bloom filter, cache,
+// breaker, then a coalesced search. A failed search leaves the entry pending
+// (no ack) so XAUTOCLAIM retries it, until the last delivery dead-letters it.
+func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliveries int64) {
+	start := time.Now()
+	stream := f.keys.requests()
+	r, err := parseRequest(msg.ID, msg.Values, f.cfg, start)
+	if r.ReplyTo == "" {
+		// Nowhere to answer: acknowledge so it does not come back forever.
+		f.metrics.requests.WithLabelValues(outcomeInvalid).Inc()
+		f.ack(ctx, stream, msg.ID)
+		return
+	}
+	if err != nil {
+		f.finish(ctx, stream, r, reply{Status: StatusError, Reason: err.Error(), Source: SourceNone}, outcomeInvalid, start)
+		return
+	}
+	if deliveries > 1 {
+		// A redelivery may have been answered by a worker that died before
+		// its ack reached us; skip the work (the reply script would drop a
+		// second reply anyway).
+		if n, err := f.rdb.Exists(ctx, f.keys.replied(r.ID)).Result(); err == nil && n == 1 {
+			f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
+			f.ack(ctx, stream, msg.ID)
+			return
+		}
+	}
+
+	gen, err := f.rdb.Get(ctx, f.keys.generation()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache generation: %w", err))
+		return
+	}
+	ck := requestKeys(f.cfg.Index, gen, r)
+
+	// One round trip: the cache entry and the Bloom checks.
+	pipe := f.rdb.Pipeline()
+	cached := pipe.Get(ctx, f.keys.cache(ck.fresh))
+	var checks []bloomCheck
+	if r.Tenant != "" {
+		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindTenant, r.Tenant))
+	}
+	if r.DocID != "" {
+		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindDoc, r.DocID))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache: %w", err))
+		return
+	}
+	for _, c := range checks {
+		if ok, err := c.mayContain(); err == nil && !ok {
+			f.finish(ctx, stream, r, reply{Status: StatusOK, Results: emptyResults, Source: SourceBloom}, outcomeBloomReject, start)
+			return
+		}
+	}
+	if v, err := cached.Bytes(); err == nil {
+		outcome := outcomeHit
+		if bytes.Equal(v, emptyResults) {
+			outcome = outcomeNegativeHit
+		}
+		f.finish(ctx, stream, r, reply{Status: StatusOK, Results: v, Cached: true, Source: SourceCache}, outcome, start)
+		return
+	}
+
+	if !f.breaker.Allow() {
+		rep := f.degrade(ctx, r, ck, "circuit breaker open: the embedder or pgvector keeps failing")
+		f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
+		return
+	}
+	results, source, err := f.coalescedSearch(ctx, r, ck)
+	if err != nil {
+		f.retryLater(ctx, r, deliveries, err)
+		return
+	}
+	if f.afterSearch != nil && f.afterSearch(r) {
+		return
+	}
+	outcome := outcomeMiss
+	if source == SourceShared {
+		outcome = outcomeCoalesced
+	}
+	f.finish(ctx, stream, r, reply{Status: StatusOK, Results: results, Cached: source == SourceShared, Source: source}, outcome, start)
+}
+
+func outcomeOf(rep reply) string {
+	if rep.Status == StatusError {
+		return outcomeError
+	}
+	return outcomeDegraded
+}
+
+// retryLater leaves the entry pending for another delivery, remembering the
+// reason for the dead letter; on the last allowed delivery it dead-letters
+// the request at once instead of waiting min_idle once more.
+func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64, cause error) {
+	f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
+	if deliveries >= int64(f.cfg.MaxDeliveries) {
+		if err := f.deadLetter(ctx, r.EntryID, deliveries, cause.Error()); err != nil {
+			f.logger.WarnContext(ctx, "dead-letter failed; the request stays pending", "id", r.ID, "error", err)
+		}
+		return
+	}
+	ttl := f.cfg.MinIdle*time.Duration(f.cfg.MaxDeliveries+1) + time.Minute
+	if err := f.rdb.Set(ctx, f.keys.failure(r.EntryID), cause.Error(), ttl).Err(); err != nil {
+		f.logger.WarnContext(ctx, "record failure reason", "id", r.ID, "error", err)
+	}
+}
+
+// coalescedSearch runs at most one embed+search per cache key in this process
+// (singleflight) and, through a Redis lock, across processes.
+func (f *FrontDoor) coalescedSearch(ctx context.Context, r request, ck cacheKeys) ([]byte, string, error) {
+	type out struct {
+		results []byte
+		source  string
+	}
+	v, err, shared := f.sf.Do(ck.fresh, func() (any, error) {
+		res, src, err := f.lockedSearch(ctx, r, ck)
+		return out{res, src}, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	o := v.(out)
+	if shared {
+		return o.results, SourceShared, nil
+	}
+	return o.results, o.source, nil
+}
+
+// releaseScript deletes the lock only if we still own it, so a lock that
+// expired and was taken by another worker is not released by us.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// lockedSearch takes the cross-worker miss lock (SET NX PX) and searches, or
+// waits for the holder's result to appear in the cache.
+func (f *FrontDoor) lockedSearch(ctx context.Context, r request, ck cacheKeys) ([]byte, string, error) {
+	lockKey, cacheKey := f.keys.lock(ck.fresh), f.keys.cache(ck.fresh)
+	token := randomID()
+	deadline := time.Now().Add(f.cfg.LockWait)
+	wait := time.Millisecond
+	for {
+		ok, err := f.rdb.SetNX(ctx, lockKey, token, f.cfg.LockTTL).Result()
+		if err != nil {
+			return nil, "", fmt.Errorf("take search lock: %w", err)
+		}
+		if ok {
+			return f.searchAndStore(ctx, r, ck, lockKey, token)
+		}
+		// Another worker is searching: wait for its result or its release.
+		for {
+			if !sleep(ctx, wait) {
+				return nil, "", ctx.Err()
+			}
+			wait = min(wait*2, 20*time.Millisecond)
+			pipe := f.rdb.Pipeline()
+			got := pipe.Get(ctx, cacheKey)
+			held := pipe.Exists(ctx, lockKey)
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, "", fmt.Errorf("wait for coalesced search: %w", err)
+			}
+			if v, err := got.Bytes(); err == nil {
+				return v, SourceShared, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, "", errLockWait
+			}
+			if held.Val() == 0 {
+				break // the holder failed or its lock expired: try to take it
+			}
+		}
+	}
+}
+
+func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys, lockKey, token string) ([]byte, string, error) {
+	release := func() { _ = releaseScript.Run(ctx, f.rdb, []string{lockKey}, token).Err() }
+	// Double-check: the previous holder may have stored the result between
+	// our cache miss and our lock.
+	if v, err := f.rdb.Get(ctx, f.keys.cache(ck.fresh)).Bytes(); err == nil {
+		release()
+		return v, SourceShared, nil
+	}
+	results, err := f.searchVector(ctx, r)
+	if err != nil {
+		release()
+		return nil, "", err
+	}
+	pipe := f.rdb.TxPipeline()
+	if bytes.Equal(results, emptyResults) {
+		pipe.Set(ctx, f.keys.cache(ck.fresh), results, jitter(f.cfg.NegativeTTL, f.cfg.CacheJitter))
+	} else {
+		pipe.Set(ctx, f.keys.cache(ck.fresh), results, jitter(f.cfg.CacheTTL, f.cfg.CacheJitter))
+		pipe.Set(ctx, f.keys.stale(ck.base), results, f.cfg.StaleTTL)
+	}
+	// Release after the result is visible, inside the same MULTI, so a
+	// waiter never sees "no lock, no result" for a successful search.
+	releaseScript.Eval(ctx, pipe, []string{lockKey}, token)
+	if _, err := pipe.Exec(ctx); err != nil {
+		// The answer is good; only caching failed. Reply anyway.
+		f.logger.WarnContext(ctx, "store search result in cache", "id", r.ID, "error", err)
+		release()
+	}
+	return results, SourceSearch, nil
+}
+
+// searchVector embeds the query (through the embedding cache) and runs the
+// vector search, feeding the breaker.
+func (f *FrontDoor) searchVector(ctx context.Context, r request) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
+	defer cancel()
+	vec, err := f.embed(ctx, r.Query)
+	if err != nil {
+		f.breaker.Failure()
+		return nil, err
+	}
+	hits, err := f.search.Search(ctx, vec, f.sinkQuery(r))
+	if err != nil {
+		f.breaker.Failure()
+		return nil, fmt.Errorf("vector search: %w", err)
+	}
+	f.breaker.Success()
+	return encodeHits(hits, r.DocID), nil
+}
+
+func (f *FrontDoor) sinkQuery(r request) sinkQuery {
+	k := r.K
+	if r.DocID != "" {
+		// The sink has no document-id filter: widen the search and keep
+		// the hits of that document (see encodeHits).
+		k = f.cfg.MaxK
+	}
+	return sinkQuery{K: k, Tenant: r.Tenant, Filter: r.Filter, Table: r.Table}
+}
+
+func (f *FrontDoor) embed(ctx context.Context, text string) ([]float32, error) {
+	key := f.keys.embedding(text)
+	if b, err := f.rdb.Get(ctx, key).Bytes(); err == nil {
+		if v, ok := decodeVector(b); ok {
+			f.metrics.embeddings.WithLabelValues("cache").Inc()
+			return v, nil
+		}
+	}
+	vecs, err := f.emb.Embed(ctx, []string{text})
+	if err != nil {
+		return nil, fmt.Errorf("embed query: %w", err)
+	}
+	if len(vecs) != 1 || len(vecs[0]) == 0 {
+		return nil, fmt.Errorf("embed query: got %d vectors for 1 text", len(vecs))
+	}
+	f.metrics.embeddings.WithLabelValues("computed").Inc()
+	if err := f.rdb.Set(ctx, key, encodeVector(vecs[0]), f.cfg.EmbeddingTTL).Err(); err != nil {
+		f.logger.WarnContext(ctx, "cache query embedding", "error", err)
+	}
+	return vecs[0], nil
+}
+
+// jitter adds up to frac×d at random so entries written in one burst do not
+// all expire in the same instant (and stampede the database together).
+func jitter(d time.Duration, frac float64) time.Duration {
+	if frac <= 0 {
+		return d
+	}
+	return d + time.Duration(rand.Int64N(int64(float64(d)*frac)+1))
+}
+
+// encodeVector stores a query embedding as little-endian float32s.
+func encodeVector(v []float32) []byte {
+	b := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+func decodeVector(b []byte) ([]float32, bool) {
+	if len(b) == 0 || len(b)%4 != 0 {
+		return nil, false
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, true
+}

@@ -1,0 +1,42 @@
+package fallback
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+)
+
+// keys names every Redis key of one front door. All keys start with the
+// configured prefix, so one Redis can hold several deployments.
+type keys struct {
+	prefix, index string
+}
+
+func (k keys) requests() string             { return k.prefix + ":requests" }
+func (k keys) dlq() string                  { return k.prefix + ":requests:dlq" }
+func (k keys) generation() string           { return k.prefix + ":generation:" + k.index }
+func (k keys) cache(fresh string) string    { return k.prefix + ":cache:" + fresh }
+func (k keys) stale(base string) string     { return k.prefix + ":stale:" + base }
+func (k keys) lock(fresh string) string     { return k.prefix + ":lock:" + fresh }
+func (k keys) embedding(text string) string { return k.prefix + ":emb:" + k.index + ":" + sha(text) }
+func (k keys) replied(id string) string     { return k.prefix + ":replied:" + id }
+func (k keys) failure(entry string) string  { return k.prefix + ":fail:" + entry }
+func (k keys) reply(id string) string       { return k.prefix + ":reply:" + id }
+
+// cacheKeys are the two hashes of a request: base identifies the question
+// (normalised query, k, filter, tenant, index) and keys the stale answer, which
+// must survive a generation bump; fresh adds the index generation and keys the
+// result cache and the miss lock.
+type cacheKeys struct {
+	base, fresh string
+}
+
+func requestKeys(index string, generation int64, r request) cacheKeys {
+	base := sha(index + "\x00" + r.Query + "\x00" + strconv.Itoa(r.K) + "\x00" + r.FilterJSON + "\x00" + r.Tenant)
+	return cacheKeys{base: base, fresh: sha(base + "\x00" + strconv.FormatInt(generation, 10))}
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
