@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,6 +26,10 @@ type KafkaConfig struct {
 	ClientID string
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
+	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
+	// partition up to the end offsets seen at start (serve --once: drain the
+	// backlog and exit). Meant for a single member.
+	StopAtEnd bool
 	// Opts are extra franz-go options, for tests and advanced tuning.
 	Opts []kgo.Opt
 }
@@ -38,6 +43,10 @@ type KafkaSource struct {
 	cl       *kgo.Client
 	maxPoll  int
 	inFlight bool
+	// targets and positions drive StopAtEnd: end offsets at start, and the
+	// next offset to consume per partition.
+	targets   map[string]map[int32]int64
+	positions map[string]map[int32]int64
 }
 
 // NewKafkaSource connects the consumer.
@@ -75,7 +84,71 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	return &KafkaSource{cl: cl, maxPoll: cfg.MaxPollRecords}, nil
+	s := &KafkaSource{cl: cl, maxPoll: cfg.MaxPollRecords}
+	if cfg.StopAtEnd {
+		if err := s.loadTargets(cfg); err != nil {
+			cl.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// loadTargets records the end offsets to stop at and the group's committed
+// offsets to start from.
+func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(s.cl)
+	ends, err := adm.ListEndOffsets(ctx, cfg.Topics...)
+	if err != nil {
+		return fmt.Errorf("list end offsets of %v: %w (is source.kafka.brokers right?)", cfg.Topics, err)
+	}
+	s.targets = map[string]map[int32]int64{}
+	s.positions = map[string]map[int32]int64{}
+	var errs []error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			errs = append(errs, fmt.Errorf("end offset of %s/%d: %w", o.Topic, o.Partition, o.Err))
+			return
+		}
+		setOffset(s.targets, o.Topic, o.Partition, o.Offset)
+		setOffset(s.positions, o.Topic, o.Partition, 0)
+	})
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	committed, err := adm.FetchOffsets(ctx, cfg.Group)
+	if err != nil {
+		return fmt.Errorf("fetch committed offsets of group %s: %w", cfg.Group, err)
+	}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At >= 0 {
+			if _, ok := s.targets[o.Topic]; ok {
+				setOffset(s.positions, o.Topic, o.Partition, o.At)
+			}
+		}
+	})
+	return nil
+}
+
+func setOffset(m map[string]map[int32]int64, topic string, p int32, off int64) {
+	if m[topic] == nil {
+		m[topic] = map[int32]int64{}
+	}
+	m[topic][p] = off
+}
+
+// atEnd reports whether every partition was consumed up to its target.
+func (s *KafkaSource) atEnd() bool {
+	for t, parts := range s.targets {
+		for p, end := range parts {
+			if s.positions[t][p] < end {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Fetch polls the next records. The batch's Ack commits their offsets and
@@ -87,7 +160,17 @@ func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
 		s.cl.AllowRebalance()
 		s.inFlight = false
 	}
-	fetches := s.cl.PollRecords(ctx, s.maxPoll)
+	pollCtx := ctx
+	if s.targets != nil {
+		if s.atEnd() {
+			return Batch{}, io.EOF
+		}
+		// Poll in short rounds so the end check runs even when nothing arrives.
+		var cancel context.CancelFunc
+		pollCtx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+	}
+	fetches := s.cl.PollRecords(pollCtx, s.maxPoll)
 	if fetches.IsClientClosed() {
 		return Batch{}, io.EOF
 	}
@@ -97,7 +180,9 @@ func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
 	}
 	var errs []error
 	fetches.EachError(func(topic string, p int32, err error) {
-		errs = append(errs, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
+		}
 	})
 	recs := fetches.Records()
 	msgs := make([]Message, len(recs))
@@ -109,6 +194,13 @@ func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
 		if len(recs) > 0 {
 			if err := s.cl.CommitRecords(ctx, recs...); err != nil {
 				return fmt.Errorf("commit offsets: %w", err)
+			}
+		}
+		if s.positions != nil {
+			for _, r := range recs {
+				if r.Offset+1 > s.positions[r.Topic][r.Partition] {
+					setOffset(s.positions, r.Topic, r.Partition, r.Offset+1)
+				}
 			}
 		}
 		s.inFlight = false

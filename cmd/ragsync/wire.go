@@ -73,6 +73,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 			Topics:         k.Topics,
 			Group:          k.Group,
 			MaxPollRecords: k.MaxPollRecords,
+			StopAtEnd:      once,
 			Logger:         logger.With("stage", "kafka"),
 		})
 		if err != nil {

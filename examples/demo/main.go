@@ -1,0 +1,317 @@
+// Command demo runs ragsync end to end with nothing but Postgres: an
+// in-process Kafka cluster (franz-go's kfake, speaking the real protocol)
+// receives Debezium change events for a small Markdown corpus — creates, then
+// edits and deletes — and the real ragsync binary consumes them with the
+// offline embedder into pgvector. It then runs three sample queries.
+//
+//	go run ./examples/demo --ragsync bin/ragsync
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const topic = "dbserver1.public.articles"
+
+type step struct {
+	Op     string   `json:"op"`
+	ID     int      `json:"id"`
+	File   string   `json:"file"`
+	Tenant string   `json:"tenant"`
+	Tags   []string `json:"tags"`
+}
+
+type query struct {
+	Query    string `json:"query"`
+	ExpectID int    `json:"expect_id"`
+}
+
+func main() {
+	var (
+		bin    = flag.String("ragsync", "bin/ragsync", "path of the ragsync binary")
+		dir    = flag.String("dir", "examples/demo", "directory with corpus/, script.json and queries.json")
+		pgURL  = flag.String("postgres-url", envOr("RAGSYNC_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres to write the demo index to")
+		schema = flag.String("schema", "ragsync_demo", "schema for the demo index; dropped and recreated on every run")
+	)
+	flag.Parse()
+	if err := run(*bin, *dir, *pgURL, *schema); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin, dir, pgURL, schema string) error {
+	ctx := context.Background()
+	var script []step
+	if err := readJSON(filepath.Join(dir, "script.json"), &script); err != nil {
+		return err
+	}
+	var queries []query
+	if err := readJSON(filepath.Join(dir, "queries.json"), &queries); err != nil {
+		return err
+	}
+	if err := resetSchema(ctx, pgURL, schema); err != nil {
+		return err
+	}
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		return fmt.Errorf("start in-process kafka: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+
+	tmp, err := os.MkdirTemp("", "ragsync-demo")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cfgPath := filepath.Join(tmp, "ragsync.yaml")
+	if err := os.WriteFile(cfgPath, []byte(demoConfig(brokers, pgURL, schema)), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("ragsync demo: in-process Kafka at %s, index in schema %q, offline hashing embedder\n\n", strings.Join(brokers, ","), schema)
+
+	var creates, changes []step
+	for _, s := range script {
+		if s.Op == "c" {
+			creates = append(creates, s)
+		} else {
+			changes = append(changes, s)
+		}
+	}
+	lsn := int64(0x1000000)
+	phases := []struct {
+		name  string
+		steps []step
+	}{
+		{"initial load", creates},
+		{"edits and deletes", changes},
+	}
+	for i, ph := range phases {
+		recs, byOp, err := events(dir, ph.steps, &lsn)
+		if err != nil {
+			return err
+		}
+		if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		fmt.Printf("phase %d, %s: produced %s to %s\n", i+1, ph.name, describe(byOp), topic)
+		stats, err := serveOnce(bin, cfgPath)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  ragsync serve --once: applied %d (creates %d, updates %d, deletes %d), tombstones skipped %d\n",
+			stats["applied"], stats["op_c"], stats["op_u"], stats["op_d"], stats["skipped_tombstone"])
+		fmt.Printf("  chunks written %d, unchanged (kept, not re-embedded) %d, moved %d, removed %d\n",
+			stats["chunks_inserted"], stats["chunks_unchanged"], stats["chunks_moved"], stats["chunks_removed"])
+		fmt.Printf("  embedding calls: %d chunk texts sent to the embedder, %d reused by content hash\n\n",
+			stats["chunks_embedded"], stats["chunks_cached"])
+	}
+
+	fmt.Println("queries (ragsync query -k 3):")
+	for _, q := range queries {
+		out, err := exec.Command(bin, "query", "--config", cfgPath, "-k", "3", "--json", q.Query).Output()
+		if err != nil {
+			return fmt.Errorf("ragsync query: %w", exitDetail(err))
+		}
+		fmt.Printf("\n  %q\n", q.Query)
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			var h struct {
+				Rank     int     `json:"rank"`
+				DocID    string  `json:"doc_id"`
+				Position int     `json:"position"`
+				Score    float64 `json:"score"`
+				Text     string  `json:"text"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
+				return err
+			}
+			mark := ""
+			if h.Rank == 1 {
+				if h.DocID == fmt.Sprintf("public.articles/%d", q.ExpectID) {
+					mark = "  <- expected"
+				} else {
+					mark = fmt.Sprintf("  (expected public.articles/%d)", q.ExpectID)
+				}
+			}
+			fmt.Printf("   %d. %.3f %s #%d%s\n      %s\n", h.Rank, h.Score, h.DocID, h.Position, mark, snippet(h.Text, 110))
+		}
+	}
+	fmt.Printf("\ndone. Try it yourself:\n  %s query --config %s \"how do I feed a sourdough starter\"\n(the config file is removed when the demo exits; the index stays in schema %q)\n",
+		bin, "<config>", schema)
+	return nil
+}
+
+// events renders script steps as Debezium PostgreSQL change events
+// (payload-only JsonConverter values, keys {"id":N}); each delete is followed
+// by its tombstone, as Debezium does.
+func events(dir string, steps []step, lsn *int64) ([]*kgo.Record, map[string]int, error) {
+	var recs []*kgo.Record
+	byOp := map[string]int{}
+	for _, s := range steps {
+		*lsn += 0x200
+		key := fmt.Sprintf(`{"id":%d}`, s.ID)
+		source := map[string]any{
+			"version": "2.7.0.Final", "connector": "postgresql", "name": "dbserver1",
+			"ts_ms": time.Now().UnixMilli(), "snapshot": "false", "db": "app",
+			"schema": "public", "table": "articles", "txId": 700 + *lsn/0x200, "lsn": *lsn,
+		}
+		payload := map[string]any{"op": s.Op, "source": source, "ts_ms": time.Now().UnixMilli()}
+		switch s.Op {
+		case "c", "u":
+			raw, err := os.ReadFile(filepath.Join(dir, "corpus", s.File))
+			if err != nil {
+				return nil, nil, err
+			}
+			title, body, _ := strings.Cut(string(raw), "\n")
+			row := map[string]any{
+				"id": s.ID, "title": strings.TrimSpace(strings.TrimPrefix(title, "#")),
+				"body": strings.TrimSpace(body), "tenant": s.Tenant, "tags": s.Tags,
+			}
+			payload["before"] = nil
+			payload["after"] = row
+		case "d":
+			payload["before"] = map[string]any{"id": s.ID}
+			payload["after"] = nil
+		default:
+			return nil, nil, fmt.Errorf("script: unknown op %q", s.Op)
+		}
+		value, err := json.Marshal(payload)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: value})
+		byOp[s.Op]++
+		if s.Op == "d" {
+			recs = append(recs, &kgo.Record{Key: []byte(key)}) // tombstone
+			byOp["tombstone"]++
+		}
+	}
+	return recs, byOp, nil
+}
+
+func describe(byOp map[string]int) string {
+	var parts []string
+	for _, op := range []string{"c", "u", "d", "tombstone"} {
+		if n := byOp[op]; n > 0 {
+			name := map[string]string{"c": "creates", "u": "updates", "d": "deletes", "tombstone": "tombstones"}[op]
+			parts = append(parts, fmt.Sprintf("%d %s", n, name))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// serveOnce runs `ragsync serve --once` and parses its key=value summary.
+func serveOnce(bin, cfgPath string) (map[string]int, error) {
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--once")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ragsync serve --once: %w\n%s", err, stderr.String())
+	}
+	stats := map[string]int{}
+	for _, f := range strings.Fields(string(out)) {
+		k, v, ok := strings.Cut(f, "=")
+		if n, err := strconv.Atoi(v); ok && err == nil {
+			stats[k] = n
+		}
+	}
+	return stats, nil
+}
+
+func demoConfig(brokers []string, pgURL, schema string) string {
+	return fmt.Sprintf(`source:
+  kind: kafka
+  kafka:
+    brokers: [%s]
+    topics: [%s]
+    group: ragsync-demo
+tables:
+  - match: public.articles
+    id: [id]
+    text: "# {{title}}\n\n{{body}}"
+    metadata: [tenant, tags]
+    tenant: tenant
+chunker:
+  target_tokens: 120
+  min_tokens: 40
+  max_tokens: 300
+embedder:
+  provider: hashing
+  dimensions: 384
+postgres:
+  url: %s
+  schema: %s
+index: articles
+http:
+  listen: ""
+log:
+  level: warn
+`, strings.Join(brokers, ", "), topic, pgURL, schema)
+}
+
+func resetSchema(ctx context.Context, url, schema string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w (run make services)", url, err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	return err
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	return nil
+}
+
+func exitDetail(err error) error {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return fmt.Errorf("%w: %s", err, ee.Stderr)
+	}
+	return err
+}
+
+func snippet(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}

@@ -1,0 +1,25 @@
+package tests
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
+)
+
+// TestDemo runs the demo program against the built binary and checks that the
+// three sample queries return the expected documents first and that the edit
+// phase re-used unchanged chunks.
+func TestDemo(t *testing.T) {
+	e := newEnv(t, "")
+	cmd := exec.Command("go", "run", "../examples/demo", "--ragsync", bin, "--dir", "../examples/demo",
+		"--postgres-url", pgtest.URL(), "--schema", e.schema)
+	out, err := cmd.CombinedOutput()
+	t.Logf("demo output:\n%s", out)
+	require.NoError(t, err)
+	require.Equal(t, 3, strings.Count(string(out), "<- expected"), "every sample query finds its document first")
+	require.Regexp(t, `phase 2, edits and deletes:[\s\S]*unchanged \(kept, not re-embedded\) [1-9]`, string(out))
+}
