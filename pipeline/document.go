@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // TableConfig says how the rows of one source table become documents.
@@ -118,4 +119,4 @@ func tableFor(tables []TableConfig, table string) (TableConfig, bool) {
 
 // DocID is the document id the sink stores: the source table and the key
 // within it, so two tables with overlapping keys never collide.
-func DocID(c cdc.Change) string { return c.Table + "/" + c.DocKey }
+func DocID(c cdc.Change) string { return sink.DocID(c.Table, c.DocKey) }
