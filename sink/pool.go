@@ -53,13 +53,18 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-var passwordRE = regexp.MustCompile(`(?i)(password=)('[^']*'|[^\s&]*)`)
+var (
+	passwordRE = regexp.MustCompile(`(?i)(password=)('[^']*'|[^\s&]*)`)
+	// userinfoRE catches URLs net/url refuses to parse (bad port etc.).
+	userinfoRE = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
+)
 
 // redactURL hides the password of a URL or keyword/value connection string.
 func redactURL(s string) string {
 	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
 		s = u.Redacted()
 	}
+	s = userinfoRE.ReplaceAllString(s, "${1}xxxxx@")
 	return passwordRE.ReplaceAllString(s, "${1}xxxxx")
 }
 

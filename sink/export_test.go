@@ -1,0 +1,7 @@
+package sink
+
+// SearchSQLForTest exposes the vector query so a test can EXPLAIN it.
+func SearchSQLForTest(s *Store, vec []float32, q Query) (string, []any) {
+	q, _ = q.withDefaults()
+	return s.searchSQL(vec, q)
+}

@@ -1,0 +1,163 @@
+package sink_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/sink"
+)
+
+func TestUpsertDiffsChunks(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	const id = "public.articles/1"
+
+	out, err := s.Upsert(ctx, doc("1", 1, chunks("a", "b", "c")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Inserted: 3}, out)
+	before := chunkRows(t, b, id)
+	require.Len(t, before, 3)
+
+	// Edit b, insert x at the front, so a and c move and b is replaced.
+	out, err = s.Upsert(ctx, doc("1", 2, chunks("x", "a", "b2", "c")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Inserted: 2, Moved: 2, Removed: 1}, out)
+	after := chunkRows(t, b, id)
+	require.Equal(t, []string{"x", "a", "b2", "c"}, []string{after[0].Hash, after[1].Hash, after[2].Hash, after[3].Hash})
+	require.NotEqual(t, xminOf(before, "a"), xminOf(after, "a"), "a moved, so its row was updated")
+
+	// Edit only the last chunk: the first three rows must not be written.
+	out, err = s.Upsert(ctx, doc("1", 3, chunks("x", "a", "b2", "c2")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Inserted: 1, Unchanged: 3, Removed: 1}, out)
+	last := chunkRows(t, b, id)
+	for _, h := range []string{"x", "a", "b2"} {
+		require.Equal(t, xminOf(after, h), xminOf(last, h), "chunk %s must be untouched (same xmin)", h)
+	}
+	require.Empty(t, xminOf(last, "c"))
+
+	// Swap two chunks: legal thanks to the deferred unique constraint.
+	out, err = s.Upsert(ctx, doc("1", 4, chunks("a", "x", "b2", "c2")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Moved: 2, Unchanged: 2}, out)
+
+	// Remove everything.
+	out, err = s.Upsert(ctx, doc("1", 5, nil))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Removed: 4}, out)
+	require.Empty(t, chunkRows(t, b, id))
+
+	sd, ok, err := s.Document(ctx, id)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ver(5), sd.Version)
+	require.Empty(t, sd.Hashes)
+}
+
+func TestUpsertStaleAndDuplicate(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+
+	_, err := s.Upsert(ctx, doc("1", 5, chunks("a", "b")))
+	require.NoError(t, err)
+	rows := chunkRows(t, b, "public.articles/1")
+
+	out, err := s.Upsert(ctx, doc("1", 4, chunks("old")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Stale: true}, out)
+
+	out, err = s.Upsert(ctx, doc("1", 5, chunks("a", "b")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Duplicate: true}, out)
+
+	// Same version with other content is still a duplicate: the first
+	// application of a version wins.
+	out, err = s.Upsert(ctx, doc("1", 5, chunks("zzz")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Duplicate: true}, out)
+
+	require.Equal(t, rows, chunkRows(t, b, "public.articles/1"), "nothing may be written")
+	sd, _, err := s.Document(ctx, "public.articles/1")
+	require.NoError(t, err)
+	require.Equal(t, ver(5), sd.Version)
+	require.Equal(t, []string{"a", "b"}, sd.Hashes)
+}
+
+func TestUpsertRejectsInvalidDocuments(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		mutate func(*sink.Document)
+		want   error
+	}{
+		{"no table", func(d *sink.Document) { d.Table = "" }, sink.ErrInvalidDocument},
+		{"id mismatch", func(d *sink.Document) { d.ID = "public.other/1" }, sink.ErrInvalidDocument},
+		{"zero version", func(d *sink.Document) { d.Version.Kind, d.Version.Parts = "", nil }, sink.ErrInvalidDocument},
+		{"repeated position", func(d *sink.Document) { d.Chunks[1].Position = 0 }, sink.ErrInvalidDocument},
+		{"empty hash", func(d *sink.Document) { d.Chunks[0].Hash = "" }, sink.ErrInvalidDocument},
+		{"wrong dimensions", func(d *sink.Document) { d.Chunks[0].Vector = []float32{1, 2} }, sink.ErrInvalidDocument},
+		{"missing vector", func(d *sink.Document) { d.Chunks[1].Vector = nil; d.Chunks[1].Hash = "never-seen" }, sink.ErrMissingVector},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := doc("bad", 1, chunks("a", "b"))
+			tc.mutate(&d)
+			_, err := s.Upsert(ctx, d)
+			require.ErrorIs(t, err, tc.want)
+			require.False(t, sink.Retryable(err))
+		})
+	}
+	// The failed upserts left nothing behind (one transaction each).
+	_, ok, err := s.Document(ctx, "public.articles/bad")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Empty(t, chunkRows(t, b, "public.articles/bad"))
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sink.Stats{}, st)
+}
+
+func TestVectorsReuseAcrossDocuments(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+
+	got, err := s.Vectors(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	_, err = s.Upsert(ctx, doc("1", 1, chunks("a", "b")))
+	require.NoError(t, err)
+	got, err = s.Vectors(ctx, []string{"a", "b", "c"})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]float32{"a": vecFor("a"), "b": vecFor("b")}, got)
+
+	// A second document with the same paragraph needs no vector for it.
+	d := doc("2", 1, chunks("b", "c"))
+	d.Chunks[0].Vector = nil
+	out, err := s.Upsert(ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Inserted)
+	hits, err := s.Search(ctx, vecFor("b"), sink.Query{K: 2, Table: "public.articles"})
+	require.NoError(t, err)
+	require.Len(t, hits, 2)
+	require.InDelta(t, 1.0, hits[0].Score, 1e-6)
+	require.InDelta(t, 1.0, hits[1].Score, 1e-6)
+
+	// Another model or size does not share the cache.
+	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "other-model", Dimensions: dims})
+	require.NoError(t, err)
+	got, err = other.Vectors(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sink.Stats{Documents: 2, Chunks: 4, CacheEntries: 3}, st)
+}
