@@ -30,18 +30,25 @@ func ValidSchema(schema string) error {
 // EnsureVector creates the vector extension in schema public unless it
 // exists. It is safe to call from several processes at once.
 func EnsureVector(ctx context.Context, q Querier) error {
+	return ensureExtension(ctx, q, "vector")
+}
+
+// ensureExtension is EnsureVector for any extension name, so a test can
+// provoke the not-installed error on a real server.
+func ensureExtension(ctx context.Context, q Querier, name string) error {
+	ident := pgx.Identifier{name}.Sanitize()
 	for attempt := 0; ; attempt++ {
 		var exists bool
-		err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')`).Scan(&exists)
+		err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = $1)`, name).Scan(&exists)
 		if err != nil {
-			return fmt.Errorf("check extension vector: %w", err)
+			return fmt.Errorf("check extension %s: %w", name, err)
 		}
 		if exists {
 			return nil
 		}
 		// Checked first so that a role without CREATE privilege works once
 		// an administrator has created the extension.
-		_, err = q.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public`)
+		_, err = q.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+ident+" WITH SCHEMA public")
 		if err == nil {
 			return nil
 		}
@@ -57,9 +64,9 @@ func EnsureVector(ctx context.Context, q Querier) error {
 			case "0A000", "58P01":
 				// 0A000 "extension is not available" (PG ≥ 16),
 				// 58P01 "could not open extension control file" (PG ≤ 15).
-				return fmt.Errorf("create extension vector: %w (%s)", ErrVectorUnavailable, pgErr.Message)
+				return fmt.Errorf("create extension %s: %w (%s)", name, ErrVectorUnavailable, pgErr.Message)
 			}
 		}
-		return fmt.Errorf("create extension vector: %w", err)
+		return fmt.Errorf("create extension %s: %w", name, err)
 	}
 }

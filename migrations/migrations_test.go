@@ -1,0 +1,98 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/migrations"
+)
+
+func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		"SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+var allTables = []string{"chunks", "documents", "embedding_cache", "goose_db_version", "indexes", "truncations"}
+
+func TestUpTwiceIsNoop(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t) // already migrated once
+	ctx := context.Background()
+	require.Equal(t, allTables, tables(t, pool, schema))
+
+	var applied int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".goose_db_version").Scan(&applied))
+	require.NoError(t, migrations.Up(ctx, pool, schema, nil))
+	var again int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".goose_db_version").Scan(&again))
+	require.Equal(t, applied, again)
+	require.Equal(t, allTables, tables(t, pool, schema))
+	// Nothing leaked into public.
+	require.NotContains(t, tables(t, pool, "public"), "documents")
+}
+
+func TestUpDownUp(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	// pgtest's pool has search_path = schema, public, as migrations need.
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"goose_db_version"}, tables(t, pool, schema))
+	require.NoError(t, migrations.Up(ctx, pool, schema, nil))
+	require.Equal(t, allTables, tables(t, pool, schema))
+}
+
+func TestUpConcurrentOnFreshSchema(t *testing.T) {
+	t.Parallel()
+	pool, base := pgtest.Schema(t)
+	ctx := context.Background()
+	schema := base + "_fresh"
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() { errs[i] = migrations.Up(ctx, pool, schema, nil) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, allTables, tables(t, pool, schema))
+}
+
+func TestUpRejectsBadSchema(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.Schema(t)
+	for _, schema := range []string{"", "Upper", "x;drop table y", "1abc", `a"b`} {
+		err := migrations.Up(context.Background(), pool, schema, nil)
+		require.ErrorIs(t, err, migrations.ErrBadSchema, schema)
+	}
+}
+
+func TestEnsureVectorIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.Schema(t)
+	for range 2 {
+		require.NoError(t, migrations.EnsureVector(context.Background(), pool))
+	}
+}
