@@ -51,7 +51,7 @@ func (q Query) withDefaults() (Query, error) {
 }
 
 // filters renders q's filters as SQL over documents alias d, numbering
-// parameters after the n already in args.
+// parameters after those already in args.
 func (q Query) filters(args []any) (string, []any) {
 	var b strings.Builder
 	if q.Tenant != "" {
@@ -107,13 +107,14 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 // searchSQL is the vector query; its ORDER BY expression and index_name
 // literal are exactly the HNSW index's, or the planner will not use it.
 func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
-	args := []any{pgvector.NewVector(vec), q.K}
-	filters, args := q.filters(args)
+	filters, args := q.filters([]any{pgvector.NewVector(vec)})
 	dist := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
 	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata" +
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters +
-		" ORDER BY " + dist + " LIMIT $2", args
+		// K inline: with a cached statement Postgres may switch to a generic
+		// plan, and an unknown LIMIT can price the HNSW scan out.
+		" ORDER BY " + dist + " LIMIT " + strconv.Itoa(q.K), args
 }
 
 // SearchText is the full-text fallback for degraded answers: chunks of live
@@ -128,8 +129,7 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 	if strings.TrimSpace(text) == "" {
 		return nil, nil
 	}
-	args := []any{text, q.K}
-	filters, args := q.filters(args)
+	filters, args := q.filters([]any{text})
 	// plainto_tsquery ANDs the words; a question rarely has all of them in
 	// one chunk, so the ANDs become ORs and ts_rank rewards chunks that
 	// match more of them.
@@ -137,7 +137,7 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id," +
 		" (SELECT to_tsquery('simple', replace(plainto_tsquery('simple', $1)::text, ' & ', ' | ')) AS q) tq" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL AND c.tsv @@ tq.q" + filters +
-		" ORDER BY 6 DESC, c.doc_id, c.position LIMIT $2"
+		" ORDER BY 6 DESC, c.doc_id, c.position LIMIT " + strconv.Itoa(q.K)
 	hits, err := collectHits(ctx, s.pool, sql, args)
 	if err != nil {
 		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))

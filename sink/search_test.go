@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/sink"
@@ -147,4 +149,47 @@ func TestSearchUsesHNSWIndex(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Contains(t, strings.Join(plan, "\n"), "chunks_hnsw_articles", strings.Join(plan, "\n"))
+}
+
+// With the HNSW index forced, a selective filter must still yield K hits:
+// plain HNSW returns ef_search candidates and filters afterwards, which
+// would starve the result; Search turns on pgvector's iterative scan.
+func TestSearchFilteredThroughHNSWReturnsK(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	ctx := context.Background()
+	cfg := b.pool.Config()
+	// Small tables and a well-estimated filter make the planner rightly
+	// avoid the index; these settings leave it the HNSW scan only.
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	cfg.ConnConfig.RuntimeParams["enable_sort"] = "off"
+	cfg.ConnConfig.RuntimeParams["enable_bitmapscan"] = "off"
+	forced, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(forced.Close)
+	s, err := sink.New(ctx, forced, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+	require.NoError(t, err)
+
+	for i := range 300 {
+		d := doc(fmt.Sprint(i), 1, chunks(fmt.Sprint("c", i)))
+		if i%60 == 0 {
+			d.Tenant = "rare"
+		}
+		_, err := s.Upsert(ctx, d)
+		require.NoError(t, err)
+	}
+	_, err = forced.Exec(ctx, "ANALYZE "+b.schema+".chunks")
+	require.NoError(t, err)
+	query := sink.Query{K: 5, Tenant: "rare"}
+	sql, args := sink.SearchSQLForTest(s, vecFor("c7"), query)
+	rows, err := forced.Query(ctx, "EXPLAIN "+sql, args...)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(plan, "\n"), "Index Scan using chunks_hnsw_articles", "test must exercise the HNSW path")
+
+	hits, err := s.Search(ctx, vecFor("c7"), query)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"public.articles/0#0", "public.articles/60#0", "public.articles/120#0",
+		"public.articles/180#0", "public.articles/240#0"}, hitIDs(hits))
 }
