@@ -131,7 +131,7 @@ func rowImage(p map[string]any, field string, s map[string]any, mongo bool) (map
 		return nil, nil, decodeErr(reasonBadRow, "%s: want an object, got %s", field, describe(v))
 	}
 	if mongo {
-		return plainExt(row, 0).(map[string]any), nil, nil
+		return plainDoc(row), nil, nil
 	}
 	unavail := stripUnavailable(row)
 	if typ, _ := s["type"].(string); typ == "struct" {
@@ -235,7 +235,7 @@ func flattenedEvent(p, schema map[string]any) (event, error) {
 		return event{}, decodeErr(reasonBadField, "__deleted: want a boolean, got %s", describe(v))
 	}
 	if connectorKind(src) == KindMongo {
-		row = plainExt(row, 0).(map[string]any)
+		row = plainDoc(row)
 	}
 	unavail := stripUnavailable(row)
 	if typ, _ := schema["type"].(string); typ == "struct" {

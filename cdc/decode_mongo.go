@@ -105,9 +105,9 @@ func mongoDoc(v any) (map[string]any, error) {
 		if !ok {
 			return nil, fmt.Errorf("extended JSON: want an object, got %s", describe(parsed))
 		}
-		return plainExt(m, 0).(map[string]any), nil
+		return plainDoc(m), nil
 	case map[string]any:
-		return plainExt(v, 0).(map[string]any), nil
+		return plainDoc(v), nil
 	}
 	return nil, fmt.Errorf("want an object or a JSON string, got %s", describe(v))
 }
@@ -126,4 +126,14 @@ func mongoKeyValue(v any) any {
 		return s
 	}
 	return plainExt(parsed, 0)
+}
+
+// plainDoc applies plainExt to each field of a document but never to the
+// document itself: a document {"$oid": …} stays a document, it is not
+// collapsed into a string.
+func plainDoc(doc map[string]any) map[string]any {
+	for k, v := range doc {
+		doc[k] = plainExt(v, 1)
+	}
+	return doc
 }
