@@ -1,0 +1,77 @@
+package chunker
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Strategy names accepted in Config.Strategy.
+const (
+	StrategyContentDefined = "content-defined"
+	StrategyGreedy         = "greedy"
+)
+
+// Config is the chunker section of ragsync.yaml.
+type Config struct {
+	// Strategy picks where chunk boundaries go: "content-defined" cuts after
+	// blocks whose content hash matches a mask, so an edit moves at most the
+	// boundaries around it; "greedy" packs blocks up to TargetTokens.
+	// Defaults to "content-defined".
+	Strategy string `yaml:"strategy"`
+	// TargetTokens is the mean chunk size aimed for, in cl100k_base tokens.
+	// Defaults to 512.
+	TargetTokens int `yaml:"target_tokens"`
+	// MinTokens is the size below which a chunk is not cut at a heading or a
+	// content-defined boundary. Defaults to 128.
+	MinTokens int `yaml:"min_tokens"`
+	// MaxTokens is the hard upper bound of a chunk, in tokens. Defaults to 1024.
+	MaxTokens int `yaml:"max_tokens"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Strategy == "" {
+		c.Strategy = StrategyContentDefined
+	}
+	if c.TargetTokens == 0 {
+		c.TargetTokens = 512
+	}
+	if c.MinTokens == 0 {
+		c.MinTokens = 128
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = 1024
+	}
+	return c
+}
+
+// minMaxTokens keeps MaxTokens above the token count of any single rune (at
+// most 4 byte-level tokens), so a hard split always makes progress.
+const minMaxTokens = 8
+
+// Validate reports every problem of c at once, each naming its yaml path and
+// the fix. Call it on the result of WithDefaults.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Strategy {
+	case StrategyContentDefined, StrategyGreedy:
+	default:
+		errs = append(errs, fmt.Errorf("chunker.strategy: %q is not a strategy, use %q or %q",
+			c.Strategy, StrategyContentDefined, StrategyGreedy))
+	}
+	if c.MinTokens < 1 {
+		errs = append(errs, fmt.Errorf("chunker.min_tokens: must be >= 1, got %d", c.MinTokens))
+	}
+	if c.TargetTokens < c.MinTokens {
+		errs = append(errs, fmt.Errorf("chunker.target_tokens: must be >= min_tokens (%d), got %d",
+			c.MinTokens, c.TargetTokens))
+	}
+	if c.MaxTokens < c.TargetTokens {
+		errs = append(errs, fmt.Errorf("chunker.max_tokens: must be >= target_tokens (%d), got %d",
+			c.TargetTokens, c.MaxTokens))
+	}
+	if c.MaxTokens < minMaxTokens {
+		errs = append(errs, fmt.Errorf("chunker.max_tokens: must be >= %d, got %d", minMaxTokens, c.MaxTokens))
+	}
+	return errors.Join(errs...)
+}
