@@ -251,22 +251,28 @@ func isTxStatus(v any) bool {
 }
 
 // isEnvelope tells a Debezium envelope from a row flattened by
-// ExtractNewRecordState: an envelope has a source block, both row images, or
-// an op next to a row image or message; its Connect schema is named
-// "….Envelope".
+// ExtractNewRecordState: an envelope has an op next to a source block, a row
+// image or a message, or (malformed, missing its op) both row images or a
+// source block that looks like one; its Connect schema is named
+// "….Envelope". A flattened row may well have a "source" column, so a bare
+// "source" field is not enough.
 func isEnvelope(p map[string]any, schemaName string) bool {
 	has := func(k string) bool { _, ok := p[k]; return ok }
 	switch {
 	case strings.HasSuffix(schemaName, ".Envelope"):
 		return true
-	case has("source"):
-		return true
+	case has("op"):
+		return has("source") || has("after") || has("before") || has("message") || has("transaction") || has("patch") || has("filter")
 	case has("before") && has("after"):
 		return true
-	case has("op") && (has("after") || has("before") || has("message") || has("transaction") || has("patch") || has("filter")):
-		return true
 	}
-	return false
+	src, ok := p["source"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, conn := src["connector"]
+	_, ts := src["ts_ms"]
+	return conn || (ts && connectorKind(src) != "")
 }
 
 func traceParent(hs []Header) string {

@@ -202,3 +202,91 @@ func TestNewDecoderCopiesConfig(t *testing.T) {
 	cfg.Tables[0].Match = "nothing"
 	require.Equal(t, []string{"id"}, d.idColumns("s.t"))
 }
+
+func TestConvertValueStructural(t *testing.T) {
+	t.Parallel()
+	date := map[string]any{"type": "int32", "name": ltDate}
+	dec := map[string]any{"type": "bytes", "name": ltDecimal, "parameters": map[string]any{"scale": "2"}}
+	cases := []struct {
+		name   string
+		schema map[string]any
+		v      any
+		want   any
+		err    bool
+	}{
+		{name: "nested struct", schema: map[string]any{"type": "struct", "fields": []any{map[string]any{"field": "d", "type": "int32", "name": ltDate}}},
+			v: map[string]any{"d": json.Number("0"), "x": "keep"}, want: map[string]any{"d": "1970-01-01", "x": "keep"}},
+		{name: "struct not object", schema: map[string]any{"type": "struct"}, v: "x", err: true},
+		{name: "struct field error", schema: map[string]any{"type": "struct", "fields": []any{map[string]any{"field": "d", "type": "int32", "name": ltDate}}},
+			v: map[string]any{"d": "bad"}, err: true},
+		{name: "array of decimals", schema: map[string]any{"type": "array", "items": dec}, v: []any{"D54=", nil}, want: []any{json.Number("39.98"), nil}},
+		{name: "array element error", schema: map[string]any{"type": "array", "items": dec}, v: []any{"!"}, err: true},
+		{name: "array value not array", schema: map[string]any{"type": "array", "items": date}, v: "x", want: "x"},
+		{name: "map of dates", schema: map[string]any{"type": "map", "keys": map[string]any{"type": "string"}, "values": date}, v: map[string]any{"a": json.Number("1")}, want: map[string]any{"a": "1970-01-02"}},
+		{name: "map value error", schema: map[string]any{"type": "map", "values": date}, v: map[string]any{"a": true}, err: true},
+		{name: "decimal already a number", schema: dec, v: json.Number("1.5"), want: json.Number("1.5")},
+		{name: "decimal wrong type", schema: dec, v: true, err: true},
+		{name: "decimal missing scale", schema: map[string]any{"type": "bytes", "name": ltDecimal}, v: "D54=", err: true},
+		{name: "variable decimal", schema: map[string]any{"name": ltVariableDecimal}, v: map[string]any{"scale": json.Number("2"), "value": "D54="}, want: json.Number("39.98")},
+		{name: "variable decimal number", schema: map[string]any{"name": ltVariableDecimal}, v: json.Number("2.5"), want: json.Number("2.5")},
+		{name: "variable decimal bad scale", schema: map[string]any{"name": ltVariableDecimal}, v: map[string]any{"scale": "x", "value": "D54="}, err: true},
+		{name: "variable decimal bad value", schema: map[string]any{"name": ltVariableDecimal}, v: map[string]any{"scale": json.Number("2"), "value": json.Number("1")}, err: true},
+		{name: "variable decimal wrong type", schema: map[string]any{"name": ltVariableDecimal}, v: "x", err: true},
+		{name: "json already structured", schema: map[string]any{"name": ltJSON}, v: map[string]any{"a": "b"}, want: map[string]any{"a": "b"}},
+		{name: "null stays null", schema: date, v: nil, want: nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := convertValue(tc.v, tc.schema, 0)
+			if tc.err {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestMongoExtendedJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		in   string
+		want any
+	}{
+		{name: "oid", in: `{"$oid":"596e275826f08b2730779e1f"}`, want: "596e275826f08b2730779e1f"},
+		{name: "long", in: `{"$numberLong":"9007199254740993"}`, want: json.Number("9007199254740993")},
+		{name: "int as number", in: `{"$numberInt":7}`, want: json.Number("7")},
+		{name: "double infinity stays string", in: `{"$numberDouble":"Infinity"}`, want: "Infinity"},
+		{name: "decimal", in: `{"$numberDecimal":"19.99"}`, want: json.Number("19.99")},
+		{name: "date canonical", in: `{"$date":{"$numberLong":"-1"}}`, want: "1969-12-31T23:59:59.999Z"},
+		{name: "date relaxed", in: `{"$date":"2019-01-31T13:13:01+01:00"}`, want: "2019-01-31T12:13:01Z"},
+		{name: "date legacy ms", in: `{"$date":1548936781000}`, want: "2019-01-31T12:13:01Z"},
+		{name: "date string ms", in: `{"$date":"1548936781000"}`, want: "2019-01-31T12:13:01Z"},
+		{name: "date garbage kept", in: `{"$date":"soon"}`, want: map[string]any{"$date": "soon"}},
+		{name: "binary kept", in: `{"$binary":"AA==","$type":"00"}`, want: map[string]any{"$binary": "AA==", "$type": "00"}},
+		{name: "nested", in: `{"a":[{"$oid":"x"},{"b":{"$numberInt":"1"}}]}`, want: map[string]any{"a": []any{"x", map[string]any{"b": json.Number("1")}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := parseJSON([]byte(tc.in))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, plainExt(v, 0))
+		})
+	}
+
+	doc, err := mongoDoc(`{"$oid":"x"}`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"$oid": "x"}, doc, "a document is never collapsed into a scalar")
+	_, err = mongoDoc(`[1]`)
+	require.Error(t, err)
+	_, err = mongoDoc(json.Number("1"))
+	require.Error(t, err)
+
+	require.Equal(t, "abc", mongoKeyValue("abc"), "a string that is not JSON is a plain id")
+	require.Equal(t, "hello", mongoKeyValue(`"hello"`))
+	require.Equal(t, json.Number("12.34"), mongoKeyValue("12.34"))
+}

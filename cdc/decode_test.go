@@ -88,7 +88,7 @@ func TestDecode(t *testing.T) {
 		{name: "mongo_update_set_patch", file: "mongo-update-patch-set", wantOp: OpUpdate, wantTable: "inventory.customers", wantDocKey: "1004", wantKind: KindMongo, wantNoAfter: true},
 		{name: "mongo_update_replace_patch", file: "mongo-update-replace", tables: []TableConfig{{Match: "*", ID: []string{"_id"}}}, wantOp: OpUpdate, wantTable: "inventory.customers", wantDocKey: "1004", wantKind: KindMongo},
 		{name: "mongo_delete_filter", file: "mongo-delete-filter", tables: []TableConfig{{Match: "*", ID: []string{"_id"}}}, wantOp: OpDelete, wantTable: "inventory.customers", wantDocKey: "1004", wantKind: KindMongo},
-		{name: "mongo_delete_key_only", file: "mongo-delete-filter", value: "", key: `{"id":"{\"$oid\" : \"596e275826f08b2730779e1f\"}"}`, tables: []TableConfig{{Match: "*", ID: []string{"title"}}}, wantErr: reasonNoKey},
+		{name: "configured_id_absent_everywhere", file: "mongo-delete-filter", key: `{"id":"{\"$oid\" : \"596e275826f08b2730779e1f\"}"}`, tables: []TableConfig{{Match: "*", ID: []string{"title"}}}, wantErr: reasonNoKey},
 		{name: "mongo_id_from_key_for_underscore_id", value: `{"op":"d","before":null,"after":null,"source":{"connector":"mongodb","db":"inventory","collection":"customers","ts_ms":1558965509000,"ord":2}}`, key: `{"id":"{\"$oid\" : \"596e275826f08b2730779e1f\"}"}`, tables: []TableConfig{{Match: "*", ID: []string{"_id"}}}, wantOp: OpDelete, wantTable: "inventory.customers", wantDocKey: "596e275826f08b2730779e1f", wantKind: KindMongo},
 		// ExtractNewRecordState
 		{name: "unwrap_delete_rewrite", file: "unwrap-delete-rewrite", topic: "dbserver1.public.articles", wantOp: OpDelete, wantTable: "public.articles", wantDocKey: "5", wantKind: KindPostgres},
@@ -109,6 +109,9 @@ func TestDecode(t *testing.T) {
 		{name: "heartbeat_schema", file: "heartbeat", wantSkip: SkipHeartbeat},
 		{name: "heartbeat_topic", value: `{"ts_ms":1588252618953}`, topic: "__debezium-heartbeat.dbserver1", wantSkip: SkipHeartbeat},
 		{name: "flattened_status_column_is_a_row", value: `{"id":"1","status":"END","__source_ts_ms":1}`, key: `{"id":"1"}`, wantOp: OpUpdate, wantTable: "public.articles", wantDocKey: "1", wantKind: KindTS},
+		{name: "flattened_row_with_source_column", value: `{"id":"1","source":"rss","__source_ts_ms":1}`, key: `{"id":"1"}`, wantOp: OpUpdate, wantTable: "public.articles", wantDocKey: "1", wantKind: KindTS},
+		{name: "flattened_row_with_source_object", value: `{"id":"1","source":{"feed":"rss"},"__source_ts_ms":1}`, key: `{"id":"1"}`, wantOp: OpUpdate, wantTable: "public.articles", wantDocKey: "1", wantKind: KindTS},
+		{name: "envelope_without_op_source_only", value: `{"source":{"connector":"postgresql","lsn":1},"after":{"id":1}}`, key: `{"id":1}`, wantErr: reasonNoOp},
 		// Malformed input
 		{name: "not_json", value: `{"op":`, wantErr: reasonNotJSON},
 		{name: "trailing_data", value: `{"a":1} {"b":2}`, wantErr: reasonNotJSON},
