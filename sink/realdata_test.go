@@ -29,7 +29,7 @@ type editEvent struct {
 	Body  *string `json:"body"`
 }
 
-// loadEdits reads a deterministic sample (1 in 100 documents) of the tldr
+// loadEdits reads a deterministic sample (1 in 200 documents) of the tldr
 // edit history, or skips when the shared data is absent.
 func loadEdits(t *testing.T) []editEvent {
 	t.Helper()
@@ -50,7 +50,7 @@ func loadEdits(t *testing.T) []editEvent {
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &e))
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(e.DocID))
-		if h.Sum32()%100 == 0 {
+		if h.Sum32()%200 == 0 {
 			out = append(out, e)
 		}
 	}
