@@ -1,0 +1,169 @@
+package embedder
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Providers accepted in Config.Provider.
+const (
+	ProviderOpenAI  = "openai"
+	ProviderHashing = "hashing"
+)
+
+// API types accepted in Config.APIType.
+const (
+	APITypeOpenAI = "openai"
+	APITypeAzure  = "azure"
+)
+
+// HashingModel is the model name of the Hashing embedder. It is versioned
+// because stored vectors are only comparable with vectors of the same
+// feature set.
+const HashingModel = "hashing-v1"
+
+const defaultBaseURL = "https://api.openai.com/v1"
+
+// Config is the embedder section of ragsync.yaml.
+type Config struct {
+	// Provider is "openai" (any OpenAI-compatible endpoint) or "hashing"
+	// (offline). There is no default: the choice decides what the index
+	// holds.
+	Provider string `yaml:"provider"`
+	// BaseURL is the API root that "/embeddings" is appended to, e.g.
+	// http://localhost:11434/v1 for Ollama. Defaults to
+	// https://api.openai.com/v1.
+	BaseURL string `yaml:"base_url"`
+	// APIType is "openai" or "azure" (api-key header, deployment URLs; Model
+	// is the deployment name). Defaults to "openai".
+	APIType string `yaml:"api_type"`
+	// APIVersion is the Azure api-version query parameter. Defaults to
+	// 2024-02-01 when APIType is "azure".
+	APIVersion string `yaml:"api_version"`
+	// Model is the embedding model; required for openai. Defaults to
+	// "hashing-v1" for hashing, the only model it has.
+	Model string `yaml:"model"`
+	// Dimensions is the vector size the index stores; required, > 0. For
+	// text-embedding-3-* it is sent to the API, which shortens vectors.
+	Dimensions int `yaml:"dimensions"`
+	// APIKey authenticates to the API; set it as ${OPENAI_API_KEY} so it
+	// stays out of files. It is redacted when the config is logged.
+	APIKey string `yaml:"api_key"`
+	// MaxBatchInputs caps the texts per request. Defaults to 256 (OpenAI
+	// allows 2048).
+	MaxBatchInputs int `yaml:"max_batch_inputs"`
+	// MaxBatchTokens caps the cl100k_base tokens per request. Defaults to
+	// 250000 (OpenAI allows 300000).
+	MaxBatchTokens int `yaml:"max_batch_tokens"`
+	// Timeout bounds one request attempt. Defaults to 60s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxRetries is how many times a failed request is retried after the
+	// first attempt. Defaults to 5; a negative value disables retries.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.BaseURL == "" {
+		c.BaseURL = defaultBaseURL
+	}
+	if c.APIType == "" {
+		c.APIType = APITypeOpenAI
+	}
+	if c.APIType == APITypeAzure && c.APIVersion == "" {
+		c.APIVersion = "2024-02-01"
+	}
+	if c.Provider == ProviderHashing && c.Model == "" {
+		c.Model = HashingModel
+	}
+	if c.MaxBatchInputs == 0 {
+		c.MaxBatchInputs = 256
+	}
+	if c.MaxBatchTokens == 0 {
+		c.MaxBatchTokens = 250_000
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 60 * time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 5
+	}
+	return c
+}
+
+// Validate reports every problem of c at once, each naming its yaml path
+// and the fix. Call it on the result of WithDefaults.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Provider {
+	case ProviderOpenAI:
+		if c.Model == "" {
+			add("embedder.model: required for provider openai, e.g. text-embedding-3-small")
+		}
+		if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("embedder.base_url: %q is not an http(s) URL, e.g. https://api.openai.com/v1", c.BaseURL)
+		} else if c.APIKey == "" && strings.HasSuffix(u.Hostname(), "openai.com") {
+			add("embedder.api_key: required for %s, set OPENAI_API_KEY and api_key: ${OPENAI_API_KEY}", u.Hostname())
+		}
+		switch c.APIType {
+		case APITypeAzure:
+			if c.BaseURL == defaultBaseURL {
+				add("embedder.base_url: set it to your Azure OpenAI endpoint, e.g. https://NAME.openai.azure.com")
+			}
+		case APITypeOpenAI:
+		default:
+			add("embedder.api_type: %q is not an API type, use %q or %q", c.APIType, APITypeOpenAI, APITypeAzure)
+		}
+	case ProviderHashing:
+		if c.Model != HashingModel {
+			add("embedder.model: provider hashing only has model %q, got %q", HashingModel, c.Model)
+		}
+	case "":
+		add("embedder.provider: required, use %q or %q", ProviderOpenAI, ProviderHashing)
+	default:
+		add("embedder.provider: %q is not a provider, use %q or %q", c.Provider, ProviderOpenAI, ProviderHashing)
+	}
+	if c.Dimensions <= 0 {
+		add("embedder.dimensions: must be > 0, set it to the model's output size (1536 for text-embedding-3-small), got %d", c.Dimensions)
+	}
+	if c.MaxBatchInputs < 1 || c.MaxBatchInputs > 2048 {
+		add("embedder.max_batch_inputs: must be in 1..2048, got %d", c.MaxBatchInputs)
+	}
+	if c.MaxBatchTokens < 1 {
+		add("embedder.max_batch_tokens: must be > 0, got %d", c.MaxBatchTokens)
+	}
+	if c.Timeout < 0 {
+		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
+	}
+	return errors.Join(errs...)
+}
+
+// LogValue implements slog.LogValuer so that logging a Config never leaks
+// the API key.
+func (c Config) LogValue() slog.Value {
+	key := ""
+	if c.APIKey != "" {
+		key = "[redacted]"
+	}
+	return slog.GroupValue(
+		slog.String("provider", c.Provider), slog.String("base_url", c.BaseURL),
+		slog.String("api_type", c.APIType), slog.String("model", c.Model),
+		slog.Int("dimensions", c.Dimensions), slog.String("api_key", key),
+		slog.Int("max_batch_inputs", c.MaxBatchInputs), slog.Int("max_batch_tokens", c.MaxBatchTokens),
+		slog.Duration("timeout", c.Timeout), slog.Int("max_retries", c.MaxRetries),
+	)
+}
+
+// String redacts the API key, for %v and %s.
+func (c Config) String() string {
+	if c.APIKey != "" {
+		c.APIKey = "[redacted]"
+	}
+	type plain Config // no String method: avoids recursion
+	return fmt.Sprintf("%+v", plain(c))
+}

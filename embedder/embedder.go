@@ -1,0 +1,39 @@
+package embedder
+
+import (
+	"context"
+	"fmt"
+)
+
+// Client is what New returns: either an *OpenAI or a *Hashing. Consumers
+// declare their own, smaller interfaces (the pipeline's Embedder needs only
+// Embed).
+type Client interface {
+	// Embed returns one vector per text, in input order, each of
+	// Dimensions() entries. An empty input returns an empty result without
+	// any request.
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	// Model names the model the vectors come from; with Dimensions it
+	// identifies which stored vectors are comparable.
+	Model() string
+	// Dimensions is the length of every returned vector.
+	Dimensions() int
+}
+
+var (
+	_ Client = (*OpenAI)(nil)
+	_ Client = (*Hashing)(nil)
+)
+
+// New returns the Client that cfg.Provider names, after applying defaults;
+// the error lists every invalid field.
+func New(cfg Config) (Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("embedder config: %w", err)
+	}
+	if cfg.Provider == ProviderHashing {
+		return NewHashing(cfg.Dimensions), nil
+	}
+	return NewOpenAI(cfg)
+}

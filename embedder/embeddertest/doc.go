@@ -1,0 +1,3 @@
+// Package embeddertest is the contract suite every embedder.Client must
+// pass: order, determinism, dimensions, empty input and cancellation.
+package embeddertest

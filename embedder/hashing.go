@@ -1,0 +1,121 @@
+package embedder
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Hashing is an offline, deterministic embedder: feature hashing of
+// lower-cased word unigrams, word bigrams and character 3-grams. Each
+// feature is hashed with FNV-1a (64-bit) to a dimension and a sign, weighted
+// by sublinear term frequency 1+ln(tf), and the vector is L2-normalised.
+// Texts that share words or spellings get a positive cosine similarity, so
+// search works end to end without a model; it is not semantic.
+//
+// The zero value is unusable; call NewHashing. Hashing is safe for
+// concurrent use.
+type Hashing struct {
+	dims int
+}
+
+// NewHashing returns a Hashing embedder producing vectors of dims entries.
+func NewHashing(dims int) *Hashing { return &Hashing{dims: dims} }
+
+// Model returns "hashing-v1".
+func (h *Hashing) Model() string { return HashingModel }
+
+// Dimensions returns the vector length.
+func (h *Hashing) Dimensions() int { return h.dims }
+
+// Embed returns one unit-length vector per text; an empty text gives the
+// zero vector. It fails only on a cancelled ctx or dims < 1.
+func (h *Hashing) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if len(texts) == 0 {
+		return [][]float32{}, nil
+	}
+	if h.dims < 1 {
+		return nil, fmt.Errorf("embed with %s: dimensions must be > 0, got %d", HashingModel, h.dims)
+	}
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		// A long batch checks ctx as it goes; hashing is fast but not free.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		out[i] = h.vector(t)
+	}
+	return out, nil
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnv1a hashes a feature namespace byte followed by s, so that the word
+// "the" and the trigram "the" land on different dimensions.
+func fnv1a(ns byte, s string) uint64 {
+	h := uint64(fnvOffset)
+	h ^= uint64(ns)
+	h *= fnvPrime
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func (h *Hashing) vector(text string) []float32 {
+	text = strings.ToLower(strings.Join(strings.Fields(norm.NFC.String(text)), " "))
+	// Features are summed in first-seen order, not map order: float addition
+	// is not associative, and the same text must give bit-identical vectors.
+	tf := map[uint64]int{}
+	var order []uint64
+	add := func(f uint64) {
+		if tf[f] == 0 {
+			order = append(order, f)
+		}
+		tf[f]++
+	}
+	words := strings.FieldsFunc(text, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
+	})
+	for i, w := range words {
+		add(fnv1a('w', w))
+		if i > 0 {
+			add(fnv1a('b', words[i-1]+" "+w))
+		}
+	}
+	if text != "" {
+		runes := []rune(" " + text + " ")
+		for i := 0; i+3 <= len(runes); i++ {
+			add(fnv1a('c', string(runes[i:i+3])))
+		}
+	}
+	acc := make([]float64, h.dims)
+	for _, f := range order {
+		w := 1 + math.Log(float64(tf[f]))
+		if f>>63 == 1 {
+			w = -w
+		}
+		acc[f%uint64(h.dims)] += w
+	}
+	var norm2 float64
+	for _, x := range acc {
+		norm2 += x * x
+	}
+	v := make([]float32, h.dims)
+	if norm2 == 0 {
+		return v
+	}
+	inv := 1 / math.Sqrt(norm2)
+	for i, x := range acc {
+		v[i] = float32(x * inv)
+	}
+	return v
+}

@@ -1,0 +1,241 @@
+package embedder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// OpenAI embeds texts through an OpenAI-compatible /embeddings endpoint. It
+// splits a call into requests of at most MaxBatchInputs texts and
+// MaxBatchTokens tokens, sends them one after another, retries transient
+// failures and checks every vector's size. It is safe for concurrent use;
+// Close releases idle connections.
+type OpenAI struct {
+	cfg       Config
+	client    *openai.Client
+	transport *http.Transport
+	sendDims  bool
+	// sleep waits between attempts; tests replace it to record the waits.
+	sleep func(ctx context.Context, d time.Duration) error
+	stats stats
+}
+
+// Stats are cumulative counters of an OpenAI client, for metrics and tests.
+type Stats struct {
+	Requests  int64         // HTTP requests sent, retries included
+	Retries   int64         // requests that were retries of a failed one
+	Inputs    int64         // texts embedded successfully
+	Tokens    int64         // prompt tokens the API reported as used
+	Failures  int64         // Embed calls that returned an error
+	RetryWait time.Duration // total time waited before retries
+}
+
+type stats struct {
+	requests, retries, inputs, tokens, failures, retryWait atomic.Int64
+}
+
+// NewOpenAI returns a client for cfg (Provider may be left empty) after
+// applying defaults; the error lists every invalid field.
+func NewOpenAI(cfg Config) (*OpenAI, error) {
+	if cfg.Provider == "" {
+		cfg.Provider = ProviderOpenAI
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("embedder config: %w", err)
+	}
+	if cfg.Provider != ProviderOpenAI {
+		return nil, fmt.Errorf("embedder config: embedder.provider: NewOpenAI needs %q, got %q", ProviderOpenAI, cfg.Provider)
+	}
+	var cc openai.ClientConfig
+	if cfg.APIType == APITypeAzure {
+		cc = openai.DefaultAzureConfig(cfg.APIKey, cfg.BaseURL)
+		cc.APIVersion = cfg.APIVersion
+	} else {
+		cc = openai.DefaultConfig(cfg.APIKey)
+		cc.BaseURL = cfg.BaseURL
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Per-attempt timeouts come from the request context, so the client
+	// itself has none; a client timeout would also cut Retry-After reads.
+	cc.HTTPClient = headerDoer{c: &http.Client{Transport: tr}}
+	return &OpenAI{
+		cfg:       cfg,
+		client:    openai.NewClientWithConfig(cc),
+		transport: tr,
+		// Only text-embedding-3 and later accept "dimensions"; older models
+		// and most self-hosted servers reject the field with a 400.
+		sendDims: strings.HasPrefix(cfg.Model, "text-embedding-3"),
+		sleep:    sleepCtx,
+	}, nil
+}
+
+// Model returns the configured model name.
+func (o *OpenAI) Model() string { return o.cfg.Model }
+
+// Dimensions returns the vector length every reply is checked against.
+func (o *OpenAI) Dimensions() int { return o.cfg.Dimensions }
+
+// Close releases idle HTTP connections. The client stays usable.
+func (o *OpenAI) Close() { o.transport.CloseIdleConnections() }
+
+// Stats returns a snapshot of the counters.
+func (o *OpenAI) Stats() Stats {
+	return Stats{
+		Requests:  o.stats.requests.Load(),
+		Retries:   o.stats.retries.Load(),
+		Inputs:    o.stats.inputs.Load(),
+		Tokens:    o.stats.tokens.Load(),
+		Failures:  o.stats.failures.Load(),
+		RetryWait: time.Duration(o.stats.retryWait.Load()),
+	}
+}
+
+// Embed returns one vector per text in input order. Errors that retrying
+// cannot fix (4xx, wrong dimensions, empty text) satisfy
+// interface{ Permanent() bool } with Permanent() == true; a cancelled ctx
+// returns an error that wraps ctx.Err().
+func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if len(texts) == 0 {
+		return [][]float32{}, nil
+	}
+	vecs, err := o.embed(ctx, texts)
+	if err != nil {
+		o.stats.failures.Add(1)
+		return nil, fmt.Errorf("embed %d texts with %s: %w", len(texts), o.cfg.Model, err)
+	}
+	return vecs, nil
+}
+
+func (o *OpenAI) embed(ctx context.Context, texts []string) ([][]float32, error) {
+	for i, t := range texts {
+		if t == "" {
+			return nil, &InputError{Index: i, Reason: "empty text (the API rejects empty inputs)"}
+		}
+	}
+	out := make([][]float32, len(texts))
+	for _, b := range batches(texts, o.cfg.MaxBatchInputs, o.cfg.MaxBatchTokens) {
+		vecs, err := o.embedBatch(ctx, texts[b.start:b.end])
+		if err != nil {
+			return nil, fmt.Errorf("batch %d..%d: %w", b.start, b.end-1, err)
+		}
+		copy(out[b.start:b.end], vecs)
+	}
+	return out, nil
+}
+
+// embedBatch sends one request, retrying transient failures with capped,
+// jittered exponential backoff, or as long as the server asks.
+func (o *OpenAI) embedBatch(ctx context.Context, batch []string) ([][]float32, error) {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		vecs, hdr, err := o.attempt(ctx, batch)
+		if err == nil {
+			return vecs, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+		var p interface{ Permanent() bool }
+		if errors.As(err, &p) && p.Permanent() {
+			return nil, err
+		}
+		if attempt >= o.cfg.MaxRetries {
+			return nil, fmt.Errorf("%d attempts: %w", attempt+1, err)
+		}
+		wait, ok := serverWait(hdr, time.Now())
+		if !ok {
+			wait = backoff(attempt)
+		}
+		o.stats.retries.Add(1)
+		o.stats.retryWait.Add(int64(wait))
+		if serr := o.sleep(ctx, wait); serr != nil {
+			return nil, fmt.Errorf("%w (last error: %v)", serr, err)
+		}
+	}
+}
+
+// attempt makes one request and checks the reply against the batch. It
+// returns the response headers (nil if none arrived) for Retry-After.
+func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
+	defer cancel()
+	var hdr http.Header
+	ctx = context.WithValue(ctx, headerKey{}, &hdr)
+	req := openai.EmbeddingRequestStrings{Input: batch, Model: openai.EmbeddingModel(o.cfg.Model)}
+	if o.sendDims {
+		req.Dimensions = o.cfg.Dimensions
+	}
+	o.stats.requests.Add(1)
+	resp, err := o.client.CreateEmbeddings(ctx, req)
+	if err != nil {
+		return nil, hdr, o.classify(ctx, err)
+	}
+	if len(resp.Data) != len(batch) {
+		return nil, hdr, &ResponseError{Model: o.cfg.Model,
+			Reason: fmt.Sprintf("%d vectors for %d inputs", len(resp.Data), len(batch))}
+	}
+	out := make([][]float32, len(batch))
+	for _, d := range resp.Data {
+		// Order by the index field, not by position: the API documents
+		// index as the input's position and does not promise order.
+		if d.Index < 0 || d.Index >= len(batch) || out[d.Index] != nil {
+			return nil, hdr, &ResponseError{Model: o.cfg.Model,
+				Reason: fmt.Sprintf("index %d out of range or repeated", d.Index)}
+		}
+		if len(d.Embedding) != o.cfg.Dimensions {
+			return nil, hdr, &DimensionError{Model: o.cfg.Model, Got: len(d.Embedding), Want: o.cfg.Dimensions}
+		}
+		out[d.Index] = d.Embedding
+	}
+	o.stats.inputs.Add(int64(len(batch)))
+	o.stats.tokens.Add(int64(resp.Usage.PromptTokens))
+	return out, hdr, nil
+}
+
+// classify turns go-openai's errors into ours; transport errors (resets,
+// refused connections, attempt timeouts) pass through and are retried.
+func (o *OpenAI) classify(ctx context.Context, err error) error {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
+		return &APIError{StatusCode: apiErr.HTTPStatusCode, Model: o.cfg.Model, Message: apiErr.Message}
+	}
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0 {
+		body := string(reqErr.Body)
+		if len(body) > 200 {
+			body = body[:200] + "…"
+		}
+		return &APIError{StatusCode: reqErr.HTTPStatusCode, Model: o.cfg.Model, Message: strings.TrimSpace(body)}
+	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return fmt.Errorf("request timed out after %s (embedder.timeout): %w", o.cfg.Timeout, err)
+	}
+	return err
+}
+
+// headerKey carries a *http.Header through the request context so that
+// headerDoer can hand the response headers back: go-openai's errors drop
+// them, and 429s need Retry-After.
+type headerKey struct{}
+
+type headerDoer struct{ c *http.Client }
+
+func (d headerDoer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := d.c.Do(req)
+	if resp != nil {
+		if p, ok := req.Context().Value(headerKey{}).(*http.Header); ok {
+			*p = resp.Header
+		}
+	}
+	return resp, err
+}

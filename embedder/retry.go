@@ -1,0 +1,74 @@
+package embedder
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+const (
+	backoffBase = 500 * time.Millisecond
+	backoffCap  = 30 * time.Second
+	// maxServerWait bounds a server-requested wait, so a bogus header
+	// cannot park a batch for hours; ctx bounds it further.
+	maxServerWait = 10 * time.Minute
+)
+
+// backoff returns the wait before retry number attempt+1: exponential from
+// backoffBase, capped at backoffCap, with jitter over its upper half so
+// that clients that failed together do not retry together.
+func backoff(attempt int) time.Duration {
+	d := backoffCap
+	if attempt < 16 {
+		d = min(backoffBase<<attempt, backoffCap)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// serverWait reads how long the server asked us to wait, in order of
+// precision: retry-after-ms (OpenAI, Azure), Retry-After as seconds or an
+// HTTP date (RFC 9110 §10.2.3), then the later of OpenAI's
+// x-ratelimit-reset-requests and x-ratelimit-reset-tokens ("1s", "6m0s").
+func serverWait(h http.Header, now time.Time) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	clamp := func(d time.Duration) (time.Duration, bool) { return min(max(d, 0), maxServerWait), true }
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil {
+			return clamp(time.Duration(ms * float64(time.Millisecond)))
+		}
+	}
+	if v := h.Get("Retry-After"); v != "" {
+		if s, err := strconv.ParseFloat(v, 64); err == nil {
+			return clamp(time.Duration(s * float64(time.Second)))
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return clamp(t.Sub(now))
+		}
+	}
+	var wait time.Duration
+	found := false
+	for _, k := range []string{"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens"} {
+		if d, err := time.ParseDuration(h.Get(k)); err == nil {
+			wait, found = max(wait, d), true
+		}
+	}
+	if found {
+		return clamp(wait)
+	}
+	return 0, false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

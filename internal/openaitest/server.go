@@ -1,0 +1,328 @@
+package openaitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
+)
+
+// Options configure a Server. The zero value serves any model with 16
+// dimensions, no auth and no limits.
+type Options struct {
+	// Dimensions is the vector size when a request has no "dimensions".
+	// Defaults to 16.
+	Dimensions int
+	// APIKey, if set, is required as "Authorization: Bearer <key>" (or an
+	// "api-key" header, as Azure sends); otherwise the reply is 401.
+	APIKey string
+	// MaxInputs, if > 0, rejects requests with more inputs with a 400, like
+	// OpenAI's 2048 limit.
+	MaxInputs int
+	// MaxTokens, if > 0, rejects requests with more cl100k_base tokens in
+	// total with a 400, like OpenAI's 300k limit.
+	MaxTokens int
+	// Models, if set, lists the models served; others get a 404.
+	Models []string
+}
+
+// Fault changes how the server answers one request. Status and Drop replace
+// the answer; Delay and Dimensions modify a normal one.
+type Fault struct {
+	// Status, if non-zero, is returned with an OpenAI-style error body.
+	Status int
+	// RetryAfter is sent as the Retry-After header (seconds or an HTTP date).
+	RetryAfter string
+	// Header adds arbitrary response headers (retry-after-ms,
+	// x-ratelimit-reset-requests…).
+	Header http.Header
+	// Delay holds the reply back; the handler gives up early if the client
+	// goes away.
+	Delay time.Duration
+	// Drop closes the connection without answering.
+	Drop bool
+	// Dimensions, if > 0, makes the vectors this long whatever was asked.
+	Dimensions int
+}
+
+// Request is one request as the server decoded it.
+type Request struct {
+	Model          string
+	Input          []string
+	Dimensions     int
+	EncodingFormat string
+}
+
+// Server is a running fake. Counters are safe to read at any time; they
+// count every request received (Requests) and what was served successfully
+// (Inputs, Tokens).
+type Server struct {
+	// URL is the base URL to configure as embedder.base_url (ends in /v1).
+	URL string
+
+	Requests atomic.Int64
+	Inputs   atomic.Int64
+	Tokens   atomic.Int64
+
+	// Hook, if set before requests arrive, picks a fault per request; it
+	// runs after the queued faults of FailNext are used up.
+	Hook func(r Request) *Fault
+
+	opts   Options
+	srv    *httptest.Server
+	mu     sync.Mutex
+	faults []Fault
+	served []Request // successful requests, in order
+}
+
+// New starts a Server that is closed when t ends.
+func New(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if opts.Dimensions == 0 {
+		opts.Dimensions = 16
+	}
+	s := &Server{opts: opts}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.handle))
+	s.URL = s.srv.URL + "/v1"
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// FailNext makes the next n requests fail (or slow down) as f says.
+func (s *Server) FailNext(n int, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.faults = append(s.faults, f)
+	}
+}
+
+// Served returns the requests answered successfully, in arrival order.
+func (s *Server) Served() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.served...)
+}
+
+// BatchSizes returns the input count of every successful request.
+func (s *Server) BatchSizes() []int {
+	var out []int
+	for _, r := range s.Served() {
+		out = append(out, len(r.Input))
+	}
+	return out
+}
+
+func (s *Server) nextFault(r Request) *Fault {
+	s.mu.Lock()
+	if len(s.faults) > 0 {
+		f := s.faults[0]
+		s.faults = s.faults[1:]
+		s.mu.Unlock()
+		return &f
+	}
+	s.mu.Unlock()
+	if s.Hook != nil {
+		return s.Hook(r)
+	}
+	return nil
+}
+
+type wireRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	Dimensions     int             `json:"dimensions"`
+	EncodingFormat string          `json:"encoding_format"`
+}
+
+type wireEmbedding struct {
+	Object    string `json:"object"`
+	Index     int    `json:"index"`
+	Embedding any    `json:"embedding"` // []float32, or a base64 string
+}
+
+type wireResponse struct {
+	Object string          `json:"object"`
+	Data   []wireEmbedding `json:"data"`
+	Model  string          `json:"model"`
+	Usage  struct {
+		PromptTokens int `json:"prompt_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil},
+	})
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	s.Requests.Add(1)
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/embeddings") {
+		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if s.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey &&
+		r.Header.Get("api-key") != s.opts.APIKey {
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "Incorrect API key provided.")
+		return
+	}
+	var wr wireRequest
+	if err := json.NewDecoder(r.Body).Decode(&wr); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
+		return
+	}
+	req := Request{Model: wr.Model, Dimensions: wr.Dimensions, EncodingFormat: wr.EncodingFormat}
+	if err := decodeInput(wr.Input, &req.Input); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+
+	f := s.nextFault(req)
+	if f != nil && f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f != nil {
+		for k, vs := range f.Header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		if f.Drop {
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler) // aborts the response without a reply
+		}
+		if f.Status != 0 {
+			writeError(w, f.Status, "server_error", fmt.Sprintf("injected fault %d", f.Status))
+			return
+		}
+	}
+
+	if req.Model == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "you must provide a model parameter")
+		return
+	}
+	if len(s.opts.Models) > 0 && !contains(s.opts.Models, req.Model) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("The model `%s` does not exist", req.Model))
+		return
+	}
+	if len(req.Input) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "'$.input' is invalid: empty")
+		return
+	}
+	if s.opts.MaxInputs > 0 && len(req.Input) > s.opts.MaxInputs {
+		writeError(w, http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("'$.input' is invalid: %d inputs, at most %d allowed", len(req.Input), s.opts.MaxInputs))
+		return
+	}
+	tokens := 0
+	for i, in := range req.Input {
+		if in == "" {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("'$.input[%d]' is invalid: empty string", i))
+			return
+		}
+		tokens += chunker.CountTokens(in)
+	}
+	if s.opts.MaxTokens > 0 && tokens > s.opts.MaxTokens {
+		writeError(w, http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("Requested %d tokens, max %d tokens per request", tokens, s.opts.MaxTokens))
+		return
+	}
+
+	dims := s.opts.Dimensions
+	if req.Dimensions > 0 {
+		dims = req.Dimensions
+	}
+	if f != nil && f.Dimensions > 0 {
+		dims = f.Dimensions
+	}
+	vecs, err := embedder.NewHashing(dims).Embed(context.Background(), req.Input)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "server_error", err.Error())
+		return
+	}
+	resp := wireResponse{Object: "list", Model: req.Model}
+	resp.Usage.PromptTokens, resp.Usage.TotalTokens = tokens, tokens
+	for i, v := range vecs {
+		e := wireEmbedding{Object: "embedding", Index: i, Embedding: v}
+		if req.EncodingFormat == "base64" {
+			e.Embedding = encodeBase64(v)
+		}
+		resp.Data = append(resp.Data, e)
+	}
+	s.mu.Lock()
+	s.served = append(s.served, req)
+	s.mu.Unlock()
+	s.Inputs.Add(int64(len(req.Input)))
+	s.Tokens.Add(int64(tokens))
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// decodeInput accepts input as a string or an array of strings, as the
+// API does; token arrays are not supported by this fake.
+func decodeInput(raw json.RawMessage, out *[]string) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return fmt.Errorf("'$.input' is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("'$.input' is invalid: %v", err)
+		}
+		*out = []string{s}
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("'$.input' is invalid: want a string or an array of strings: %v", err)
+	}
+	return nil
+}
+
+// encodeBase64 packs v as little-endian float32s, the format OpenAI uses
+// for encoding_format=base64.
+func encodeBase64(v []float32) string {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
