@@ -83,10 +83,7 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (O
 		case c == 0 && !st.deleted:
 			return Outcome{Duplicate: true}, nil
 		}
-		if err := s.updateDoc(ctx, tx, id, d); err != nil {
-			return Outcome{}, err
-		}
-		if stored, err = s.storedChunks(ctx, tx, id); err != nil {
+		if stored, err = s.updateDoc(ctx, tx, id, d); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -158,22 +155,24 @@ func (s *Store) insertDoc(ctx context.Context, tx pgx.Tx, id string, d Document)
 	return tag.RowsAffected() == 1, nil
 }
 
-func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document) error {
-	_, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
+// updateDoc writes the document row and reads its stored chunks, in one
+// round trip.
+func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document) ([]storedChunk, error) {
+	b := &pgx.Batch{}
+	b.Queue("UPDATE "+s.tDocs+
 		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
 		" metadata = $7, tenant = $8, row = $9, updated_at = now()"+
 		" WHERE index_name = $1 AND id = $2",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
 		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
-	if err != nil {
-		return fmt.Errorf("update document: %w", err)
-	}
-	return nil
-}
-
-func (s *Store) storedChunks(ctx context.Context, tx pgx.Tx, id string) ([]storedChunk, error) {
-	rows, err := tx.Query(ctx, "SELECT id, position, content_hash FROM "+s.tChunks+
+	b.Queue("SELECT id, position, content_hash FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("update document: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("read chunks: %w", err)
 	}
@@ -185,7 +184,7 @@ func (s *Store) storedChunks(ctx context.Context, tx pgx.Tx, id string) ([]store
 	if err != nil {
 		return nil, fmt.Errorf("read chunks: %w", err)
 	}
-	return out, nil
+	return out, br.Close()
 }
 
 // fillVectors takes the vectors of chunks that came without one from the
