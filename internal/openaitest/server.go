@@ -77,14 +77,11 @@ type Server struct {
 	Inputs   atomic.Int64
 	Tokens   atomic.Int64
 
-	// Hook, if set before requests arrive, picks a fault per request; it
-	// runs after the queued faults of FailNext are used up.
-	Hook func(r Request) *Fault
-
 	opts   Options
 	srv    *httptest.Server
 	mu     sync.Mutex
 	faults []Fault
+	hook   func(r Request) *Fault
 	served []Request // successful requests, in order
 }
 
@@ -108,6 +105,14 @@ func (s *Server) FailNext(n int, f Fault) {
 	for range n {
 		s.faults = append(s.faults, f)
 	}
+}
+
+// SetHook installs f to pick a fault (or nil) for each request once the
+// faults queued by FailNext are used up. f runs on server goroutines.
+func (s *Server) SetHook(f func(r Request) *Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = f
 }
 
 // Served returns the requests answered successfully, in arrival order.
@@ -134,9 +139,10 @@ func (s *Server) nextFault(r Request) *Fault {
 		s.mu.Unlock()
 		return &f
 	}
+	hook := s.hook
 	s.mu.Unlock()
-	if s.Hook != nil {
-		return s.Hook(r)
+	if hook != nil {
+		return hook(r)
 	}
 	return nil
 }
