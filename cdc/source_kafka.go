@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -119,6 +120,9 @@ func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
 		return errors.Join(errs...)
 	}
 	committed, err := adm.FetchOffsets(ctx, cfg.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil // a new group starts at the beginning
+	}
 	if err != nil {
 		return fmt.Errorf("fetch committed offsets of group %s: %w", cfg.Group, err)
 	}

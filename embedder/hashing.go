@@ -85,21 +85,35 @@ func (h *Hashing) vector(text string) []float32 {
 	words := strings.FieldsFunc(text, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
 	})
-	for i, w := range words {
-		add(fnv1a('w', w))
-		if i > 0 {
-			add(fnv1a('b', words[i-1]+" "+w))
+	// Function words carry no topic and, hashed, would make every English
+	// text look alike; they are dropped before any feature is made.
+	content := words[:0:0]
+	for _, w := range words {
+		if !stopwords[w] {
+			content = append(content, w)
 		}
 	}
-	if text != "" {
-		runes := []rune(" " + text + " ")
-		for i := 0; i+3 <= len(runes); i++ {
-			add(fnv1a('c', string(runes[i:i+3])))
+	weight := map[uint64]float64{}
+	for i, w := range content {
+		add(fnv1a('w', w))
+		if i > 0 {
+			add(fnv1a('b', content[i-1]+" "+w))
+		}
+		// Character 3-grams inside each word let "leaves" meet "leaf" and
+		// "chains" meet "chain"; they weigh less than whole words.
+		runes := []rune(" " + w + " ")
+		for j := 0; j+3 <= len(runes); j++ {
+			f := fnv1a('c', string(runes[j:j+3]))
+			add(f)
+			weight[f] = trigramWeight
 		}
 	}
 	acc := make([]float64, h.dims)
 	for _, f := range order {
 		w := 1 + math.Log(float64(tf[f]))
+		if fw, ok := weight[f]; ok {
+			w *= fw
+		}
 		if f>>63 == 1 {
 			w = -w
 		}
@@ -119,3 +133,21 @@ func (h *Hashing) vector(text string) []float32 {
 	}
 	return v
 }
+
+// trigramWeight scales character 3-gram features against word features.
+const trigramWeight = 0.25
+
+// stopwords are common English function words.
+var stopwords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`a about above after again against all am an and any are as at be because been
+before being below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers herself him himself his how i if in into is it its itself just me
+more most my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those through
+to too under until up very was we were what when where which while who whom why will with would you your
+yours yourself yourselves s t don won isn aren wasn weren doesn didn can't won't it's i'm you're`) {
+		m[w] = true
+	}
+	return m
+}()

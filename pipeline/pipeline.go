@@ -72,6 +72,11 @@ type Stages struct {
 	// Transient reports whether an error is worth retrying without limit
 	// (a dependency that will come back). Nil treats no error as transient.
 	Transient func(error) bool
+	// Fatal reports whether an error is a configuration mistake that every
+	// message would hit (wrong dimensions, bad API key): the pipeline stops
+	// with it instead of dead-lettering message after message. Nil treats no
+	// error as fatal.
+	Fatal func(error) bool
 }
 
 // Pipeline moves changes from a source to the sink.
@@ -107,6 +112,9 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	}
 	if st.Transient == nil {
 		st.Transient = func(error) bool { return false }
+	}
+	if st.Fatal == nil {
+		st.Fatal = func(error) bool { return false }
 	}
 	return &Pipeline{
 		cfg:     cfg,
@@ -243,6 +251,9 @@ func (p *Pipeline) applyOne(ctx context.Context, it item) error {
 	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
 	if err == nil || ctx.Err() != nil {
 		return err
+	}
+	if p.st.Fatal(err) {
+		return fmt.Errorf("stop at %s/%d@%d: %w", it.msg.Topic, it.msg.Partition, it.msg.Offset, err)
 	}
 	p.metrics.changes.WithLabelValues(string(it.change.Op), "dead_lettered").Inc()
 	return p.deadLetter(ctx, it.msg, err)

@@ -17,22 +17,24 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/pipeline"
 )
 
 // Config is ragsync.yaml. Names are a contract (DESIGN.md): add fields,
 // never rename.
 type Config struct {
-	Source   SourceConfig   `yaml:"source"`
-	Tables   []TableConfig  `yaml:"tables"`
-	Chunker  ChunkerConfig  `yaml:"chunker"`
-	Embedder EmbedderConfig `yaml:"embedder"`
-	Postgres PostgresConfig `yaml:"postgres"`
-	Index    string         `yaml:"index"`
-	Pipeline PipelineConfig `yaml:"pipeline"`
-	DLQ      DLQConfig      `yaml:"dlq"`
-	HTTP     HTTPConfig     `yaml:"http"`
-	Log      LogConfig      `yaml:"log"`
+	Source    SourceConfig    `yaml:"source"`
+	Tables    []TableConfig   `yaml:"tables"`
+	Chunker   ChunkerConfig   `yaml:"chunker"`
+	Embedder  EmbedderConfig  `yaml:"embedder"`
+	Postgres  PostgresConfig  `yaml:"postgres"`
+	Index     string          `yaml:"index"`
+	Pipeline  PipelineConfig  `yaml:"pipeline"`
+	FrontDoor FrontDoorConfig `yaml:"frontdoor"`
+	DLQ       DLQConfig       `yaml:"dlq"`
+	HTTP      HTTPConfig      `yaml:"http"`
+	Log       LogConfig       `yaml:"log"`
 }
 
 type SourceConfig struct {
@@ -94,6 +96,13 @@ type PostgresConfig struct {
 
 type PipelineConfig struct {
 	Workers int `yaml:"workers"`
+}
+
+// FrontDoorConfig is the Redis Stream query front door: enabled, plus every
+// fallback.Config setting (redis_url, prefix, workers, cache_ttl, …).
+type FrontDoorConfig struct {
+	Enabled         bool `yaml:"enabled"`
+	fallback.Config `yaml:",inline"`
 }
 
 type DLQConfig struct {
@@ -218,7 +227,14 @@ func matchField(v reflect.Value, path string, underscores bool) (reflect.Value, 
 	}
 	var cands []cand
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == "" && opts == "inline" {
+			// An inlined struct's fields sit at this level of the YAML.
+			if f, rest, ok := matchField(v.Field(i), path, underscores); ok {
+				return f, rest, true
+			}
+			continue
+		}
 		if name != "" {
 			cands = append(cands, cand{name, i})
 		}
@@ -300,6 +316,9 @@ func (c Config) validate(needSource bool) error {
 			add("source.kind: %q is not one of kafka, file, postgres", c.Source.Kind)
 		}
 	}
+	if err := c.decoderConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	for i, t := range c.Tables {
 		if t.Match == "" {
 			add("tables[%d].match: set the Debezium source table, e.g. public.articles (or * for any)", i)
@@ -323,6 +342,11 @@ func (c Config) validate(needSource bool) error {
 	if err := c.embedderConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.FrontDoor.Enabled {
+		if err := c.frontDoorConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.Pipeline.Workers < 0 {
 		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
 	}
@@ -340,7 +364,7 @@ func (c Config) chunkerConfig() chunker.Config {
 		TargetTokens: c.Chunker.TargetTokens,
 		MinTokens:    c.Chunker.MinTokens,
 		MaxTokens:    c.Chunker.MaxTokens,
-	}
+	}.WithDefaults()
 }
 
 func (c Config) embedderConfig() embedder.Config {
@@ -355,7 +379,15 @@ func (c Config) embedderConfig() embedder.Config {
 		MaxBatchTokens: e.MaxBatchTokens,
 		Timeout:        e.Timeout,
 		MaxRetries:     e.MaxRetries,
+	}.WithDefaults()
+}
+
+func (c Config) frontDoorConfig() fallback.Config {
+	f := c.FrontDoor.Config
+	if f.Index == "" {
+		f.Index = c.Index
 	}
+	return f.WithDefaults()
 }
 
 func (c Config) decoderConfig() cdc.DecoderConfig {

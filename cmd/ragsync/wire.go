@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"path/filepath"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,11 +109,45 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Sink:        st,
 		DeadLetters: dlq,
 		Transient:   transient,
+		Fatal:       fatal,
 	})
 }
 
 // transient says which failures mean "a dependency is down, wait for it"
-// rather than "this message is bad".
+// rather than "this message is bad": the pipeline retries those without
+// limit, which stops fetching until the dependency is back.
 func transient(err error) bool {
-	return sink.Retryable(err) || embedder.Unavailable(err)
+	if sink.Retryable(err) {
+		return true
+	}
+	var api *embedder.APIError
+	if errors.As(err, &api) {
+		return !api.Permanent()
+	}
+	var resp *embedder.ResponseError
+	if errors.As(err, &resp) {
+		return true
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// fatal says which failures are configuration mistakes that every message
+// would hit (wrong dimensions, bad key, unknown model): dead-lettering them
+// one by one would empty the topic into the DLQ, so the pipeline stops and
+// the error names the fix.
+func fatal(err error) bool {
+	var dim *embedder.DimensionError
+	if errors.As(err, &dim) {
+		return true
+	}
+	var api *embedder.APIError
+	if errors.As(err, &api) {
+		switch api.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+			return true
+		}
+	}
+	return false
 }

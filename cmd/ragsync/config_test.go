@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ragsync.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	path := writeFile(t, `
+source:
+  kind: file
+  file:
+    path: events.jsonl
+embedder:
+  provider: openai
+  model: text-embedding-3-small
+  dimensions: 1536
+  api_key: ${TEST_RAGSYNC_KEY}
+  timeout: 10s
+index: from_file
+postgres:
+  url: ${TEST_RAGSYNC_PG:-postgres://fallback/db}
+`)
+	t.Setenv("TEST_RAGSYNC_KEY", "sk-secret")
+	t.Setenv("RAGSYNC_INDEX", "from_env")
+	t.Setenv("RAGSYNC_EMBEDDER_MAX_BATCH_TOKENS", "1000")
+	t.Setenv("RAGSYNC_SOURCE_KAFKA_BROKERS", "a:9092, b:9092")
+	t.Setenv("RAGSYNC_FRONTDOOR_REDIS_URL", "redis://r:6379/1")
+
+	cfg, err := loadConfig(path, []string{"embedder.dimensions=512"})
+	require.NoError(t, err)
+	require.Equal(t, "sk-secret", cfg.Embedder.APIKey, "${VAR} expands")
+	require.Equal(t, "postgres://fallback/db", cfg.Postgres.URL, "${VAR:-default} falls back")
+	require.Equal(t, "from_env", cfg.Index, "env beats file")
+	require.Equal(t, 512, cfg.Embedder.Dimensions, "flags beat file")
+	require.Equal(t, 1000, cfg.Embedder.MaxBatchTokens, "underscored env names resolve greedily")
+	require.Equal(t, []string{"a:9092", "b:9092"}, cfg.Source.Kafka.Brokers)
+	require.Equal(t, "redis://r:6379/1", cfg.FrontDoor.RedisURL, "inlined front-door settings resolve")
+	require.Equal(t, 10*time.Second, cfg.Embedder.Timeout)
+	require.Equal(t, 512, cfg.Chunker.TargetTokens, "defaults stay where nothing is set")
+
+	t.Setenv("RAGSYNC_INDEX", "from_env")
+	cfg, err = loadConfig(path, []string{"index=from_flag"})
+	require.NoError(t, err)
+	require.Equal(t, "from_flag", cfg.Index, "flags beat env")
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		sets    []string
+		wantErr string
+	}{
+		{name: "unknown field", file: "embeder:\n  model: x\n", wantErr: "field embeder not found"},
+		{name: "bad set syntax", sets: []string{"index"}, wantErr: "want path=value"},
+		{name: "unknown set path", sets: []string{"embedder.modle=x"}, wantErr: `unknown setting "embedder.modle"`},
+		{name: "bad int", sets: []string{"chunker.target_tokens=lots"}, wantErr: "want an integer"},
+		{name: "bad duration", sets: []string{"embedder.timeout=10"}, wantErr: "want a duration"},
+		{name: "missing file", wantErr: "pass --config"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "missing.yaml")
+			if tc.file != "" || tc.name != "missing file" {
+				path = writeFile(t, tc.file)
+			}
+			_, err := loadConfig(path, tc.sets)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Source.Kind = "ftp"
+	cfg.Index = "Bad-Name"
+	cfg.Tables = []TableConfig{{Match: "", Text: "no placeholders"}}
+	cfg.Embedder.Dimensions = 0
+	cfg.Log.Level = "loud"
+	err := cfg.validate(true)
+	require.Error(t, err)
+	for _, want := range []string{"source.kind", "index:", "tables[0].match", "tables[0].text", "embedder.dimensions", "log.level"} {
+		require.ErrorContains(t, err, want)
+	}
+	require.NoError(t, defaultConfig().validate(false), "the defaults are valid without a source")
+}
