@@ -92,7 +92,8 @@ func (b *Bloom) bitfieldArgs(op string, value string) []any {
 		if op == "SET" {
 			args = append(args, "SET", "u1", o, 1)
 		} else {
-			args = append(args, "GET", "u1", o)
+			// BitFieldRO adds the GET itself: pairs of type, offset.
+			args = append(args, "u1", o)
 		}
 	}
 	return args

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,11 +212,16 @@ func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, h han
 		// In-flight work finishes after cancellation so a graceful stop does
 		// not leave answered-but-unacknowledged entries behind.
 		work := context.WithoutCancel(ctx)
+		// The entries of a batch are handled concurrently: each is a few
+		// Redis round trips, and handling them one after another would let
+		// the last one idle past min_idle in a busy worker.
+		var wg sync.WaitGroup
 		for _, s := range res {
 			for _, msg := range s.Messages {
-				h(work, msg, 1)
+				wg.Go(func() { h(work, msg, 1) })
 			}
 		}
+		wg.Wait()
 	}
 	return nil
 }
@@ -264,9 +270,14 @@ func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep repl
 	return n == 1, nil
 }
 
-// finish sends the reply and records the outcome. A Redis failure leaves the
-// entry pending, so it is retried like a failed search.
+// finish sends the reply and records the outcome. The outcome is counted
+// before sending so a caller that has the reply also sees the metric; a reply
+// dropped because the id was already answered is counted again as duplicate,
+// and one that failed to send as retry (the entry stays pending and is
+// retried like a failed search).
 func (f *FrontDoor) finish(ctx context.Context, stream string, r request, rep reply, outcome string, start time.Time) {
+	f.metrics.requests.WithLabelValues(outcome).Inc()
+	f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	first, err := f.send(ctx, stream, r, rep)
 	if err != nil {
 		f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
@@ -274,10 +285,8 @@ func (f *FrontDoor) finish(ctx context.Context, stream string, r request, rep re
 		return
 	}
 	if !first {
-		outcome = outcomeDuplicate
+		f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
 	}
-	f.metrics.requests.WithLabelValues(outcome).Inc()
-	f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 }
 
 func (f *FrontDoor) ack(ctx context.Context, stream, entryID string) {

@@ -1,19 +1,10 @@
 package fallback
 
-// TEMPORARY until sink builds: mirrors of sink.Query and sink.Hit with
-// exactly the fields sink declares. Replaced by aliases to the sink types.
+import "github.com/ragsync/ragsync/sink"
 
-type sinkQuery struct {
-	K      int
-	Tenant string
-	Filter map[string]any
-	Table  string
-}
-
-type sinkHit struct {
-	DocID, Table, Key string
-	Position          int
-	Text              string
-	Score             float64
-	Metadata          map[string]any
-}
+// The Searcher speaks the sink's query and hit types; the aliases keep the
+// sink import in one place and the wire Hit separate from the storage one.
+type (
+	sinkQuery = sink.Query
+	sinkHit   = sink.Hit
+)

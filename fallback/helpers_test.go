@@ -1,0 +1,292 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/internal/redistest"
+	"github.com/ragsync/ragsync/sink"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgxpool and go-redis keep background goroutines that end shortly
+		// after Close; they belong to the libraries, not to the front door.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
+	)
+}
+
+const testDims = 32
+
+// testEmbedder is a deterministic bag-of-words embedder (FNV-hashed word
+// features, L2-normalised) that counts calls and can be made to fail. The
+// real embedder package is exercised by its own tests; here only call counts
+// and determinism matter.
+type testEmbedder struct {
+	calls atomic.Int64
+	fail  atomic.Bool
+}
+
+func (e *testEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	e.calls.Add(1)
+	if e.fail.Load() {
+		return nil, errors.New("embedder down (test)")
+	}
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = embedText(t)
+	}
+	return out, nil
+}
+
+func embedText(t string) []float32 {
+	v := make([]float32, testDims)
+	for _, w := range strings.Fields(strings.ToLower(t)) {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(w))
+		s := h.Sum64()
+		sign := float32(1)
+		if s&1 == 1 {
+			sign = -1
+		}
+		v[(s>>1)%testDims] += sign
+	}
+	var n float64
+	for _, x := range v {
+		n += float64(x * x)
+	}
+	if n == 0 {
+		v[0] = 1
+		return v
+	}
+	for i := range v {
+		v[i] /= float32(math.Sqrt(n))
+	}
+	return v
+}
+
+// countingSearcher wraps the real sink.Store, counting the queries that reach
+// Postgres; fail makes vector search fail (as if pgvector were down).
+type countingSearcher struct {
+	store      *sink.Store
+	searches   atomic.Int64
+	textSearch atomic.Int64
+	fail       atomic.Bool
+	delay      time.Duration
+}
+
+func (s *countingSearcher) Search(ctx context.Context, vec []float32, q sink.Query) ([]sink.Hit, error) {
+	s.searches.Add(1)
+	if s.delay > 0 {
+		time.Sleep(s.delay)
+	}
+	if s.fail.Load() {
+		return nil, errors.New("pgvector down (test)")
+	}
+	return s.store.Search(ctx, vec, q)
+}
+
+func (s *countingSearcher) SearchText(ctx context.Context, text string, q sink.Query) ([]sink.Hit, error) {
+	s.textSearch.Add(1)
+	return s.store.SearchText(ctx, text, q)
+}
+
+type testDoc struct {
+	key, tenant string
+	texts       []string
+}
+
+var testDocs = []testDoc{
+	{"1", "acme", []string{"Redis streams deliver queries to workers", "Consumer groups share the pending entries list"}},
+	{"2", "acme", []string{"pgvector stores embeddings next to the rows", "HNSW indexes make cosine search fast"}},
+	{"3", "globex", []string{"Bloom filters reject unknown tenants cheaply", "A negative cache remembers empty answers"}},
+	{"4", "globex", []string{"Circuit breakers stop hammering a failing database"}},
+}
+
+const testTable = "public.articles"
+
+// seedStore opens a store in a fresh schema and writes testDocs.
+func seedStore(t testing.TB) (*sink.Store, string) {
+	t.Helper()
+	pool, schema := pgtest.Schema(t)
+	store := newStore(t, pool, schema)
+	ctx := context.Background()
+	for _, d := range testDocs {
+		doc := sink.Document{Table: testTable, Key: d.key, Tenant: d.tenant,
+			Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}, SourceTS: time.Now(),
+			Metadata: map[string]any{"lang": "en"}}
+		for i, text := range d.texts {
+			doc.Chunks = append(doc.Chunks, sink.Chunk{Position: i, Hash: fmt.Sprintf("%s-%d", d.key, i), Text: text, Tokens: len(strings.Fields(text)), Vector: embedText(text)})
+		}
+		_, err := store.Upsert(ctx, doc)
+		require.NoError(t, err)
+	}
+	return store, schema
+}
+
+func newStore(t testing.TB, pool *pgxpool.Pool, schema string) *sink.Store {
+	t.Helper()
+	store, err := sink.New(context.Background(), pool, sink.Config{Schema: schema, Index: "articles", Model: "test-bow", Dimensions: testDims})
+	require.NoError(t, err)
+	return store
+}
+
+// bundle is one test's front door world.
+type bundle struct {
+	rdb      *redis.Client
+	prefix   string
+	cfg      Config
+	store    *sink.Store
+	schema   string
+	emb      *testEmbedder
+	searcher *countingSearcher
+	reg      *prometheus.Registry
+	fd       *FrontDoor
+	client   *Client
+}
+
+// testConfig is fast enough for tests: short idle/reclaim times so retries
+// and dead-lettering happen within a test, without any timed assertion.
+func testConfig(prefix string) Config {
+	return Config{
+		Prefix: prefix, Index: "articles", Workers: 2,
+		MinIdle: 100 * time.Millisecond, ReclaimInterval: 25 * time.Millisecond,
+		BlockTimeout: 50 * time.Millisecond, MaxDeliveries: 2,
+		AllowedFilters: []string{FilterDocID, FilterTable, "lang"},
+		Bloom:          BloomConfig{Bits: 1 << 20, Hashes: 7},
+	}
+}
+
+func setup(t *testing.T, mutate func(*Config)) *bundle {
+	t.Helper()
+	rdb, prefix := redistest.Client(t)
+	store, schema := seedStore(t)
+	b := &bundle{rdb: rdb, prefix: prefix, store: store, schema: schema, emb: &testEmbedder{},
+		searcher: &countingSearcher{store: store}, reg: prometheus.NewRegistry()}
+	b.cfg = testConfig(prefix)
+	if mutate != nil {
+		mutate(&b.cfg)
+	}
+	b.fd = b.newFrontDoor(t, b.cfg, b.reg)
+	b.client = NewClient(rdb, prefix)
+	b.client.Poll = 100 * time.Millisecond
+	return b
+}
+
+func (b *bundle) newFrontDoor(t *testing.T, cfg Config, reg prometheus.Registerer) *FrontDoor {
+	t.Helper()
+	fd, err := NewFrontDoor(cfg, b.rdb, b.emb, b.searcher, reg, nil)
+	require.NoError(t, err)
+	return fd
+}
+
+// run starts fd.Run until the test ends (or the returned cancel is called)
+// and checks it returns nil.
+func run(t *testing.T, fd *FrontDoor) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var err error
+	go func() {
+		defer wg.Done()
+		err = fd.Run(ctx)
+	}()
+	stop := sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+		require.NoError(t, err)
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
+func (b *bundle) search(t *testing.T, q Query) (Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return b.client.Search(ctx, q)
+}
+
+// sendRaw XADDs a request with exactly the given fields.
+func (b *bundle) sendRaw(t *testing.T, fields ...any) {
+	t.Helper()
+	require.NoError(t, b.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: b.fd.keys.requests(), Values: fields}).Err())
+}
+
+// readReplies waits until stream holds n entries and returns them.
+func (b *bundle) readReplies(t *testing.T, stream string, n int) []redis.XMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		msgs, err := b.rdb.XRange(ctx, stream, "-", "+").Result()
+		require.NoError(t, err)
+		if len(msgs) >= n {
+			return msgs
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("got %d of %d replies on %s", len(msgs), n, stream)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// quiesce waits until no request or dead letter is pending or undelivered, so
+// "exactly one reply" can be checked without timing.
+func (b *bundle) quiesce(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		busy := false
+		for _, s := range []string{b.fd.keys.requests(), b.fd.keys.dlq()} {
+			groups, err := b.rdb.XInfoGroups(ctx, s).Result()
+			require.NoError(t, err)
+			for _, g := range groups {
+				if g.Pending > 0 || g.Lag > 0 {
+					busy = true
+				}
+			}
+		}
+		if !busy {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("front door did not settle")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func counter(t *testing.T, m *metrics, outcome string) float64 {
+	t.Helper()
+	return testutil.ToFloat64(m.requests.WithLabelValues(outcome))
+}
+
+func testutilReclaimed(fd *FrontDoor) float64 { return testutil.ToFloat64(fd.metrics.reclaimed) }
+
+func redisForTest(t *testing.T) (*redis.Client, string) { return redistest.Client(t) }
+
+func testutilDeadLetters(fd *FrontDoor) float64 { return testutil.ToFloat64(fd.metrics.deadLetters) }
+func testutilGauge(fd *FrontDoor) float64       { return testutil.ToFloat64(fd.metrics.breakerState) }

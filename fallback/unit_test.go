@@ -1,0 +1,202 @@
+package fallback
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr []string
+	}{
+		{name: "defaults are valid", mutate: func(*Config) {}},
+		{name: "negative workers", mutate: func(c *Config) { c.Workers = -1 }, wantErr: []string{"frontdoor.workers: must be > 0"}},
+		{name: "stale shorter than fresh", mutate: func(c *Config) { c.StaleTTL = time.Second }, wantErr: []string{"frontdoor.stale_ttl"}},
+		{name: "lock shorter than search", mutate: func(c *Config) { c.LockTTL = time.Millisecond }, wantErr: []string{"frontdoor.lock_ttl"}},
+		{name: "bad jitter", mutate: func(c *Config) { c.CacheJitter = 2 }, wantErr: []string{"frontdoor.cache_jitter"}},
+		{name: "bad filter key", mutate: func(c *Config) { c.AllowedFilters = []string{"ok", "no spaces"} }, wantErr: []string{"frontdoor.allowed_filters[1]"}},
+		{name: "bloom too small", mutate: func(c *Config) { c.Bloom.Bits = 8 }, wantErr: []string{"frontdoor.bloom.bits"}},
+		{name: "every problem at once", mutate: func(c *Config) { c.MaxK = -1; c.MinIdle = -time.Second; c.Bloom.Hashes = 99 },
+			wantErr: []string{"frontdoor.max_k", "frontdoor.min_idle", "frontdoor.bloom.hashes"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{}.WithDefaults()
+			tc.mutate(&c)
+			err := c.Validate()
+			if len(tc.wantErr) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tc.wantErr {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{}.WithDefaults()
+	require.Equal(t, "ragsync", c.Prefix)
+	require.Equal(t, "frontdoor", c.Group)
+	require.Equal(t, 3, c.MaxDeliveries)
+	require.Equal(t, c.MinIdle/2, c.ReclaimInterval)
+	require.Equal(t, []string{FilterDocID, FilterTable}, c.AllowedFilters)
+	require.NotEmpty(t, c.Consumer)
+}
+
+func TestParseRequest(t *testing.T) {
+	cfg := Config{MaxK: 10, MaxQueryBytes: 32, AllowedFilters: []string{"lang", FilterDocID}}.WithDefaults()
+	now := time.UnixMilli(1_000_000)
+	valid := func(extra ...any) map[string]any {
+		m := map[string]any{"id": "r1", "query": "  hello \t world ", "k": "3", "reply_to": "rs"}
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i+1] == nil {
+				delete(m, extra[i].(string))
+				continue
+			}
+			m[extra[i].(string)] = extra[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		values  map[string]any
+		wantErr string
+		check   func(t *testing.T, r request)
+	}{
+		{name: "valid, query normalised", values: valid(), check: func(t *testing.T, r request) {
+			require.Equal(t, "hello world", r.Query)
+			require.Equal(t, 3, r.K)
+		}},
+		{name: "filter split into metadata and doc id", values: valid("filter", `{"lang":"en","doc_id":"t/1"}`), check: func(t *testing.T, r request) {
+			require.Equal(t, map[string]any{"lang": "en"}, r.Filter)
+			require.Equal(t, "t/1", r.DocID)
+			require.Equal(t, `{"doc_id":"t/1","lang":"en"}`, r.FilterJSON)
+		}},
+		{name: "missing id", values: valid("id", nil), wantErr: "id: missing"},
+		{name: "missing reply_to", values: valid("reply_to", nil), wantErr: "reply_to: missing"},
+		{name: "empty query", values: valid("query", "   "), wantErr: "query: empty"},
+		{name: "query too long", values: valid("query", strings.Repeat("x", 33)), wantErr: "33 bytes is over the limit of 32"},
+		{name: "invalid utf8", values: valid("query", "\xff\xfe"), wantErr: "not valid UTF-8"},
+		{name: "k not a number", values: valid("k", "ten"), wantErr: `k: "ten" is not an integer`},
+		{name: "k zero", values: valid("k", "0"), wantErr: "0 is outside 1..10"},
+		{name: "k over max", values: valid("k", "11"), wantErr: "11 is outside 1..10"},
+		{name: "filter not json", values: valid("filter", "lang=en"), wantErr: "filter: not a JSON object"},
+		{name: "filter key not allowed", values: valid("filter", `{"secret":1}`), wantErr: `key "secret" is not allowed`},
+		{name: "doc_id not a string", values: valid("filter", `{"doc_id":5}`), wantErr: "doc_id must be a non-empty string"},
+		{name: "deadline passed", values: valid("deadline_ms", "999000"), wantErr: "deadline passed 1s ago"},
+		{name: "deadline garbage", values: valid("deadline_ms", "soon"), wantErr: "not a Unix time"},
+		{name: "deadline ahead", values: valid("deadline_ms", "1000500")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseRequest("1-1", tc.values, cfg, now)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				var ir *InvalidRequestError
+				require.ErrorAs(t, err, &ir)
+				require.True(t, ir.Permanent())
+				return
+			}
+			require.NoError(t, err)
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+func TestCacheKeys(t *testing.T) {
+	base := request{Query: "hello world", K: 3}
+	k := requestKeys("idx", 0, base)
+	require.Equal(t, k, requestKeys("idx", 0, base), "deterministic")
+	other := base
+	other.Tenant = "acme"
+	require.NotEqual(t, k.fresh, requestKeys("idx", 0, other).fresh, "tenant is part of the key")
+	other = base
+	other.K = 4
+	require.NotEqual(t, k.fresh, requestKeys("idx", 0, other).fresh, "k is part of the key")
+	next := requestKeys("idx", 1, base)
+	require.NotEqual(t, k.fresh, next.fresh, "a new generation abandons the fresh entry")
+	require.Equal(t, k.base, next.base, "but keeps the stale one")
+}
+
+func TestJitterSpreadsExpiry(t *testing.T) {
+	d := time.Minute
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		j := jitter(d, 0.1)
+		require.GreaterOrEqual(t, j, d)
+		require.LessOrEqual(t, j, d+6*time.Second)
+		seen[j] = true
+	}
+	require.Greater(t, len(seen), 50, "TTLs must not coincide")
+	require.Equal(t, d, jitter(d, 0))
+}
+
+func TestBreaker(t *testing.T) {
+	now := time.Unix(0, 0)
+	var states []breakerState
+	b := newBreaker(3, 10*time.Second, func(s breakerState) { states = append(states, s) })
+	b.now = func() time.Time { return now }
+
+	require.True(t, b.Allow())
+	b.Failure()
+	b.Failure()
+	require.Equal(t, breakerClosed, b.State(), "below the threshold")
+	b.Success()
+	b.Failure()
+	b.Failure()
+	require.Equal(t, breakerClosed, b.State(), "success resets the count")
+	b.Failure()
+	require.Equal(t, breakerOpen, b.State())
+	require.False(t, b.Allow(), "open rejects")
+
+	now = now.Add(10 * time.Second)
+	require.True(t, b.Allow(), "one probe after the cooldown")
+	require.Equal(t, breakerHalfOpen, b.State())
+	require.False(t, b.Allow(), "only one probe at a time")
+	b.Failure()
+	require.Equal(t, breakerOpen, b.State(), "failed probe re-opens")
+	require.False(t, b.Allow())
+
+	now = now.Add(10 * time.Second)
+	require.True(t, b.Allow())
+	b.Success()
+	require.Equal(t, breakerClosed, b.State(), "successful probe closes")
+	require.True(t, b.Allow())
+	require.Equal(t, []breakerState{breakerOpen, breakerHalfOpen, breakerOpen, breakerHalfOpen, breakerClosed}, states)
+}
+
+func TestLessID(t *testing.T) {
+	require.True(t, lessID("9-0", "10-0"))
+	require.True(t, lessID("10-2", "10-10"))
+	require.False(t, lessID("10-10", "10-10"))
+	require.False(t, lessID("11-0", "10-99"))
+}
+
+func TestVectorCodec(t *testing.T) {
+	v := []float32{0, 1.5, -2.25, 3e-8}
+	got, ok := decodeVector(encodeVector(v))
+	require.True(t, ok)
+	require.Equal(t, v, got)
+	_, ok = decodeVector([]byte{1, 2, 3})
+	require.False(t, ok, "truncated bytes are not a vector")
+}
+
+func TestParseReply(t *testing.T) {
+	r, err := parseReply(map[string]any{"id": "a", "status": "degraded", "results": `[{"doc_id":"t/1","score":0.5}]`, "cached": "true", "source": "stale", "reason": "why"})
+	require.NoError(t, err)
+	require.Equal(t, Result{ID: "a", Status: StatusDegraded, Hits: []Hit{{DocID: "t/1", Score: 0.5}}, Reason: "why", Cached: true, Source: "stale"}, r)
+	_, err = parseReply(map[string]any{"id": "a", "status": "maybe"})
+	require.ErrorContains(t, err, `unknown status "maybe"`)
+	_, err = parseReply(map[string]any{"id": "a", "status": "ok", "results": "{"})
+	require.Error(t, err)
+}
