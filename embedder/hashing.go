@@ -108,6 +108,15 @@ func (h *Hashing) vector(text string) []float32 {
 			weight[f] = trigramWeight
 		}
 	}
+	if len(order) == 0 && text != "" {
+		// Only stopwords or punctuation: fall back to 3-grams of the whole
+		// text, because a zero vector has no cosine distance (pgvector
+		// returns NaN) and such a chunk could never be found or compared.
+		runes := []rune(" " + text + " ")
+		for j := 0; j+3 <= len(runes); j++ {
+			add(fnv1a('c', string(runes[j:j+3])))
+		}
+	}
 	acc := make([]float64, h.dims)
 	for _, f := range order {
 		w := 1 + math.Log(float64(tf[f]))
