@@ -26,8 +26,11 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services ## Go benchmarks of every package
+bench: services bench-incremental ## Go benchmarks of every package, then bench-incremental
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
+
+bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, recall@5, convergence on ../shared/data edits-C and edits-A
+	$(GO) run ./bench/incremental $(BENCH_INCREMENTAL_FLAGS)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

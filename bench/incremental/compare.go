@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgvector/pgvector-go"
+)
+
+// indexedDoc is a live document as an index holds it.
+type indexedDoc struct {
+	Hashes  []string
+	Texts   []string
+	Vectors [][]float32
+}
+
+// readIndex reads every live document of index in schema, with its chunks
+// in position order. Chunk rows of soft-deleted documents are not part of
+// what a query can see, so they are left out.
+func readIndex(ctx context.Context, pool *pgxpool.Pool, schema, index string) (map[string]indexedDoc, error) {
+	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
+	rows, err := pool.Query(ctx, "SELECT d.id, c.content_hash, c.text, c.embedding"+
+		" FROM "+q("documents")+" d LEFT JOIN "+q("chunks")+" c ON c.index_name = d.index_name AND c.doc_id = d.id"+
+		" WHERE d.index_name = $1 AND d.deleted_at IS NULL ORDER BY d.id, c.position", index)
+	if err != nil {
+		return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
+	}
+	defer rows.Close()
+	out := map[string]indexedDoc{}
+	for rows.Next() {
+		var (
+			id         string
+			hash, text *string
+			vec        *pgvector.Vector
+		)
+		if err := rows.Scan(&id, &hash, &text, &vec); err != nil {
+			return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
+		}
+		d := out[id]
+		if hash != nil {
+			d.Hashes = append(d.Hashes, *hash)
+			d.Texts = append(d.Texts, *text)
+			d.Vectors = append(d.Vectors, vec.Slice())
+		}
+		out[id] = d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
+	}
+	return out, nil
+}
+
+// comparison says how an incrementally built index differs from a fresh
+// load of the same final state.
+type comparison struct {
+	Documents     int `json:"documents"`
+	Chunks        int `json:"chunks"`
+	MissingDocs   int `json:"missing_documents"` // in the fresh load only
+	ExtraDocs     int `json:"extra_documents"`   // in the replayed index only
+	ChunkMismatch int `json:"chunk_mismatch_documents"`
+	// TextOnly counts the mismatching documents whose chunk hashes all
+	// agree: a chunk kept for its normalised hash still holds the text of
+	// an earlier version (a whitespace-only edit).
+	TextOnly      int      `json:"text_only_mismatch_documents"`
+	VectorsDiffer int      `json:"vectors_differ"` // equal text, different vector (near-duplicate reuse)
+	MaxVectorDist float64  `json:"max_vector_cosine_distance"`
+	Examples      []string `json:"examples,omitempty"`
+	Pass          bool     `json:"pass"`
+}
+
+// maxExamples bounds the differences a comparison lists.
+const maxExamples = 5
+
+// compareIndexes checks that got (the replayed index) holds the same
+// documents as want (the fresh load), with the same chunk hashes in order
+// and the same chunk texts. Vectors are only measured: with near-duplicate
+// reuse they may legitimately differ within the configured debt.
+func compareIndexes(got, want map[string]indexedDoc) comparison {
+	c := comparison{Documents: len(want)}
+	example := func(format string, args ...any) {
+		if len(c.Examples) < maxExamples {
+			c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
+		}
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		w := want[id]
+		c.Chunks += len(w.Hashes)
+		g, ok := got[id]
+		if !ok {
+			c.MissingDocs++
+			example("missing document %s", id)
+			continue
+		}
+		if !slices.Equal(g.Hashes, w.Hashes) || !slices.Equal(g.Texts, w.Texts) {
+			c.ChunkMismatch++
+			if slices.Equal(g.Hashes, w.Hashes) {
+				c.TextOnly++
+			}
+			i := min(firstDiff(g.Hashes, w.Hashes), firstDiff(g.Texts, w.Texts))
+			what := "hash"
+			if i < len(g.Hashes) && i < len(w.Hashes) && g.Hashes[i] == w.Hashes[i] {
+				what = "text (same hash)"
+			}
+			example("document %s: %d chunks replayed, %d fresh; first difference at chunk %d, in its %s", id, len(g.Hashes), len(w.Hashes), i, what)
+			if os.Getenv("BENCH_DEBUG") != "" && i < len(g.Texts) && i < len(w.Texts) {
+				example("  replayed %q\n  fresh    %q", g.Texts[i], w.Texts[i])
+			}
+			continue
+		}
+		for i := range w.Vectors {
+			if d := cosineDistance(g.Vectors[i], w.Vectors[i]); d > 1e-6 {
+				c.VectorsDiffer++
+				c.MaxVectorDist = max(c.MaxVectorDist, d)
+			}
+		}
+	}
+	var extra []string
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			extra = append(extra, id)
+		}
+	}
+	slices.Sort(extra)
+	for _, id := range extra {
+		c.ExtraDocs++
+		example("extra document %s", id)
+	}
+	c.Pass = c.MissingDocs == 0 && c.ExtraDocs == 0 && c.ChunkMismatch == 0
+	return c
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func cosineDistance(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return 2
+	}
+	var dot, na, nb float64
+	for i := range a {
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	if na == 0 || nb == 0 {
+		return 1
+	}
+	return 1 - dot/(math.Sqrt(na)*math.Sqrt(nb))
+}
+
+func (c comparison) String() string {
+	verdict := "PASS"
+	if !c.Pass {
+		verdict = "FAIL"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "final index vs fresh load: %s (%d documents, %d chunks; missing %d, extra %d, chunk mismatches %d (%d text only, same hashes); vectors differing %d, max cosine distance %.4f)",
+		verdict, c.Documents, c.Chunks, c.MissingDocs, c.ExtraDocs, c.ChunkMismatch, c.TextOnly, c.VectorsDiffer, c.MaxVectorDist)
+	for _, e := range c.Examples {
+		b.WriteString("\n  " + e)
+	}
+	return b.String()
+}

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// benchIndex names the index in every schema the benchmark creates.
+const benchIndex = "bench"
+
+// recallK is the k of recall@k.
+const recallK = 5
+
+// runSet replays one data set and measures it.
+func runSet(ctx context.Context, cfg config, set string) (*result, error) {
+	started := time.Now()
+	res := &result{Set: set, Limit: cfg.Limit, Seconds: map[string]float64{}}
+	lap := func(name string, since time.Time) { res.Seconds[name] = time.Since(since).Seconds() }
+
+	evs, err := readEvents(filepath.Join(cfg.DataDir, set, "events.jsonl.gz"), cfg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	nInit := 0
+	for nInit < len(evs) && evs[nInit].initial() {
+		nInit++
+	}
+	for _, e := range evs[nInit:] {
+		if e.initial() {
+			return nil, fmt.Errorf("event %d: snapshot read after the first update; the history must start with its snapshot", e.Seq)
+		}
+	}
+	initEvs, updEvs := evs[:nInit], evs[nInit:]
+	res.Events, res.InitialEvents, res.UpdateEvents = len(evs), len(initEvs), len(updEvs)
+	initLines, err := toLines(initEvs, 0)
+	if err != nil {
+		return nil, err
+	}
+	updLines, err := toLines(updEvs, nInit)
+	if err != nil {
+		return nil, err
+	}
+
+	chunkCfg := chunker.Config{TargetTokens: cfg.TargetTokens}.WithDefaults()
+	greedyCfg := chunker.Config{Strategy: chunker.StrategyGreedy, TargetTokens: cfg.TargetTokens}.WithDefaults()
+	res.Chunker, res.Baseline = chunkCfg, greedyCfg
+	chunks, err := chunker.New(chunkCfg)
+	if err != nil {
+		return nil, err
+	}
+	greedy, err := chunker.New(greedyCfg)
+	if err != nil {
+		return nil, err
+	}
+
+	// The baselines are pure computation over the same history; they run
+	// beside the replay, which mostly waits on Postgres.
+	var base [2]phase
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		t := time.Now()
+		defer lap("baselines", t)
+		b := newBaselines(greedy)
+		for i, e := range evs {
+			if i%256 == 0 && gctx.Err() != nil {
+				return gctx.Err()
+			}
+			p := &base[1]
+			if e.initial() {
+				p = &base[0]
+			}
+			body := ""
+			if e.Body != nil {
+				body = *e.Body
+			}
+			b.observe(p, e.DocID, body, e.Op == "d")
+		}
+		return nil
+	})
+
+	srv, err := startEmbeddings(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+
+	dbs := newSchemas(cfg.PostgresURL)
+	defer dbs.dropAll()
+	logger := slog.New(slog.DiscardHandler)
+	if cfg.Verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+
+	mainStore, mainPool, mainSchema, err := dbs.open(ctx, "", srv, logger)
+	if err != nil {
+		return nil, err
+	}
+	split := &recordingSplitter{s: chunks}
+	emb := &recordingEmbedder{e: srv.Embedder, tokens: split.tokensOf}
+
+	// Initial load, then updates, each its own pipeline run over the same
+	// index so the token counters can be read at the boundary.
+	var rag [2]ragPhase
+	for i, lines := range [][][]byte{initLines, updLines} {
+		t := time.Now()
+		before := srv.Usage()
+		snap, err := replay(ctx, cfg, lines, split, emb, mainStore, logger)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", phaseNames[i], err)
+		}
+		after := srv.Usage()
+		rag[i] = ragPhase{
+			Usage:         after.minus(before),
+			EmbeddedSizes: emb.take(),
+			ChunkSizes:    split.take(),
+			Pipeline:      snap,
+		}
+		lap("replay_"+phaseNames[i], t)
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for i := range rag {
+		res.Phases[i] = newPhaseResult(phaseNames[i], rag[i], base[i])
+	}
+
+	// Convergence: a fresh index of the final state must hold exactly the
+	// replayed index's documents and chunks.
+	t := time.Now()
+	docs := finalState(evs)
+	ids := make([]string, 0, len(docs))
+	for id := range docs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	finalLines, err := toLines(snapshotEvents(docs, ids), 0)
+	if err != nil {
+		return nil, err
+	}
+	freshStore, freshPool, freshSchema, err := dbs.open(ctx, "_fresh", srv, logger)
+	if err != nil {
+		return nil, err
+	}
+	_ = freshStore
+	if _, err := replay(ctx, cfg, finalLines, chunks, srv.Embedder, freshStore, logger); err != nil {
+		return nil, fmt.Errorf("fresh load: %w", err)
+	}
+	got, err := readIndex(ctx, mainPool, mainSchema, benchIndex)
+	if err != nil {
+		return nil, err
+	}
+	want, err := readIndex(ctx, freshPool, freshSchema, benchIndex)
+	if err != nil {
+		return nil, err
+	}
+	res.Convergence = compareIndexes(got, want)
+	lap("fresh_load_and_compare", t)
+
+	// Retrieval: the same sentences against ragsync's index and against an
+	// index of greedy chunks of the same final state.
+	t = time.Now()
+	greedyStore, _, _, err := dbs.open(ctx, "_greedy", srv, logger)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := replay(ctx, cfg, finalLines, greedy, srv.Embedder, greedyStore, logger); err != nil {
+		return nil, fmt.Errorf("greedy load: %w", err)
+	}
+	qs := sampleQueries(docs, ids, cfg.Queries, cfg.Seed)
+	texts := make([]string, len(qs))
+	for i, q := range qs {
+		texts[i] = q.Sentence
+	}
+	vecs, err := embedAll(ctx, srv.Embedder, texts)
+	if err != nil {
+		return nil, fmt.Errorf("embed queries: %w", err)
+	}
+	res.Recall.Queries, res.Recall.K = len(qs), recallK
+	if res.Recall.Ragsync, err = recallAtK(ctx, mainStore, qs, vecs, recallK); err != nil {
+		return nil, err
+	}
+	if res.Recall.Greedy, err = recallAtK(ctx, greedyStore, qs, vecs, recallK); err != nil {
+		return nil, err
+	}
+	lap("recall", t)
+	lap("total", started)
+	res.Embedder = srv.Describe()
+	return res, nil
+}
+
+var phaseNames = [2]string{"initial", "updates"}
+
+// replay runs the real pipeline over lines into store until they are all
+// applied. A dead letter or a skipped change other than Debezium's
+// tombstones means the benchmark did not measure what it claims, so it
+// fails the run.
+func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store *sink.Store, logger *slog.Logger) (pipeline.Snapshot, error) {
+	p, err := pipeline.New(pipeline.Config{
+		Tables:  []pipeline.TableConfig{{Match: benchTable, Text: "{{body}}", ID: []string{"id"}}},
+		Workers: cfg.Workers,
+		Logger:  logger,
+	}, pipeline.Stages{
+		Source:   newMemSource(lines, 256),
+		Decoder:  cdc.NewDecoder(cdc.DecoderConfig{}),
+		Splitter: split,
+		Embedder: emb,
+		Sink:     store,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Run(ctx); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	snap := p.Stats()
+	for k, n := range snap {
+		switch k {
+		case "dead_lettered", "stale", "duplicate", "unmatched_table", "skipped":
+			return snap, fmt.Errorf("pipeline %s=%d: the replay did not apply every change (%s)", k, n, snap)
+		}
+	}
+	return snap, nil
+}
+
+// embedAll embeds texts in request-sized batches.
+func embedAll(ctx context.Context, e pipeline.Embedder, texts []string) ([][]float32, error) {
+	const batch = 64
+	out := make([][]float32, 0, len(texts))
+	for i := 0; i < len(texts); i += batch {
+		vs, err := e.Embed(ctx, texts[i:min(i+batch, len(texts))])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, vs...)
+	}
+	if len(out) != len(texts) {
+		return nil, fmt.Errorf("got %d vectors for %d texts", len(out), len(texts))
+	}
+	return out, nil
+}
+
+// recordingSplitter passes Split through and keeps the token count of every
+// chunk it returns, for the chunk-size distribution, and of every chunk
+// text, so recordingEmbedder need not count again.
+type recordingSplitter struct {
+	s      pipeline.Splitter
+	mu     sync.Mutex
+	sizes  []int
+	tokens map[string]int
+}
+
+func (r *recordingSplitter) Split(text string) []chunker.Chunk {
+	cs := r.s.Split(text)
+	r.mu.Lock()
+	if r.tokens == nil {
+		r.tokens = map[string]int{}
+	}
+	for _, c := range cs {
+		r.sizes = append(r.sizes, c.Tokens)
+		r.tokens[c.Text] = c.Tokens
+	}
+	r.mu.Unlock()
+	return cs
+}
+
+// tokensOf returns the token count of a text Split returned in this phase.
+func (r *recordingSplitter) tokensOf(text string) int {
+	r.mu.Lock()
+	n, ok := r.tokens[text]
+	r.mu.Unlock()
+	if !ok {
+		n = chunker.CountTokens(text)
+	}
+	return n
+}
+
+func (r *recordingSplitter) take() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sizes
+	r.sizes, r.tokens = nil, nil
+	return s
+}
+
+// recordingEmbedder passes Embed through and keeps the token count of every
+// text sent, for the size distribution of the chunks actually embedded.
+type recordingEmbedder struct {
+	e      pipeline.Embedder
+	tokens func(text string) int
+	mu     sync.Mutex
+	sizes  []int
+}
+
+func (r *recordingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	vs, err := r.e.Embed(ctx, texts)
+	if err != nil {
+		return vs, err
+	}
+	sizes := make([]int, len(texts))
+	for i, t := range texts {
+		sizes[i] = r.tokens(t)
+	}
+	r.mu.Lock()
+	r.sizes = append(r.sizes, sizes...)
+	r.mu.Unlock()
+	return vs, nil
+}
+
+func (r *recordingEmbedder) take() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sizes
+	r.sizes = nil
+	return s
+}
+
+// schemas creates the benchmark's schemas (one random stem per run, so runs
+// by several people on one database never collide) and drops every one of
+// them, and only them, at the end.
+type schemas struct {
+	url     string
+	stem    string
+	created []string
+	pools   []*pgxpool.Pool
+}
+
+func newSchemas(url string) *schemas {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &schemas{url: url, stem: "bench_incr_" + hex.EncodeToString(b[:])}
+}
+
+// open creates, migrates and opens schema stem+suffix with the benchmark's
+// index in it.
+func (s *schemas) open(ctx context.Context, suffix string, srv *embeddings, logger *slog.Logger) (*sink.Store, *pgxpool.Pool, string, error) {
+	schema := s.stem + suffix
+	pool, err := sink.OpenPool(ctx, s.url, schema)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	s.pools = append(s.pools, pool)
+	s.created = append(s.created, schema)
+	if err := migrations.Up(ctx, pool, schema, logger); err != nil {
+		return nil, nil, "", err
+	}
+	st, err := sink.New(ctx, pool, sink.Config{
+		Schema: schema, Index: benchIndex, Model: srv.Model, Dimensions: srv.Dimensions, Logger: logger,
+	})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return st, pool, schema, nil
+}
+
+// dropAll closes the pools and drops the schemas, even after ctx was
+// cancelled by a signal.
+func (s *schemas) dropAll() {
+	for _, p := range s.pools {
+		p.Close()
+	}
+	if len(s.created) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench-incremental: drop schemas %v: %v\n", s.created, err)
+		return
+	}
+	defer conn.Close(ctx)
+	for _, schema := range s.created {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-incremental: drop schema %s: %v\n", schema, err)
+		}
+	}
+}
