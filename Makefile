@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental ## Go benchmarks of every package, then bench-incremental
+bench: services bench-incremental ## bench-incremental, then Go benchmarks of every package
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
 
 bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, recall@5, convergence on ../shared/data edits-C and edits-A
