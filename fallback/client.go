@@ -64,20 +64,31 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	if q.TraceParent != "" {
 		values = append(values, fieldTraceParent, q.TraceParent)
 	}
-	if err := c.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: values,
-	}).Err(); err != nil {
-		return Result{}, fmt.Errorf("send request %s: %w", id, err)
-	}
+	add := &redis.XAddArgs{Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: values}
 	defer c.rdb.Del(context.WithoutCancel(ctx), replyTo)
 
 	last := "0-0"
-	for {
+	for attempt := 0; ; attempt++ {
 		block := c.Poll
 		if d, ok := ctx.Deadline(); ok {
 			block = min(block, max(time.Until(d), time.Millisecond))
 		}
-		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{replyTo, last}, Count: 16, Block: block}).Result()
+		read := &redis.XReadArgs{Streams: []string{replyTo, last}, Count: 16, Block: block}
+		var res []redis.XStream
+		var err error
+		if attempt == 0 {
+			// Send the request and start waiting in one round trip.
+			pipe := c.rdb.Pipeline()
+			addCmd := pipe.XAdd(ctx, add)
+			readCmd := pipe.XRead(ctx, read)
+			_, _ = pipe.Exec(ctx)
+			if err := addCmd.Err(); err != nil {
+				return Result{}, fmt.Errorf("send request %s: %w", id, err)
+			}
+			res, err = readCmd.Result()
+		} else {
+			res, err = c.rdb.XRead(ctx, read).Result()
+		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())

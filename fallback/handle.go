@@ -41,16 +41,11 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 		}
 	}
 
-	gen, err := f.rdb.Get(ctx, f.keys.generation()).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache generation: %w", err))
-		return
-	}
-	ck := requestKeys(f.cfg.Index, gen, r)
-
-	// One round trip: the cache entry and the Bloom checks.
+	// One round trip: the generation and cache entry (lookupScript) and the
+	// Bloom checks.
+	ck := cacheKeys{base: baseKey(f.cfg.Index, r)}
 	pipe := f.rdb.Pipeline()
-	cached := pipe.Get(ctx, f.keys.cache(ck.fresh))
+	lookup := lookupScript.Eval(ctx, pipe, []string{f.keys.generation()}, ck.base, f.keys.cache(""))
 	var checks []bloomCheck
 	if r.Tenant != "" {
 		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindTenant, r.Tenant))
@@ -58,9 +53,16 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 	if r.DocID != "" {
 		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindDoc, r.DocID))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache: %w", err))
+	_, _ = pipe.Exec(ctx)
+	res, err := lookup.Slice()
+	if err != nil || len(res) != 2 {
+		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache: %w", cmpErr(err)))
 		return
+	}
+	ck.fresh, _ = res[0].(string)
+	var cached []byte
+	if v, ok := res[1].(string); ok {
+		cached = []byte(v)
 	}
 	for _, c := range checks {
 		if ok, err := c.mayContain(); err == nil && !ok {
@@ -68,12 +70,12 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 			return
 		}
 	}
-	if v, err := cached.Bytes(); err == nil {
+	if cached != nil {
 		outcome := outcomeHit
-		if bytes.Equal(v, emptyResults) {
+		if bytes.Equal(cached, emptyResults) {
 			outcome = outcomeNegativeHit
 		}
-		f.finish(ctx, stream, r, reply{Status: StatusOK, Results: v, Cached: true, Source: SourceCache}, outcome, start)
+		f.finish(ctx, stream, r, reply{Status: StatusOK, Results: cached, Cached: true, Source: SourceCache}, outcome, start)
 		return
 	}
 
@@ -95,6 +97,25 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 		outcome = outcomeCoalesced
 	}
 	f.finish(ctx, stream, r, reply{Status: StatusOK, Results: results, Cached: source == SourceShared, Source: source}, outcome, start)
+}
+
+// lookupScript reads the index generation, derives the fresh cache key from
+// it (see freshKey) and reads the cache entry, in one round trip.
+// KEYS: generation key. ARGV: base hash, cache key prefix.
+// Returns {fresh, value or nil}.
+var lookupScript = redis.NewScript(`
+local gen = redis.call('GET', KEYS[1]) or '0'
+local fresh = redis.sha1hex(ARGV[1] .. ':' .. gen)
+return {fresh, redis.call('GET', ARGV[2] .. fresh)}
+`)
+
+func cmpErr(errs ...error) error { // first non-nil error, or a generic one
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return errors.New("unexpected reply")
 }
 
 func outcomeOf(rep reply) string {

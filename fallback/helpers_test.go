@@ -1,11 +1,13 @@
 package fallback
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,13 +27,21 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgxpool and go-redis keep background goroutines that end shortly
-		// after Close; they belong to the libraries, not to the front door.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-	)
+	code := m.Run()
+	closeBenchFixture()
+	if code == 0 {
+		if err := goleak.Find(
+			// pgxpool and go-redis keep background goroutines that end
+			// shortly after Close; they belong to the libraries.
+			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 const testDims = 32
@@ -41,6 +51,7 @@ const testDims = 32
 // real embedder package is exercised by its own tests; here only call counts
 // and determinism matter.
 type testEmbedder struct {
+	dims  int // 0 means testDims
 	calls atomic.Int64
 	fail  atomic.Bool
 }
@@ -52,13 +63,15 @@ func (e *testEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, 
 	}
 	out := make([][]float32, len(texts))
 	for i, t := range texts {
-		out[i] = embedText(t)
+		out[i] = embedDims(t, cmp.Or(e.dims, testDims))
 	}
 	return out, nil
 }
 
-func embedText(t string) []float32 {
-	v := make([]float32, testDims)
+func embedText(t string) []float32 { return embedDims(t, testDims) }
+
+func embedDims(t string, dims int) []float32 {
+	v := make([]float32, dims)
 	for _, w := range strings.Fields(strings.ToLower(t)) {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(w))
@@ -67,7 +80,7 @@ func embedText(t string) []float32 {
 		if s&1 == 1 {
 			sign = -1
 		}
-		v[(s>>1)%testDims] += sign
+		v[(s>>1)%uint64(dims)] += sign
 	}
 	var n float64
 	for _, x := range v {
@@ -175,7 +188,7 @@ func testConfig(prefix string) Config {
 	}
 }
 
-func setup(t *testing.T, mutate func(*Config)) *bundle {
+func setup(t testing.TB, mutate func(*Config)) *bundle {
 	t.Helper()
 	rdb, prefix := redistest.Client(t)
 	store, schema := seedStore(t)
@@ -191,7 +204,7 @@ func setup(t *testing.T, mutate func(*Config)) *bundle {
 	return b
 }
 
-func (b *bundle) newFrontDoor(t *testing.T, cfg Config, reg prometheus.Registerer) *FrontDoor {
+func (b *bundle) newFrontDoor(t testing.TB, cfg Config, reg prometheus.Registerer) *FrontDoor {
 	t.Helper()
 	fd, err := NewFrontDoor(cfg, b.rdb, b.emb, b.searcher, reg, nil)
 	require.NoError(t, err)
@@ -200,7 +213,7 @@ func (b *bundle) newFrontDoor(t *testing.T, cfg Config, reg prometheus.Registere
 
 // run starts fd.Run until the test ends (or the returned cancel is called)
 // and checks it returns nil.
-func run(t *testing.T, fd *FrontDoor) context.CancelFunc {
+func run(t testing.TB, fd *FrontDoor) context.CancelFunc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -219,7 +232,7 @@ func run(t *testing.T, fd *FrontDoor) context.CancelFunc {
 	return stop
 }
 
-func (b *bundle) search(t *testing.T, q Query) (Result, error) {
+func (b *bundle) search(t testing.TB, q Query) (Result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -238,14 +251,16 @@ func (b *bundle) readReplies(t *testing.T, stream string, n int) []redis.XMessag
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		msgs, err := b.rdb.XRange(ctx, stream, "-", "+").Result()
+		l, err := b.rdb.XLen(ctx, stream).Result()
 		require.NoError(t, err)
-		if len(msgs) >= n {
+		if l >= int64(n) {
+			msgs, err := b.rdb.XRange(ctx, stream, "-", "+").Result()
+			require.NoError(t, err)
 			return msgs
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("got %d of %d replies on %s", len(msgs), n, stream)
+			t.Fatalf("got %d of %d replies on %s", l, n, stream)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
@@ -31,9 +32,20 @@ type cacheKeys struct {
 	base, fresh string
 }
 
+func baseKey(index string, r request) string {
+	return sha(index + "\x00" + r.Query + "\x00" + strconv.Itoa(r.K) + "\x00" + r.FilterJSON + "\x00" + r.Tenant)
+}
+
+// freshKey must match lookupScript, which computes it inside Redis so the hit
+// path needs no separate round trip to read the generation.
+func freshKey(base string, generation int64) string {
+	h := sha1.Sum([]byte(base + ":" + strconv.FormatInt(generation, 10)))
+	return hex.EncodeToString(h[:])
+}
+
 func requestKeys(index string, generation int64, r request) cacheKeys {
-	base := sha(index + "\x00" + r.Query + "\x00" + strconv.Itoa(r.K) + "\x00" + r.FilterJSON + "\x00" + r.Tenant)
-	return cacheKeys{base: base, fresh: sha(base + "\x00" + strconv.FormatInt(generation, 10))}
+	base := baseKey(index, r)
+	return cacheKeys{base: base, fresh: freshKey(base, generation)}
 }
 
 func sha(s string) string {

@@ -1,0 +1,299 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/internal/redistest"
+	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/sink"
+	"github.com/redis/go-redis/v9"
+)
+
+// The benchmarks share one corpus (built once, dropped in TestMain): benchDocs
+// documents of benchChunks chunks each, benchDims-dimensional vectors with an
+// HNSW index, tenants spread over 20 names. Run them together:
+//
+//	go test -run '^$' -bench 'FrontDoor|DirectPgvector' -benchtime 3s ./fallback
+//
+// Each reports req/s, p50_ms and p99_ms (client-observed); the Zipf one
+// reports hit_ratio.
+const (
+	benchDocs        = 2000
+	benchChunks      = 3
+	benchDims        = 384
+	benchParallelism = 4 // × GOMAXPROCS client goroutines
+)
+
+var vocabulary = strings.Fields(`redis stream consumer group pending entry worker cache bloom filter tenant
+document chunk vector embedding cosine search index postgres pgvector hnsw query answer reply degraded
+stale breaker circuit retry dead letter queue idempotent request latency throughput burst stampede
+coalesce singleflight lock expiry jitter negative penetration generation reindex metadata table key`)
+
+func benchText(r *rand.Rand, words int) string {
+	w := make([]string, words)
+	for i := range w {
+		w[i] = vocabulary[r.IntN(len(vocabulary))]
+	}
+	return strings.Join(w, " ")
+}
+
+type benchFixture struct {
+	rdb    *redis.Client
+	prefix string
+	pool   interface{ Close() }
+	store  *sink.Store
+	schema string
+	err    error
+}
+
+var (
+	benchOnce sync.Once
+	bench     benchFixture
+)
+
+func closeBenchFixture() {
+	if bench.store == nil {
+		return
+	}
+	ctx := context.Background()
+	bench.pool.Close()
+	if conn, err := pgx.Connect(ctx, pgtest.URL()); err == nil {
+		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{bench.schema}.Sanitize()+" CASCADE")
+		_ = conn.Close(ctx)
+	}
+	var cursor uint64
+	for {
+		keys, next, err := bench.rdb.Scan(ctx, cursor, bench.prefix+":*", 1000).Result()
+		if err != nil {
+			break
+		}
+		if len(keys) > 0 {
+			bench.rdb.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	_ = bench.rdb.Close()
+}
+
+func benchSetup(b *testing.B) *benchFixture {
+	b.Helper()
+	if testing.Short() {
+		b.Skip("needs Redis and Postgres")
+	}
+	benchOnce.Do(func() {
+		ctx := context.Background()
+		bench.rdb = redis.NewClient(mustParseRedis(redistest.URL()))
+		bench.rdb.Options().PoolSize = 128
+		bench.prefix = fmt.Sprintf("bench:%d", time.Now().UnixNano())
+		bench.schema = fmt.Sprintf("bench_%d", time.Now().UnixNano())
+		conn, err := pgx.Connect(ctx, pgtest.URL())
+		if err != nil {
+			bench.err = err
+			return
+		}
+		_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{bench.schema}.Sanitize())
+		_ = conn.Close(ctx)
+		if err != nil {
+			bench.err = err
+			return
+		}
+		pool, err := sink.OpenPool(ctx, pgtest.URL(), bench.schema)
+		if err != nil {
+			bench.err = err
+			return
+		}
+		bench.pool = pool
+		if bench.err = migrations.Up(ctx, pool, bench.schema, nil); bench.err != nil {
+			return
+		}
+		store, err := sink.New(ctx, pool, sink.Config{Schema: bench.schema, Index: "bench", Model: "test-bow", Dimensions: benchDims})
+		if err != nil {
+			bench.err = err
+			return
+		}
+		bench.store = store
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range benchDocs {
+			d := sink.Document{Table: "public.articles", Key: fmt.Sprint(i), Tenant: fmt.Sprint("tenant-", i%20),
+				Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}, SourceTS: time.Now()}
+			for c := range benchChunks {
+				text := benchText(r, 60)
+				d.Chunks = append(d.Chunks, sink.Chunk{Position: c, Hash: fmt.Sprintf("%d-%d", i, c), Text: text, Tokens: 60, Vector: embedDims(text, benchDims)})
+			}
+			if _, err := store.Upsert(ctx, d); err != nil {
+				bench.err = err
+				return
+			}
+		}
+	})
+	if bench.err != nil {
+		b.Fatalf("bench fixture: %v", bench.err)
+	}
+	return &bench
+}
+
+func mustParseRedis(url string) *redis.Options {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err) // programmer error in TEST_REDIS_URL
+	}
+	return o
+}
+
+// startBenchFrontDoor runs a front door on a fresh prefix for one benchmark.
+func startBenchFrontDoor(b *testing.B, f *benchFixture) (*FrontDoor, *Client, *prometheus.Registry) {
+	b.Helper()
+	prefix := fmt.Sprintf("%s:%d", f.prefix, time.Now().UnixNano())
+	reg := prometheus.NewRegistry()
+	fd, err := NewFrontDoor(Config{Prefix: prefix, Index: "bench", Workers: 8, BatchSize: 16, MaxK: 50},
+		f.rdb, &testEmbedder{dims: benchDims}, f.store, reg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = fd.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	c := NewClient(f.rdb, prefix)
+	return fd, c, reg
+}
+
+// latencies collects per-request durations from parallel goroutines.
+type latencies struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B, elapsed time.Duration) {
+	if len(l.all) == 0 {
+		return
+	}
+	slices.Sort(l.all)
+	q := func(p float64) float64 {
+		return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(len(l.all))/elapsed.Seconds(), "req/s")
+	b.ReportMetric(q(0.50), "p50_ms")
+	b.ReportMetric(q(0.99), "p99_ms")
+}
+
+// parallel runs op from benchParallelism×GOMAXPROCS goroutines, recording
+// the latency of each call.
+func parallel(b *testing.B, op func(ctx context.Context, i int64) error) {
+	var lat latencies
+	var next atomic.Int64
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		local := make([]time.Duration, 0, 1024)
+		ctx := context.Background()
+		for pb.Next() {
+			t0 := time.Now()
+			if err := op(ctx, next.Add(1)); err != nil {
+				b.Error(err)
+				return
+			}
+			local = append(local, time.Since(t0))
+		}
+		lat.add(local)
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	lat.report(b, elapsed)
+}
+
+// benchQuery is query i of the shared workload: 5 words, k=10.
+func benchQuery(i int64) string {
+	r := rand.New(rand.NewPCG(uint64(i), 7))
+	return benchText(r, 5)
+}
+
+func searchOK(ctx context.Context, c *Client, text string) error {
+	res, err := c.Search(ctx, Query{Text: text, K: 10})
+	if err != nil {
+		return err
+	}
+	if res.Status != StatusOK {
+		return fmt.Errorf("status %s: %s", res.Status, res.Reason)
+	}
+	return nil
+}
+
+// BenchmarkFrontDoorHit: 100 distinct queries, all cached before timing.
+func BenchmarkFrontDoorHit(b *testing.B) {
+	f := benchSetup(b)
+	_, c, _ := startBenchFrontDoor(b, f)
+	for i := range int64(100) {
+		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	parallel(b, func(ctx context.Context, i int64) error { return searchOK(ctx, c, benchQuery(i%100)) })
+}
+
+// BenchmarkFrontDoorMiss: every query is new (embed + pgvector through the
+// front door).
+func BenchmarkFrontDoorMiss(b *testing.B) {
+	f := benchSetup(b)
+	_, c, _ := startBenchFrontDoor(b, f)
+	base := time.Now().UnixNano()
+	parallel(b, func(ctx context.Context, i int64) error { return searchOK(ctx, c, benchQuery(base+i)) })
+}
+
+// BenchmarkDirectPgvector: the same workload without the front door: embed
+// and query pgvector directly, as a client without a cache would.
+func BenchmarkDirectPgvector(b *testing.B) {
+	f := benchSetup(b)
+	emb := &testEmbedder{dims: benchDims}
+	parallel(b, func(ctx context.Context, i int64) error {
+		v, err := emb.Embed(ctx, []string{benchQuery(i % 100)})
+		if err != nil {
+			return err
+		}
+		_, err = f.store.Search(ctx, v[0], sink.Query{K: 10})
+		return err
+	})
+}
+
+// BenchmarkFrontDoorZipf: queries drawn Zipf(s=1.1) from 10,000 distinct
+// ones, the shape of real query logs; reports the cache hit ratio.
+func BenchmarkFrontDoorZipf(b *testing.B) {
+	f := benchSetup(b)
+	fd, c, _ := startBenchFrontDoor(b, f)
+	var mu sync.Mutex
+	z := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.1, 1, 9999)
+	parallel(b, func(ctx context.Context, _ int64) error {
+		mu.Lock()
+		q := int64(z.Uint64())
+		mu.Unlock()
+		return searchOK(ctx, c, benchQuery(1_000_000+q))
+	})
+	m := fd.metrics.requests
+	hits := testutil.ToFloat64(m.WithLabelValues(outcomeHit)) + testutil.ToFloat64(m.WithLabelValues(outcomeNegativeHit)) + testutil.ToFloat64(m.WithLabelValues(outcomeCoalesced))
+	total := hits + testutil.ToFloat64(m.WithLabelValues(outcomeMiss))
+	if total > 0 {
+		b.ReportMetric(hits/total, "hit_ratio")
+	}
+}
