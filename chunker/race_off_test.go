@@ -1,0 +1,5 @@
+//go:build !race
+
+package chunker_test
+
+const raceEnabled = false
