@@ -297,3 +297,29 @@ func BenchmarkFrontDoorZipf(b *testing.B) {
 		b.ReportMetric(hits/total, "hit_ratio")
 	}
 }
+
+// BenchmarkFrontDoorHitSerial: the hit path with one client at a time, i.e.
+// the latency of a single request without queueing behind others.
+func BenchmarkFrontDoorHitSerial(b *testing.B) {
+	f := benchSetup(b)
+	_, c, _ := startBenchFrontDoor(b, f)
+	for i := range int64(100) {
+		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range int64(b.N) {
+		t0 := time.Now()
+		if err := searchOK(context.Background(), c, benchQuery(i%100)); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	l := latencies{all: lat}
+	l.report(b, elapsed)
+}
