@@ -87,6 +87,15 @@ func (b *breaker) Failure() {
 	}
 }
 
+// Release gives back a probe reserved by Allow that ended without a
+// verdict (the answer came from another worker's search, or Redis failed):
+// otherwise the half-open breaker would wait forever for its probe.
+func (b *breaker) Release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
 // State returns the current state.
 func (b *breaker) State() breakerState {
 	b.mu.Lock()

@@ -85,6 +85,9 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 		return
 	}
 	results, source, err := f.coalescedSearch(ctx, r, ck)
+	// The leader's searchVector reported to the breaker; a follower (or a
+	// Redis failure before any search) only gives its probe back.
+	f.breaker.Release()
 	if err != nil {
 		f.retryLater(ctx, r, deliveries, err)
 		return

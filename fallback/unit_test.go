@@ -172,7 +172,18 @@ func TestBreaker(t *testing.T) {
 	b.Success()
 	require.Equal(t, breakerClosed, b.State(), "successful probe closes")
 	require.True(t, b.Allow())
-	require.Equal(t, []breakerState{breakerOpen, breakerHalfOpen, breakerOpen, breakerHalfOpen, breakerClosed}, states)
+
+	// A probe that ends without a verdict is given back.
+	b.Failure()
+	b.Failure()
+	b.Failure()
+	now = now.Add(10 * time.Second)
+	require.True(t, b.Allow())
+	require.False(t, b.Allow())
+	b.Release()
+	require.True(t, b.Allow(), "released probe can be taken again")
+	require.Equal(t, breakerHalfOpen, b.State())
+	require.Equal(t, []breakerState{breakerOpen, breakerHalfOpen, breakerOpen, breakerHalfOpen, breakerClosed, breakerOpen, breakerHalfOpen}, states)
 }
 
 func TestLessID(t *testing.T) {
