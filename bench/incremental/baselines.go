@@ -26,6 +26,19 @@ type phase struct {
 
 	GChunkSizes    []int // tokens of every greedy chunk of every version
 	GEmbeddedSizes []int // tokens of the greedy chunks G had to embed
+
+	// ByOp splits the counts by event op (r, c, u): creations and renames
+	// (c) are new to E but often not to G's cross-document hash set.
+	ByOp map[string]*opCounts
+}
+
+// opCounts are a phase's counts for one op.
+type opCounts struct {
+	Versions  int `json:"versions"`
+	W         int `json:"w"`
+	G         int `json:"g"`
+	E         int `json:"e"`
+	EAnywhere int `json:"e_anywhere"`
 }
 
 // baselines replays a document history and counts W, G and E. It is not
@@ -46,13 +59,30 @@ func newBaselines(greedy *chunker.Chunker) *baselines {
 	return &baselines{greedy: greedy, seen: map[string]bool{}, paras: map[string]map[string]bool{}, everPara: map[string]bool{}}
 }
 
-// observe counts one change of docID into p: a new full text, or a delete.
-func (b *baselines) observe(p *phase, docID string, text string, deleted bool) {
-	if deleted {
+// observe counts one change of docID into p: for op "d" a delete, for any
+// other op the document's new full text.
+func (b *baselines) observe(p *phase, op, docID, text string) {
+	if op == "d" {
 		p.Deletes++
 		delete(b.paras, docID)
 		return
 	}
+	w, g, e, ea := p.W, p.G, p.E, p.EAnywhere
+	defer func() {
+		if p.ByOp == nil {
+			p.ByOp = map[string]*opCounts{}
+		}
+		c := p.ByOp[op]
+		if c == nil {
+			c = &opCounts{}
+			p.ByOp[op] = c
+		}
+		c.Versions++
+		c.W += p.W - w
+		c.G += p.G - g
+		c.E += p.E - e
+		c.EAnywhere += p.EAnywhere - ea
+	}()
 	p.Versions++
 	p.W += chunker.CountTokens(text)
 

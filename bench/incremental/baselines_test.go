@@ -45,9 +45,9 @@ func greedyForTest(t *testing.T) *chunker.Chunker {
 
 func TestBaselines(t *testing.T) {
 	type change struct {
-		doc     string
-		text    string
-		deleted bool
+		op   string
+		doc  string
+		text string
 	}
 	tests := []struct {
 		name    string
@@ -98,7 +98,7 @@ func TestBaselines(t *testing.T) {
 			name: "delete costs nothing; re-creation is new to E, not to G or E*",
 			history: []change{
 				{doc: "a", text: doc(pA)},
-				{doc: "a", deleted: true},
+				{op: "d", doc: "a"},
 				{doc: "a", text: doc(pA)},
 			},
 			want:  phase{Versions: 2, Deletes: 1, W: tok(pA, pA), G: tok(pA), E: tok(pA, pA), EAnywhere: tok(pA)},
@@ -128,7 +128,11 @@ func TestBaselines(t *testing.T) {
 			b := newBaselines(greedyForTest(t))
 			var got phase
 			for _, c := range tc.history {
-				b.observe(&got, c.doc, c.text, c.deleted)
+				op := c.op
+				if op == "" {
+					op = "u"
+				}
+				b.observe(&got, op, c.doc, c.text)
 			}
 			require.Len(t, got.GEmbeddedSizes, tc.wantG)
 			sum := 0
@@ -136,7 +140,9 @@ func TestBaselines(t *testing.T) {
 				sum += n
 			}
 			require.Equal(t, got.G, sum, "G must be the sum of the embedded greedy chunk sizes")
-			got.GChunkSizes, got.GEmbeddedSizes = nil, nil
+			require.Equal(t, got.Versions, got.ByOp["u"].Versions)
+			require.Equal(t, opCounts{Versions: got.Versions, W: got.W, G: got.G, E: got.E, EAnywhere: got.EAnywhere}, *got.ByOp["u"])
+			got.GChunkSizes, got.GEmbeddedSizes, got.ByOp = nil, nil, nil
 			require.Equal(t, tc.want, got)
 		})
 	}

@@ -64,6 +64,9 @@ func main() {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench-incremental %s: %v\n", set, err)
 			failed = true
+			if ctx.Err() != nil {
+				break // interrupted: the schemas are dropped, stop here
+			}
 			continue
 		}
 		res.print(os.Stdout)

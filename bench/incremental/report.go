@@ -71,6 +71,10 @@ type phaseResult struct {
 	RagsyncEmbedded sizes `json:"ragsync_embedded_chunk_tokens"`
 	GEmbedded       sizes `json:"g_embedded_chunk_tokens"`
 
+	// ByOp splits W, G and E by event op (ragsync's tokens cannot be
+	// split: documents are applied concurrently).
+	ByOp map[string]*opCounts `json:"baselines_by_op"`
+
 	Pipeline pipeline.Snapshot `json:"pipeline"`
 }
 
@@ -88,6 +92,7 @@ func newPhaseResult(name string, r ragPhase, b phase) phaseResult {
 		GOverW:               ratio(float64(b.G), b.W), EOverW: ratio(float64(b.E), b.W),
 		RagsyncChunks: sizesOf(r.ChunkSizes), GChunks: sizesOf(b.GChunkSizes),
 		RagsyncEmbedded: sizesOf(r.EmbeddedSizes), GEmbedded: sizesOf(b.GEmbeddedSizes),
+		ByOp:     b.ByOp,
 		Pipeline: r.Pipeline,
 	}
 }
@@ -119,6 +124,8 @@ type result struct {
 	} `json:"recall"`
 	Convergence comparison         `json:"convergence"`
 	Seconds     map[string]float64 `json:"seconds"`
+	// Schemas lists the schemas the run created (and dropped at its end).
+	Schemas []string `json:"schemas"`
 }
 
 func (r *result) print(out io.Writer) {

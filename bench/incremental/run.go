@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,7 +92,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 			if e.Body != nil {
 				body = *e.Body
 			}
-			b.observe(p, e.DocID, body, e.Op == "d")
+			b.observe(p, e.Op, e.DocID, body)
 		}
 		return nil
 	})
@@ -159,7 +160,6 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = freshStore
 	if _, err := replay(ctx, cfg, finalLines, chunks, srv.Embedder, freshStore, logger); err != nil {
 		return nil, fmt.Errorf("fresh load: %w", err)
 	}
@@ -202,6 +202,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	}
 	lap("recall", t)
 	lap("total", started)
+	res.Schemas = dbs.created
 	res.Embedder = srv.Describe()
 	return res, nil
 }
@@ -235,8 +236,10 @@ func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Spli
 	}
 	snap := p.Stats()
 	for k, n := range snap {
-		switch k {
-		case "dead_lettered", "stale", "duplicate", "unmatched_table", "skipped":
+		switch {
+		case k == "skipped_"+cdc.SkipTombstone:
+		case k == "dead_lettered", k == "stale", k == "duplicate", k == "unmatched_table",
+			strings.HasPrefix(k, "skipped"):
 			return snap, fmt.Errorf("pipeline %s=%d: the replay did not apply every change (%s)", k, n, snap)
 		}
 	}
