@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"time"
@@ -22,6 +23,26 @@ type event struct {
 	DocID  string  `json:"doc_id"`
 	Op     string  `json:"op"` // r (base snapshot), c, u, d
 	Body   *string `json:"body"`
+}
+
+// sampleDocs keeps the events of a fixed share of the documents, chosen by
+// a hash of the doc_id, so a history can be scaled down without changing
+// its shape: every kept document keeps its whole history, in order.
+// fraction ≥ 1 (or ≤ 0) keeps everything.
+func sampleDocs(evs []event, fraction float64) []event {
+	if fraction <= 0 || fraction >= 1 {
+		return evs
+	}
+	limit := uint64(fraction * (1 << 32))
+	var out []event
+	for _, e := range evs {
+		h := fnv.New64a()
+		h.Write([]byte(e.DocID))
+		if h.Sum64()>>32 < limit {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // initial reports whether e belongs to the base snapshot (the initial load)

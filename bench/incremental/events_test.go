@@ -137,3 +137,29 @@ func TestFinalState(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"a": "a2", "c": "c2"}, finalState(evs))
 }
+
+func TestSampleDocs(t *testing.T) {
+	var evs []event
+	for i := range 2000 {
+		id := "doc" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26)
+		evs = append(evs, event{Seq: int64(i), DocID: id, Op: "r"}, event{Seq: int64(i + 5000), DocID: id, Op: "u"})
+	}
+	require.Equal(t, evs, sampleDocs(evs, 1))
+	require.Equal(t, evs, sampleDocs(evs, 0))
+	got := sampleDocs(evs, 0.25)
+	require.InDelta(t, len(evs)/4, len(got), float64(len(evs))/20, "about a quarter of the events")
+	perDoc := map[string]int{}
+	j := 0
+	for _, e := range got {
+		perDoc[e.DocID]++
+		for j < len(evs) && evs[j] != e {
+			j++
+		}
+		require.Less(t, j, len(evs), "the sample keeps the history's order")
+		j++
+	}
+	for id, n := range perDoc {
+		require.Equal(t, 2, n, "document %s keeps its whole history", id)
+	}
+	require.Equal(t, got, sampleDocs(evs, 0.25), "deterministic")
+}

@@ -35,7 +35,8 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.DataDir, "data", filepath.Join(root, "..", "shared", "data"), "directory holding edits-C/ and edits-A/")
 	sets := flag.String("sets", "edits-C,edits-A", "comma-separated data sets to replay")
-	flag.IntVar(&cfg.Limit, "limit", 0, "replay at most this many events of each set (0: all)")
+	flag.IntVar(&cfg.Limit, "limit", 0, "replay at most this many events of each set (0: all); the first events are the initial load")
+	flag.Float64Var(&cfg.Sample, "sample", 1, "replay only this share (0..1] of the documents, picked by a hash of their id, each with its whole history")
 	flag.StringVar(&cfg.OutDir, "out", filepath.Join(root, "bench", "incremental"), "directory for results-<set>.json")
 	flag.StringVar(&cfg.PostgresURL, "postgres-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres with pgvector; schemas bench_incr_* are created and dropped there")
 	flag.IntVar(&cfg.TargetTokens, "target-tokens", 470, "chunker target_tokens for ragsync and for the greedy baseline (~350 words)")
@@ -90,6 +91,7 @@ func main() {
 type config struct {
 	DataDir      string
 	Limit        int
+	Sample       float64
 	OutDir       string
 	PostgresURL  string
 	TargetTokens int

@@ -109,6 +109,7 @@ func ratio(a float64, b int) float64 {
 type result struct {
 	Set           string         `json:"set"`
 	Limit         int            `json:"limit"`
+	Sample        float64        `json:"sample"`
 	Events        int            `json:"events"`
 	InitialEvents int            `json:"initial_events"`
 	UpdateEvents  int            `json:"update_events"`
@@ -130,8 +131,11 @@ type result struct {
 
 func (r *result) print(out io.Writer) {
 	limit := ""
+	if r.Sample > 0 && r.Sample < 1 {
+		limit += fmt.Sprintf(", -sample %g of the documents", r.Sample)
+	}
 	if r.Limit > 0 {
-		limit = fmt.Sprintf(", -limit %d", r.Limit)
+		limit += fmt.Sprintf(", -limit %d", r.Limit)
 	}
 	fmt.Fprintf(out, "== %s: %d events (%d initial, %d updates%s); ragsync chunker %s target %d min %d max %d; G greedy at the same sizes; %s\n",
 		r.Set, r.Events, r.InitialEvents, r.UpdateEvents, limit,

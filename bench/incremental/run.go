@@ -36,10 +36,15 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	res := &result{Set: set, Limit: cfg.Limit, Seconds: map[string]float64{}}
 	lap := func(name string, since time.Time) { res.Seconds[name] = time.Since(since).Seconds() }
 
-	evs, err := readEvents(filepath.Join(cfg.DataDir, set, "events.jsonl.gz"), cfg.Limit)
+	evs, err := readEvents(filepath.Join(cfg.DataDir, set, "events.jsonl.gz"), 0)
 	if err != nil {
 		return nil, err
 	}
+	evs = sampleDocs(evs, cfg.Sample)
+	if cfg.Limit > 0 && len(evs) > cfg.Limit {
+		evs = evs[:cfg.Limit]
+	}
+	res.Sample = cfg.Sample
 	nInit := 0
 	for nInit < len(evs) && evs[nInit].initial() {
 		nInit++
