@@ -6,44 +6,61 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Client sends queries to the front door over the Redis protocol and waits
-// for the reply. Each request gets its own reply stream
-// (<prefix>:reply:<id>), deleted once read. Safe for concurrent use; rdb
+// for the replies. All replies to one Client arrive on one reply stream
+// (<prefix>:reply:<client uuid>) read by one background reader, which
+// matches them to waiting calls by request id: a request costs one XADD, and
+// the reader's XREAD is shared by every request in flight. Safe for
+// concurrent use. Close stops the reader and deletes the reply stream; rdb
 // stays owned by the caller.
 type Client struct {
-	rdb  *redis.Client
-	keys keys
+	rdb     *redis.Client
+	keys    keys
+	replyTo string
 	// RequestMaxLen caps the request stream when adding (MAXLEN ~), so a
 	// queue with no front door running cannot grow without bound; beyond it
 	// the oldest requests are shed. Defaults to 100000 in NewClient.
 	RequestMaxLen int64
-	// Poll bounds one blocking XREAD while waiting, and so how quickly a
-	// cancelled context is noticed. Defaults to 1s in NewClient.
+	// Poll bounds one blocking XREAD of the reader, and so how long Close
+	// takes. Set it before the first Search. Defaults to 1s in NewClient.
 	Poll time.Duration
+
+	mu      sync.Mutex
+	waiters map[string]chan Result
+	running bool
+	closed  bool
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // NewClient returns a client for the front door at prefix (the front door's
-// frontdoor.prefix; "" means "ragsync").
+// frontdoor.prefix; "" means "ragsync"). The reader starts with the first
+// Search.
 func NewClient(rdb *redis.Client, prefix string) *Client {
 	if prefix == "" {
 		prefix = "ragsync"
 	}
-	return &Client{rdb: rdb, keys: keys{prefix: prefix}, RequestMaxLen: 100000, Poll: time.Second}
+	k := keys{prefix: prefix}
+	return &Client{rdb: rdb, keys: k, replyTo: k.reply(randomID()), RequestMaxLen: 100000, Poll: time.Second,
+		waiters: map[string]chan Result{}}
 }
 
+// errClientClosed is returned by Search after Close.
+var errClientClosed = errors.New("front door client is closed")
+
 // Search sends q and waits for its reply until ctx ends. The context's
-// deadline (or q.Deadline) travels as deadline_ms. A reply with status error
-// returns the Result and a *ReplyError; degraded replies return no error —
-// check Result.Status.
+// deadline (or q.Deadline, whichever is earlier) travels as deadline_ms. A
+// reply with status error returns the Result and a *ReplyError; degraded
+// replies return no error — check Result.Status.
 func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	id := randomID()
-	replyTo := c.keys.reply(id)
-	values := []any{fieldID, id, fieldQuery, q.Text, fieldK, strconv.Itoa(q.K), fieldReplyTo, replyTo}
+	values := []any{fieldID, id, fieldQuery, q.Text, fieldK, strconv.Itoa(q.K), fieldReplyTo, c.replyTo}
 	if len(q.Filter) > 0 {
 		b, err := json.Marshal(q.Filter)
 		if err != nil {
@@ -64,55 +81,109 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	if q.TraceParent != "" {
 		values = append(values, fieldTraceParent, q.TraceParent)
 	}
-	add := &redis.XAddArgs{Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: values}
-	defer c.rdb.Del(context.WithoutCancel(ctx), replyTo)
 
-	last := "0-0"
-	for attempt := 0; ; attempt++ {
-		block := c.Poll
-		if d, ok := ctx.Deadline(); ok {
-			block = min(block, max(time.Until(d), time.Millisecond))
+	// Register before sending: the reply may beat the XADD's own reply.
+	ch := make(chan Result, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return Result{}, errClientClosed
+	}
+	c.waiters[id] = ch
+	if !c.running {
+		c.running = true
+		rctx, cancel := context.WithCancel(context.Background())
+		c.stop, c.done = cancel, make(chan struct{})
+		go c.read(rctx)
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiters, id)
+		c.mu.Unlock()
+	}()
+
+	if err := c.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: values,
+	}).Err(); err != nil {
+		return Result{}, fmt.Errorf("send request %s: %w", id, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Status == StatusError {
+			return r, &ReplyError{ID: id, Reason: r.Reason}
 		}
-		read := &redis.XReadArgs{Streams: []string{replyTo, last}, Count: 16, Block: block}
-		var res []redis.XStream
-		var err error
-		if attempt == 0 {
-			// Send the request and start waiting in one round trip.
-			pipe := c.rdb.Pipeline()
-			addCmd := pipe.XAdd(ctx, add)
-			readCmd := pipe.XRead(ctx, read)
-			_, _ = pipe.Exec(ctx)
-			if err := addCmd.Err(); err != nil {
-				return Result{}, fmt.Errorf("send request %s: %w", id, err)
+		return r, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
+	}
+}
+
+// read delivers replies to waiting calls until Close. Replies nobody waits
+// for any more (the caller gave up) are dropped; the front door trims the
+// stream with MAXLEN ~ and expires it when the client is gone.
+func (c *Client) read(ctx context.Context) {
+	defer close(c.done)
+	last := "0-0" // the stream is this client's alone: everything in it is ours
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{c.replyTo, last}, Count: 256, Block: c.Poll}).Result()
+		if err != nil {
+			if errors.Is(err, redis.Nil) || ctx.Err() != nil {
+				continue
 			}
-			res, err = readCmd.Result()
-		} else {
-			res, err = c.rdb.XRead(ctx, read).Result()
-		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if ctx.Err() != nil {
-				return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
+			// Waiters time out on their own contexts; keep trying.
+			if !sleep(ctx, backoff) {
+				return
 			}
-			return Result{}, fmt.Errorf("read reply %s: %w", id, err)
+			backoff = min(backoff*2, 2*time.Second)
+			continue
 		}
+		backoff = 50 * time.Millisecond
 		for _, s := range res {
 			for _, m := range s.Messages {
 				last = m.ID
-				if fieldString(m.Values, fieldID) != id {
-					continue // a shared reply stream: not ours
-				}
 				r, err := parseReply(m.Values)
+				if err != nil && r.ID == "" {
+					continue
+				}
 				if err != nil {
-					return r, err
+					r = Result{ID: r.ID, Status: StatusError, Reason: err.Error(), Source: SourceNone}
 				}
-				if r.Status == StatusError {
-					return r, &ReplyError{ID: id, Reason: r.Reason}
+				c.mu.Lock()
+				ch := c.waiters[r.ID]
+				c.mu.Unlock()
+				if ch != nil {
+					select {
+					case ch <- r:
+					default: // a duplicate; the first reply won
+					}
 				}
-				return r, nil
 			}
 		}
-		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
-		}
 	}
+}
+
+// Close stops the reader (waiting at most Poll) and deletes the reply
+// stream. Searches in flight end with ErrNoReply when their context ends;
+// later ones fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	running := c.running
+	c.mu.Unlock()
+	if running {
+		c.stop()
+		<-c.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.rdb.Del(ctx, c.replyTo).Err(); err != nil {
+		return fmt.Errorf("delete reply stream %s: %w", c.replyTo, err)
+	}
+	return nil
 }

@@ -347,6 +347,37 @@ func TestClientGivesUpWithoutFrontDoor(t *testing.T) {
 	require.NotEmpty(t, msgs[0].Values[fieldDeadline])
 }
 
+func TestClientSharesOneReplyStreamAndCloses(t *testing.T) {
+	b := setup(t, nil)
+	run(t, b.fd)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			res, err := b.search(t, Query{Text: fmt.Sprint("question ", i%4, " redis"), K: 1})
+			if err == nil && res.Status != StatusOK {
+				err = fmt.Errorf("status %s", res.Status)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	n, err := b.rdb.Exists(t.Context(), b.client.replyTo).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "all replies went to the client's one stream")
+	require.NoError(t, b.client.Close())
+	n, err = b.rdb.Exists(t.Context(), b.client.replyTo).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "Close deletes the reply stream")
+	_, err = b.search(t, Query{Text: "after close", K: 1})
+	require.ErrorIs(t, err, errClientClosed)
+	require.NoError(t, b.client.Close(), "Close twice is fine")
+}
+
 func TestRunWithoutDependencies(t *testing.T) {
 	rdb, prefix := redisForTest(t)
 	fd, err := NewFrontDoor(Config{Prefix: prefix}, rdb, nil, nil, nil, nil)

@@ -201,6 +201,7 @@ func setup(t testing.TB, mutate func(*Config)) *bundle {
 	b.fd = b.newFrontDoor(t, b.cfg, b.reg)
 	b.client = NewClient(rdb, prefix)
 	b.client.Poll = 100 * time.Millisecond
+	t.Cleanup(func() { require.NoError(t, b.client.Close()) })
 	return b
 }
 
