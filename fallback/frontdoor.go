@@ -147,6 +147,11 @@ func (f *FrontDoor) Run(ctx context.Context) error {
 	if err := f.ensureGroups(ctx); err != nil {
 		return err
 	}
+	// The hit path runs serveScript by hash inside a pipeline, where
+	// go-redis cannot fall back from NOSCRIPT to EVAL by itself.
+	if err := serveScript.Load(ctx, f.rdb).Err(); err != nil {
+		return fmt.Errorf("load Lua scripts into Redis: %w", err)
+	}
 	f.logger.InfoContext(ctx, "front door started", "workers", f.cfg.Workers, "group", f.cfg.Group, "consumer", f.cfg.Consumer, "prefix", f.cfg.Prefix)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range f.cfg.Workers {

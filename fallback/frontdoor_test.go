@@ -35,7 +35,7 @@ func TestHitAndMiss(t *testing.T) {
 	require.EqualValues(t, 1, b.searcher.searches.Load(), "the hit never reached Postgres")
 	require.EqualValues(t, 1, b.emb.calls.Load())
 	require.EqualValues(t, 1, counter(t, b.fd.metrics, outcomeMiss))
-	require.EqualValues(t, 1, counter(t, b.fd.metrics, outcomeHit))
+	waitCounter(t, b.fd.metrics, outcomeHit, 1)
 
 	// Another k is another question.
 	third, err := b.search(t, Query{Text: "redis streams workers", K: 1})
@@ -85,7 +85,7 @@ func TestNegativeCache(t *testing.T) {
 	require.Empty(t, res.Hits)
 	require.Equal(t, SourceCache, res.Source)
 	require.EqualValues(t, 1, b.searcher.searches.Load())
-	require.EqualValues(t, 1, counter(t, b.fd.metrics, outcomeNegativeHit))
+	waitCounter(t, b.fd.metrics, outcomeNegativeHit, 1)
 
 	// The empty answer is cached with the short TTL, not the long one.
 	r, err := parseRequest("0-1", map[string]any{"id": "x", "reply_to": "r", "query": q.Text, "k": "3", "tenant": q.Tenant}, b.fd.cfg, time.Now())
@@ -315,7 +315,7 @@ func TestDuplicateRequestIDGetsOneReply(t *testing.T) {
 	n, err := b.rdb.XLen(t.Context(), replyTo).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	require.EqualValues(t, 2, counter(t, b.fd.metrics, outcomeDuplicate))
+	waitCounter(t, b.fd.metrics, outcomeDuplicate, 2)
 
 	// The reply script itself is idempotent: a second send is dropped.
 	r := request{EntryID: "0-1", ID: "direct", ReplyTo: b.prefix + ":reply:direct"}

@@ -41,11 +41,16 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 		}
 	}
 
-	// One round trip: the generation and cache entry (lookupScript) and the
-	// Bloom checks.
+	// One round trip: serveScript reads the generation and the cache entry
+	// and, on a hit, replies and acknowledges right there; the Bloom checks
+	// ride along for the miss path. (A cached answer therefore wins over the
+	// Bloom filter: it was right when cached and expires with its TTL.)
 	ck := cacheKeys{base: baseKey(f.cfg.Index, r)}
 	pipe := f.rdb.Pipeline()
-	lookup := lookupScript.Eval(ctx, pipe, []string{f.keys.generation()}, ck.base, f.keys.cache(""))
+	serve := serveScript.EvalSha(ctx, pipe,
+		[]string{f.keys.generation(), f.keys.replied(r.ID), r.ReplyTo, stream},
+		ck.base, f.keys.cache(""), f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(),
+		f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen, r.ID)
 	var checks []bloomCheck
 	if r.Tenant != "" {
 		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindTenant, r.Tenant))
@@ -54,29 +59,36 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindDoc, r.DocID))
 	}
 	_, _ = pipe.Exec(ctx)
-	res, err := lookup.Slice()
-	if err != nil || len(res) != 2 {
+	if redis.HasErrorPrefix(serve.Err(), "NOSCRIPT") {
+		// Redis restarted or flushed its script cache: load and retry once.
+		if err := serveScript.Load(ctx, f.rdb).Err(); err == nil {
+			f.handleRequest(ctx, msg, deliveries)
+			return
+		}
+	}
+	res, err := serve.Slice()
+	if err != nil || len(res) != 3 {
 		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache: %w", cmpErr(err)))
 		return
 	}
 	ck.fresh, _ = res[0].(string)
-	var cached []byte
-	if v, ok := res[1].(string); ok {
-		cached = []byte(v)
+	if hit, _ := res[1].(int64); hit != 0 {
+		outcome := outcomeHit
+		if hit == 2 {
+			outcome = outcomeNegativeHit
+		}
+		f.metrics.requests.WithLabelValues(outcome).Inc()
+		f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+		if first, _ := res[2].(int64); first == 0 {
+			f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
+		}
+		return
 	}
 	for _, c := range checks {
 		if ok, err := c.mayContain(); err == nil && !ok {
 			f.finish(ctx, stream, r, reply{Status: StatusOK, Results: emptyResults, Source: SourceBloom}, outcomeBloomReject, start)
 			return
 		}
-	}
-	if cached != nil {
-		outcome := outcomeHit
-		if bytes.Equal(cached, emptyResults) {
-			outcome = outcomeNegativeHit
-		}
-		f.finish(ctx, stream, r, reply{Status: StatusOK, Results: cached, Cached: true, Source: SourceCache}, outcome, start)
-		return
 	}
 
 	if !f.breaker.Allow() {
@@ -102,14 +114,30 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 	f.finish(ctx, stream, r, reply{Status: StatusOK, Results: results, Cached: source == SourceShared, Source: source}, outcome, start)
 }
 
-// lookupScript reads the index generation, derives the fresh cache key from
-// it (see freshKey) and reads the cache entry, in one round trip.
-// KEYS: generation key. ARGV: base hash, cache key prefix.
-// Returns {fresh, value or nil}.
-var lookupScript = redis.NewScript(`
+// serveScript is the whole hit path in one round trip: read the index
+// generation, derive the fresh cache key from it (see freshKey), read the
+// entry and, if there is one, reply and acknowledge exactly like
+// replyScript. Returns {fresh key, 0 miss | 1 hit | 2 negative hit,
+// 1 replied | 0 id already answered}.
+//
+// KEYS: generation, replied marker, reply stream, request stream.
+// ARGV: base hash, cache key prefix, group, entry id, marker TTL ms,
+// reply TTL ms, reply MAXLEN, request id.
+var serveScript = redis.NewScript(`
 local gen = redis.call('GET', KEYS[1]) or '0'
 local fresh = redis.sha1hex(ARGV[1] .. ':' .. gen)
-return {fresh, redis.call('GET', ARGV[2] .. fresh)}
+local v = redis.call('GET', ARGV[2] .. fresh)
+if not v then return {fresh, 0, 0} end
+local first = 0
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[5]) then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'status', 'ok', 'results', v, 'cached', 'true', 'source', 'cache')
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+  first = 1
+end
+redis.call('XACK', KEYS[4], ARGV[3], ARGV[4])
+local kind = 1
+if v == '[]' then kind = 2 end
+return {fresh, kind, first}
 `)
 
 func cmpErr(errs ...error) error { // first non-nil error, or a generic one

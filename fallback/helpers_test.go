@@ -306,3 +306,19 @@ func redisForTest(t *testing.T) (*redis.Client, string) { return redistest.Clien
 
 func testutilDeadLetters(fd *FrontDoor) float64 { return testutil.ToFloat64(fd.metrics.deadLetters) }
 func testutilGauge(fd *FrontDoor) float64       { return testutil.ToFloat64(fd.metrics.breakerState) }
+
+// waitCounter waits until the outcome counter reaches want. A hit is
+// answered and acknowledged inside one Lua script, so the caller can hold
+// the reply a moment before the worker has counted it.
+func waitCounter(t *testing.T, m *metrics, outcome string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := counter(t, m, outcome)
+		if got == want || time.Now().After(deadline) {
+			require.Equal(t, want, got, "ragsync_frontdoor_requests_total{outcome=%q}", outcome)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
