@@ -8,7 +8,10 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -66,11 +69,33 @@ type KafkaDeadLetters struct {
 	cl      *kgo.Client
 	topic   string
 	version string
+	mu      sync.Mutex
+	ensured map[string]bool
 }
 
 // NewKafkaDeadLetters produces with cl. An empty topic means "<source topic>" + DLQSuffix.
 func NewKafkaDeadLetters(cl *kgo.Client, topic, version string) *KafkaDeadLetters {
-	return &KafkaDeadLetters{cl: cl, topic: topic, version: version}
+	return &KafkaDeadLetters{cl: cl, topic: topic, version: version, ensured: map[string]bool{}}
+}
+
+// ensureTopic creates the dead-letter topic on first use: clusters often
+// disable auto-creation, and a produce to a missing topic would wait
+// forever instead of failing.
+func (d *KafkaDeadLetters) ensureTopic(ctx context.Context, topic string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ensured[topic] {
+		return nil
+	}
+	resp, err := kadm.NewClient(d.cl).CreateTopic(ctx, 1, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create dead-letter topic %s: %w (create it yourself or set dlq.topic)", topic, err)
+	}
+	d.ensured[topic] = true
+	return nil
 }
 
 // Put writes one dead letter and waits for the broker to acknowledge it.
@@ -78,6 +103,13 @@ func (d *KafkaDeadLetters) Put(ctx context.Context, m Message, cause error) erro
 	topic := d.topic
 	if topic == "" {
 		topic = m.Topic + DLQSuffix
+	}
+	// Bounded, so a broker that will not take the record surfaces as a
+	// retried error in the logs instead of a silent hang.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.ensureTopic(ctx, topic); err != nil {
+		return err
 	}
 	r := &kgo.Record{Topic: topic, Key: m.Key, Value: m.Value}
 	for _, h := range deadLetterHeaders(m, cause, d.version) {
