@@ -331,3 +331,82 @@ func BenchmarkFrontDoorHitSerial(b *testing.B) {
 	l := latencies{all: lat}
 	l.report(b, elapsed)
 }
+
+// BenchmarkHitVsDirect interleaves the two workloads in 250ms slices (hit
+// path through the front door, then direct embed + pgvector) so both see the
+// same machine load — this box is shared, and running them minutes apart
+// skews the ratio. Reports each side's req/s, p50/p99 and the ratio.
+func BenchmarkHitVsDirect(b *testing.B) {
+	f := benchSetup(b)
+	_, c, _ := startBenchFrontDoor(b, f)
+	for i := range int64(100) {
+		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	emb := &testEmbedder{dims: benchDims}
+	hitOp := func(ctx context.Context, i int64) error { return searchOK(ctx, c, benchQuery(i%100)) }
+	directOp := func(ctx context.Context, i int64) error {
+		v, err := emb.Embed(ctx, []string{benchQuery(i % 100)})
+		if err != nil {
+			return err
+		}
+		_, err = f.store.Search(ctx, v[0], sink.Query{K: 10})
+		return err
+	}
+	workers := benchParallelism * 2
+	slice := func(op func(context.Context, int64) error, lat *latencies) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		start := time.Now()
+		for w := range workers {
+			wg.Go(func() {
+				local := make([]time.Duration, 0, 256)
+				for i := int64(w); ctx.Err() == nil; i += int64(workers) {
+					t0 := time.Now()
+					if err := op(context.Background(), i); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					local = append(local, time.Since(t0))
+				}
+				lat.add(local)
+			})
+		}
+		wg.Wait()
+		if err, _ := firstErr.Load().(error); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	var hit, direct latencies
+	var hitTime, directTime time.Duration
+	b.ResetTimer()
+	for range b.N {
+		d, err := slice(hitOp, &hit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hitTime += d
+		if d, err = slice(directOp, &direct); err != nil {
+			b.Fatal(err)
+		}
+		directTime += d
+	}
+	b.StopTimer()
+	q := func(l *latencies, p float64) float64 {
+		slices.Sort(l.all)
+		return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) / 1000
+	}
+	hitRate := float64(len(hit.all)) / hitTime.Seconds()
+	directRate := float64(len(direct.all)) / directTime.Seconds()
+	b.ReportMetric(hitRate, "hit_req/s")
+	b.ReportMetric(directRate, "direct_req/s")
+	b.ReportMetric(hitRate/directRate, "hit/direct")
+	b.ReportMetric(q(&hit, 0.5), "hit_p50_ms")
+	b.ReportMetric(q(&hit, 0.99), "hit_p99_ms")
+	b.ReportMetric(q(&direct, 0.5), "direct_p50_ms")
+	b.ReportMetric(q(&direct, 0.99), "direct_p99_ms")
+}
