@@ -65,7 +65,7 @@ func TestFileSourceEndToEnd(t *testing.T) {
 	require.Contains(t, string(dead), "not a debezium message")
 	require.Contains(t, string(dead), "__connect.errors.exception.message")
 
-	hits := e.query("how do I steam milk for a flat white")
+	hits := e.query("espresso grind size dose and water temperature")
 	require.NotEmpty(t, hits)
 	require.Equal(t, "public.articles/2", hits[0].DocID)
 	// The updated paragraph is searchable, the replaced one is gone.

@@ -80,9 +80,10 @@ tables:
     metadata: [tenant, tags]
     tenant: tenant
 chunker:
-  target_tokens: 60
-  min_tokens: 20
-  max_tokens: 200
+  strategy: greedy
+  target_tokens: 30
+  min_tokens: 10
+  max_tokens: 120
 embedder:
   provider: hashing
   dimensions: 256
