@@ -2,19 +2,33 @@ package sink
 
 import (
 	"cmp"
+	"crypto/md5"
+	"encoding/hex"
 	"slices"
 )
+
+// textMD5 matches Postgres's md5(text) for the same string.
+func textMD5(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
 
 // storedChunk is a chunk row as Upsert reads it back.
 type storedChunk struct {
 	id       int64
 	position int
 	hash     string
+	textMD5  string // md5 of the stored text, to spot a reformatting
 }
 
+// chunkMove rewrites a kept row: its position, and its text when the new
+// text differs only in what normalisation ignores (whitespace, Unicode
+// form). The vector stays: the normalised content, and so the hash, is equal.
 type chunkMove struct {
 	id       int64
 	position int
+	text     string
+	tokens   int
 }
 
 // chunkPlan is how to turn the stored chunks into the wanted ones.
@@ -26,9 +40,11 @@ type chunkPlan struct {
 }
 
 // planChunks diffs wanted against stored by content hash, as multisets: a
-// stored chunk with the same hash at the same position is left alone (no
+// stored chunk with the same hash, position and text is left alone (no
 // write at all, so its row and HNSW entry stay); one with the same hash at
-// another position only moves; a hash with no stored copy left is inserted
+// another position, or whose text was only reformatted, is rewritten
+// without its vector changing (the stored text must stay the source's, or
+// the index would differ from a fresh load); a hash with no stored copy left is inserted
 // and a stored copy nobody wants is removed. Repeated paragraphs (one hash
 // at several positions) pair off one by one.
 func planChunks(stored []storedChunk, wanted []Chunk) chunkPlan {
@@ -46,6 +62,10 @@ func planChunks(stored []storedChunk, wanted []Chunk) chunkPlan {
 	for _, w := range wanted {
 		if i, ok := exact[key{w.Hash, w.Position}]; ok && !used[i] {
 			used[i] = true
+			if stored[i].textMD5 != "" && stored[i].textMD5 != textMD5(w.Text) {
+				p.moves = append(p.moves, chunkMove{id: stored[i].id, position: w.Position, text: w.Text, tokens: w.Tokens})
+				continue
+			}
 			p.unchanged++
 			continue
 		}
@@ -66,7 +86,7 @@ func planChunks(stored []storedChunk, wanted []Chunk) chunkPlan {
 	slices.SortFunc(rest, func(a, b Chunk) int { return cmp.Compare(a.Position, b.Position) })
 	for _, w := range rest {
 		if cs := byHash[w.Hash]; len(cs) > 0 {
-			p.moves = append(p.moves, chunkMove{id: cs[0].id, position: w.Position})
+			p.moves = append(p.moves, chunkMove{id: cs[0].id, position: w.Position, text: w.Text, tokens: w.Tokens})
 			byHash[w.Hash] = cs[1:]
 			continue
 		}

@@ -165,7 +165,7 @@ func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document)
 		" WHERE index_name = $1 AND id = $2",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
 		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
-	b.Queue("SELECT id, position, content_hash FROM "+s.tChunks+
+	b.Queue("SELECT id, position, content_hash, md5(text) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -178,7 +178,7 @@ func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedChunk, error) {
 		var c storedChunk
-		err := r.Scan(&c.id, &c.position, &c.hash)
+		err := r.Scan(&c.id, &c.position, &c.hash, &c.textMD5)
 		return c, err
 	})
 	if err != nil {
@@ -225,13 +225,14 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		b.Queue("DELETE FROM "+s.tChunks+" WHERE id = ANY($1)", p.removes)
 	}
 	if len(p.moves) > 0 {
-		ids := make([]int64, len(p.moves))
-		pos := make([]int32, len(p.moves))
+		n := len(p.moves)
+		ids, pos, toks, texts := make([]int64, n), make([]int32, n), make([]int32, n), make([]string, n)
 		for i, m := range p.moves {
-			ids[i], pos[i] = m.id, int32(m.position)
+			ids[i], pos[i], toks[i], texts[i] = m.id, int32(m.position), int32(m.tokens), m.text
 		}
-		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position"+
-			" FROM unnest($1::bigint[], $2::int[]) AS u(id, position) WHERE c.id = u.id", ids, pos)
+		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position, text = u.text, tokens = u.tokens"+
+			" FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[]) AS u(id, position, text, tokens)"+
+			" WHERE c.id = u.id", ids, pos, texts, toks)
 	}
 	if len(p.inserts) > 0 {
 		n := len(p.inserts)

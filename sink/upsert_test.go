@@ -161,3 +161,30 @@ func TestVectorsReuseAcrossDocuments(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sink.Stats{Documents: 2, Chunks: 4, CacheEntries: 3}, st)
 }
+
+// A chunk whose text changed only in what normalisation ignores keeps its
+// hash and vector, but its stored text follows the source, so the index
+// equals a fresh load.
+func TestUpsertReformattedTextRewritesTextOnly(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	cs := chunks("a", "b")
+	_, err := s.Upsert(ctx, doc("1", 1, cs))
+	require.NoError(t, err)
+	before := chunkRows(t, b, "public.articles/1")
+
+	re := chunks("a", "b")
+	re[0].Text = "text  of\n a" // same hash "a", different whitespace
+	re[0].Vector, re[1].Vector = nil, nil
+	out, err := s.Upsert(ctx, doc("1", 2, re))
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Unchanged)
+	require.Equal(t, 1, out.Moved, "the reformatted chunk is rewritten in place")
+	require.Zero(t, out.Inserted)
+
+	after := chunkRows(t, b, "public.articles/1")
+	require.Equal(t, xminOf(before, "b"), xminOf(after, "b"), "the untouched chunk is not written")
+	var text string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT text FROM "+b.schema+".chunks WHERE doc_id = 'public.articles/1' AND position = 0").Scan(&text))
+	require.Equal(t, "text  of\n a", text)
+}
