@@ -1,0 +1,184 @@
+package chunker
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/glaslos/ssdeep"
+)
+
+// FuzzyMinBytes is the smallest input ssdeep hashes: github.com/glaslos/ssdeep
+// refuses inputs of up to 4096 bytes (ErrFileTooSmall) unless its global
+// Force switch is set. ragsync never sets Force: it is a package variable,
+// so flipping it in one goroutine would change the results of every other
+// caller, and digests of such short inputs are too coarse to score anyway.
+const FuzzyMinBytes = 4096
+
+// ErrTooShortForFuzzy means a text is too short for ssdeep (see
+// FuzzyMinBytes); callers fall back to ShingleSimilarity.
+var ErrTooShortForFuzzy = errors.New("text too short for ssdeep (at most 4096 bytes)")
+
+// Similarity methods, as reported by DocSimilarity.
+const (
+	MethodSsdeep  = "ssdeep"
+	MethodShingle = "shingle"
+)
+
+// FuzzyHash returns the ssdeep hash of Normalize(text), or
+// ErrTooShortForFuzzy when the normalised text has at most FuzzyMinBytes
+// bytes. Normalising first keeps a reflowed document's hash unchanged.
+func FuzzyHash(text string) (string, error) {
+	n := Normalize(text)
+	if len(n) <= FuzzyMinBytes {
+		return "", ErrTooShortForFuzzy
+	}
+	h, err := ssdeep.FuzzyBytes([]byte(n))
+	if err != nil {
+		// Too large or no usable block size: treat like too short, so
+		// callers take the shingle path instead of failing on input.
+		return "", errors.Join(ErrTooShortForFuzzy, err)
+	}
+	return h, nil
+}
+
+// FuzzyScore compares two ssdeep hashes: 0 (nothing in common) to 100
+// (identical). Malformed hashes score 0 with the error.
+func FuzzyScore(h1, h2 string) (int, error) {
+	return ssdeep.Distance(h1, h2)
+}
+
+// DocSimilarity scores how similar two document texts are, 0–100. When both
+// normalised texts are long enough for ssdeep it compares their ssdeep
+// hashes (method "ssdeep"); otherwise it uses ShingleSimilarity scaled to
+// 0–100 (method "shingle"), so short documents get a score too and the
+// caller can say which measure produced it.
+func DocSimilarity(a, b string) (score int, method string) {
+	ha, errA := FuzzyHash(a)
+	hb, errB := FuzzyHash(b)
+	if errA == nil && errB == nil {
+		if s, err := FuzzyScore(ha, hb); err == nil {
+			return s, MethodSsdeep
+		}
+	}
+	return int(ShingleSimilarity(a, b)*100 + 0.5), MethodShingle
+}
+
+// Words returns the normalised words of s, the unit every similarity here
+// counts in.
+func Words(s string) []string { return strings.Fields(Normalize(s)) }
+
+// ShingleSimilarity is the Jaccard similarity (0..1) of the sets of 3-word
+// shingles of the two normalised texts; texts under three words compare as
+// their single shingle. Two empty texts are identical (1). One changed word
+// in a 350-word text changes up to 3 shingles, about 0.983.
+func ShingleSimilarity(a, b string) float64 {
+	sa, sb := shingles(Words(a)), shingles(Words(b))
+	if len(sa) == 0 && len(sb) == 0 {
+		return 1
+	}
+	small, large := sa, sb
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	inter := 0
+	for s := range small {
+		if _, ok := large[s]; ok {
+			inter++
+		}
+	}
+	return float64(inter) / float64(len(sa)+len(sb)-inter)
+}
+
+func shingles(w []string) map[string]struct{} {
+	const k = 3
+	out := make(map[string]struct{}, len(w))
+	if len(w) == 0 {
+		return out
+	}
+	if len(w) < k {
+		out[strings.Join(w, " ")] = struct{}{}
+		return out
+	}
+	for i := 0; i+k <= len(w); i++ {
+		out[strings.Join(w[i:i+k], " ")] = struct{}{}
+	}
+	return out
+}
+
+// EditSimilarity is 1 − D/(n+m), where D is the word-level insert/delete
+// edit distance between the normalised texts and n, m their word counts
+// (difflib's ratio over words: 2·LCS/(n+m)). One changed word in a
+// 350-word text scores 1 − 2/700 ≈ 0.997; two empty texts score 1. It
+// returns 0 as soon as the score is known to be below min, which keeps the
+// cost O((n+m)·D) for the similar pairs that matter (Myers' algorithm).
+func EditSimilarity(a, b string, min float64) float64 {
+	return editSimilarityWords(Words(a), Words(b), min)
+}
+
+func editSimilarityWords(wa, wb []string, min float64) float64 {
+	n, m := len(wa), len(wb)
+	if n+m == 0 {
+		return 1
+	}
+	if min < 0 {
+		min = 0
+	}
+	maxD := int((1 - min) * float64(n+m))
+	// The length difference alone costs |n−m| edits.
+	if d := n - m; d > maxD || -d > maxD {
+		return 0
+	}
+	ids := make(map[string]int32, n)
+	ia, ib := make([]int32, n), make([]int32, m)
+	for i, w := range wa {
+		id, ok := ids[w]
+		if !ok {
+			id = int32(len(ids))
+			ids[w] = id
+		}
+		ia[i] = id
+	}
+	for i, w := range wb {
+		id, ok := ids[w]
+		if !ok {
+			id = -1 - int32(i) // absent from a: matches nothing
+		}
+		ib[i] = id
+	}
+	d, ok := myers(ia, ib, maxD)
+	if !ok {
+		return 0
+	}
+	return 1 - float64(d)/float64(n+m)
+}
+
+// myers returns the insert/delete edit distance of a and b if it is at most
+// maxD (E. Myers, "An O(ND) Difference Algorithm and Its Variations", 1986).
+func myers(a, b []int32, maxD int) (int, bool) {
+	n, m := len(a), len(b)
+	if maxD > n+m {
+		maxD = n + m
+	}
+	off := maxD + 1
+	v := make([]int, 2*maxD+3)
+	for d := 0; d <= maxD; d++ {
+		for k := -d; k <= d; k += 2 {
+			var x int
+			if k == -d || (k != d && v[off+k-1] < v[off+k+1]) {
+				x = v[off+k+1]
+			} else {
+				x = v[off+k-1] + 1
+			}
+			y := x - k
+			for x < n && y < m && a[x] == b[y] {
+				x++
+				y++
+			}
+			v[off+k] = x
+			if x >= n && y >= m {
+				return d, true
+			}
+		}
+	}
+	return 0, false
+}

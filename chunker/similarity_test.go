@@ -1,0 +1,144 @@
+package chunker_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/chunker"
+)
+
+// words350 is a 350-word text of distinct words.
+func words(n int, prefix string) []string {
+	w := make([]string, n)
+	for i := range w {
+		w[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return w
+}
+
+func TestEditSimilarity(t *testing.T) {
+	base := words(350, "w")
+	oneWord := append([]string(nil), base...)
+	oneWord[100] = "changed"
+	tests := []struct {
+		name string
+		a, b string
+		min  float64
+		want float64
+	}{
+		{"both empty", "", "  \n", 0.97, 1},
+		{"one empty", "", "a b", 0, 0},
+		{"identical", "a b c", "a b c", 0.97, 1},
+		{"reflow is identical", "a  b\n\nc", "a b c", 0.97, 1},
+		{"one word of 350 replaced", strings.Join(base, " "), strings.Join(oneWord, " "), 0.97, 1 - 2.0/700},
+		{"one word appended", "a b c", "a b c d", 0, 1 - 1.0/7},
+		{"below min returns 0", "a b c", "x y z", 0.5, 0},
+		{"length difference alone below min", "a", "a b c d e f g h", 0.9, 0},
+		{"disjoint with min 0", "a b", "c d", 0, 0},
+		{"transposed words", "a b c d", "b a c d", 0, 1 - 2.0/8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, chunker.EditSimilarity(tc.a, tc.b, tc.min), 1e-9)
+			// Symmetric.
+			require.InDelta(t, tc.want, chunker.EditSimilarity(tc.b, tc.a, tc.min), 1e-9)
+		})
+	}
+}
+
+func TestShingleSimilarity(t *testing.T) {
+	base := words(350, "w")
+	oneWord := append([]string(nil), base...)
+	oneWord[100] = "changed"
+	tests := []struct {
+		name string
+		a, b string
+		want float64
+	}{
+		{"both empty", "", "", 1},
+		{"one empty", "", "a b c", 0},
+		{"identical after normalisation", "a\tb  c d", "a b c d", 1},
+		{"short texts compare whole", "a b", "a b", 1},
+		{"short texts differ", "a b", "a c", 0},
+		// 348 shingles, 3 of them replaced: 345/(348+348-345).
+		{"one word of 350", strings.Join(base, " "), strings.Join(oneWord, " "), 345.0 / 351},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, chunker.ShingleSimilarity(tc.a, tc.b), 1e-9)
+		})
+	}
+}
+
+func TestFuzzyHash(t *testing.T) {
+	long := strings.Join(words(1500, "word"), " ")
+	require.Greater(t, len(long), chunker.FuzzyMinBytes)
+
+	t.Run("too short", func(t *testing.T) {
+		_, err := chunker.FuzzyHash("short text")
+		require.ErrorIs(t, err, chunker.ErrTooShortForFuzzy)
+	})
+	t.Run("exactly the minimum is too short", func(t *testing.T) {
+		_, err := chunker.FuzzyHash(strings.Repeat("a", chunker.FuzzyMinBytes))
+		require.ErrorIs(t, err, chunker.ErrTooShortForFuzzy)
+	})
+	t.Run("whitespace does not count towards the minimum", func(t *testing.T) {
+		_, err := chunker.FuzzyHash(strings.Repeat("ab     ", 1000)) // 2999 bytes normalised
+		require.ErrorIs(t, err, chunker.ErrTooShortForFuzzy)
+	})
+	t.Run("reflow keeps the hash", func(t *testing.T) {
+		h1, err := chunker.FuzzyHash(long)
+		require.NoError(t, err)
+		h2, err := chunker.FuzzyHash(strings.ReplaceAll(long, " ", "\n  "))
+		require.NoError(t, err)
+		require.Equal(t, h1, h2)
+		s, err := chunker.FuzzyScore(h1, h2)
+		require.NoError(t, err)
+		require.Equal(t, 100, s)
+	})
+	t.Run("malformed hash", func(t *testing.T) {
+		_, err := chunker.FuzzyScore("nonsense", "3:abc:def")
+		require.Error(t, err)
+	})
+}
+
+func TestDocSimilarity(t *testing.T) {
+	long := words(1500, "word")
+	edited := append([]string(nil), long...)
+	for i := 700; i < 760; i++ {
+		edited[i] = "x"
+	}
+	tests := []struct {
+		name       string
+		a, b       string
+		wantMethod string
+		min, max   int
+	}{
+		{"long identical", strings.Join(long, " "), strings.Join(long, " "), chunker.MethodSsdeep, 100, 100},
+		{"long edited", strings.Join(long, " "), strings.Join(edited, " "), chunker.MethodSsdeep, 50, 99},
+		{"long vs unrelated", strings.Join(long, " "), strings.Join(words(1500, "other"), " "), chunker.MethodSsdeep, 0, 10},
+		{"short falls back to shingles", "one two three four", "one two three five", chunker.MethodShingle, 33, 34},
+		{"one short one long falls back", "one two three", strings.Join(long, " "), chunker.MethodShingle, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, m := chunker.DocSimilarity(tc.a, tc.b)
+			require.Equal(t, tc.wantMethod, m)
+			require.GreaterOrEqual(t, s, tc.min)
+			require.LessOrEqual(t, s, tc.max)
+		})
+	}
+}
+
+func BenchmarkEditSimilarity(b *testing.B) {
+	base := words(350, "w")
+	ed := append([]string(nil), base...)
+	ed[10], ed[200] = "x", "y"
+	x, y := strings.Join(base, " "), strings.Join(ed, " ")
+	for b.Loop() {
+		chunker.EditSimilarity(x, y, 0.97)
+	}
+}
