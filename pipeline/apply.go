@@ -81,7 +81,7 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	for i, c := range chunks {
 		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 	}
-	if err := p.embedMissing(ctx, doc.Chunks); err != nil {
+	if err := p.embedMissing(ctx, &doc); err != nil {
 		return fmt.Errorf("embed %s: %w", id, err)
 	}
 	start := time.Now()
@@ -129,8 +129,23 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 
 // embedMissing sets the vector of every chunk whose content hash has no
 // stored embedding, embedding each distinct text once. Chunks with a stored
-// embedding keep a nil vector: the sink takes it from its cache.
-func (p *Pipeline) embedMissing(ctx context.Context, chunks []sink.Chunk) error {
+// embedding keep a nil vector: the sink takes it from its cache. Before
+// embedding, near-duplicate reuse (see ReuseConfig) lets a chunk take a
+// stored vector of the same document whose origin text is similar enough,
+// by setting VectorHash. When the sink can list stored chunks it also
+// records the document's ssdeep hash and edit magnitude.
+func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
+	chunks := doc.Chunks
+	cfg := p.reuseConfig()
+	cs, hasStore := p.st.Sink.(ChunkStore)
+	var stored []sink.StoredChunk
+	if hasStore {
+		var err error
+		if stored, err = cs.StoredChunks(ctx, doc.ID); err != nil {
+			return err
+		}
+		measureEdit(stored, doc)
+	}
 	if len(chunks) == 0 {
 		return nil
 	}
@@ -144,20 +159,36 @@ func (p *Pipeline) embedMissing(ctx context.Context, chunks []sink.Chunk) error 
 	if err != nil {
 		return err
 	}
+	var missing []int
+	for i, c := range chunks {
+		if _, ok := known[c.Hash]; !ok {
+			missing = append(missing, i)
+		}
+	}
+	if !cfg.Disabled && hasStore && len(missing) > 0 {
+		missing = p.planReuse(cfg, stored, doc, missing)
+	}
 	var texts []string
 	index := map[string]int{}
-	for _, c := range chunks {
-		if _, ok := known[c.Hash]; ok {
-			continue
-		}
+	for _, i := range missing {
+		c := chunks[i]
 		if _, ok := index[c.Hash]; ok {
 			continue
 		}
 		index[c.Hash] = len(texts)
 		texts = append(texts, c.Text)
 	}
-	p.stats.add("chunks_cached", len(hashes)-len(texts))
-	p.metrics.chunks.WithLabelValues("cached").Add(float64(len(hashes) - len(texts)))
+	reused := map[string]bool{}
+	for _, c := range chunks {
+		if c.VectorHash != "" {
+			reused[c.Hash] = true
+		}
+	}
+	cached := len(hashes) - len(texts) - len(reused)
+	p.stats.add("chunks_cached", cached)
+	p.stats.add("chunks_reused", len(reused))
+	p.metrics.chunks.WithLabelValues("cached").Add(float64(cached))
+	p.metrics.chunks.WithLabelValues("reused").Add(float64(len(reused)))
 	if len(texts) == 0 {
 		return nil
 	}

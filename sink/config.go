@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"regexp"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ragsync/ragsync/migrations"
 )
 
@@ -29,6 +31,9 @@ type Config struct {
 	Dimensions int
 	// Logger receives start-up messages. Defaults to discarding.
 	Logger *slog.Logger
+	// Registerer receives the sink's metrics (ragsync_sink_edit_similarity).
+	// Nil registers nothing.
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {

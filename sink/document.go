@@ -23,6 +23,21 @@ type Chunk struct {
 	// the embedding cache (see Store.Vectors) and fails with
 	// ErrMissingVector if it is not there.
 	Vector []float32
+	// VectorHash, when set with a nil Vector, is the content hash of
+	// another text whose cached vector this chunk reuses (near-duplicate
+	// reuse, see pipeline.ReuseConfig): Upsert takes the vector cached under
+	// VectorHash instead of Hash and records VectorHash on the row as the
+	// vector's origin. Empty means Hash: the vector is the chunk's own. It
+	// must be empty or equal to Hash when Vector is set.
+	VectorHash string
+}
+
+// vectorKey is the cache key of the chunk's vector.
+func (c Chunk) vectorKey() string {
+	if c.VectorHash != "" {
+		return c.VectorHash
+	}
+	return c.Hash
 }
 
 // Document is the full new state of one source document.
@@ -42,6 +57,17 @@ type Document struct {
 	// Row is the source row image, stored for re-chunking and inspection.
 	Row    map[string]any
 	Chunks []Chunk
+
+	// Fuzzy is the ssdeep hash of the document's normalised text
+	// (chunker.FuzzyHash), stored for `ragsync dupes`; empty when the text
+	// is under ssdeep's minimum.
+	Fuzzy string
+	// EditSimilarity is how similar this version is to the stored one,
+	// 0 (rewritten) to 100 (same), measured by EditMethod ("ssdeep" or
+	// "shingle", see chunker.DocSimilarity). An empty EditMethod means not
+	// measured (a create): nothing is recorded.
+	EditSimilarity int
+	EditMethod     string
 }
 
 // Outcome says what a write did. Exactly one of Applied, Stale and
@@ -59,6 +85,8 @@ type Outcome struct {
 	Moved     int // chunks whose content moved to another position
 	Unchanged int // chunks left untouched
 	Removed   int // chunks whose content vanished, deleted
+
+	edited bool // an update whose edit magnitude was recorded
 }
 
 // DocID is the document id the sink stores: table + "/" + key.
@@ -76,6 +104,9 @@ func (s *Store) checkDocument(id string, d Document) error {
 	case d.Version.IsZero():
 		return bad("version is zero: every change needs a source version for fencing")
 	}
+	if d.EditMethod != "" && (d.EditSimilarity < 0 || d.EditSimilarity > 100) {
+		return bad("edit similarity %d is outside 0..100", d.EditSimilarity)
+	}
 	seen := make(map[int]bool, len(d.Chunks))
 	for i, c := range d.Chunks {
 		switch {
@@ -83,6 +114,8 @@ func (s *Store) checkDocument(id string, d Document) error {
 			return bad("chunk %d: position %d is negative or repeated", i, c.Position)
 		case c.Hash == "":
 			return bad("chunk %d: empty content hash", i)
+		case c.Vector != nil && c.VectorHash != "" && c.VectorHash != c.Hash:
+			return bad("chunk %d: both a vector and a reused vector hash", i)
 		case c.Vector != nil && len(c.Vector) != s.cfg.Dimensions:
 			return bad("chunk %d: vector has %d dimensions, index %s wants %d", i, len(c.Vector), s.cfg.Index, s.cfg.Dimensions)
 		}

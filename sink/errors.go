@@ -28,6 +28,11 @@ var (
 	// ErrMissingVector means a chunk came with a nil Vector and its content
 	// hash is not in the embedding cache for this model and size.
 	ErrMissingVector error = &permanentError{"no vector for chunk: not given and not in the embedding cache"}
+	// ErrOriginGone means a chunk reuses a vector (Chunk.VectorHash) that
+	// left the cache after the caller looked (a concurrent Purge). It is
+	// transient (Retryable): a retry reads the stored chunks again and
+	// embeds the text instead.
+	ErrOriginGone = errors.New("reused vector's origin is no longer in the embedding cache")
 	// ErrInvalidQuery means a Query or query vector is malformed.
 	ErrInvalidQuery error = &permanentError{"invalid query"}
 )
@@ -40,6 +45,9 @@ var (
 func Retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.Is(err, ErrOriginGone) {
+		return true
 	}
 	if pgconn.SafeToRetry(err) {
 		return true

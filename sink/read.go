@@ -45,7 +45,10 @@ type querier interface {
 
 // Vectors returns the cached vectors among hashes for the Store's model and
 // dimensions; hashes with no vector are absent from the map. Callers embed
-// only the hashes it does not return.
+// only the hashes it does not return. It also marks the returned entries
+// used (see Purge's CacheRetention), at most once per cacheTouchEvery per
+// entry and skipping rows another transaction holds, so reads neither
+// churn the cache table nor wait on writers.
 func (s *Store) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
 	if len(hashes) == 0 {
 		return map[string][]float32{}, nil
@@ -54,7 +57,29 @@ func (s *Store) Vectors(ctx context.Context, hashes []string) (map[string][]floa
 	if err != nil {
 		return nil, fmt.Errorf("read vectors of %d hashes: %w", len(hashes), hintMigrate(err, s.cfg.Schema))
 	}
+	if len(m) > 0 {
+		if err := s.touchCache(ctx, hashes); err != nil {
+			return nil, fmt.Errorf("mark %d cached vectors used: %w", len(m), err)
+		}
+	}
 	return m, nil
+}
+
+// cacheTouchEvery bounds how often a read rewrites a cache entry's
+// last_used_at: retention is counted in days, so an hour of slack is free
+// and saves a new tuple per read.
+const cacheTouchEvery = time.Hour
+
+func (s *Store) touchCache(ctx context.Context, hashes []string) error {
+	// Locks in key order with SKIP LOCKED: an entry a writer holds is being
+	// touched by that writer anyway.
+	_, err := s.pool.Exec(ctx, "UPDATE "+s.tCache+" AS c SET last_used_at = now() FROM ("+
+		"SELECT model, dimensions, content_hash FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) AND last_used_at < now() - make_interval(secs => $4)"+
+		" ORDER BY content_hash FOR UPDATE SKIP LOCKED) AS t"+
+		" WHERE c.model = t.model AND c.dimensions = t.dimensions AND c.content_hash = t.content_hash",
+		s.cfg.Model, s.cfg.Dimensions, hashes, cacheTouchEvery.Seconds())
+	return err
 }
 
 func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[string][]float32, error) {

@@ -15,9 +15,10 @@ import (
 // writes to one document serialize on that document's row lock. The Store
 // does not own the pool: the caller closes it after the last call.
 type Store struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	logger *slog.Logger
+	pool    *pgxpool.Pool
+	cfg     Config
+	logger  *slog.Logger
+	metrics *metrics
 
 	// Schema-qualified table names, so the Store works whatever the pool's
 	// search_path is.
@@ -47,7 +48,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		tTruncs:  q("truncations"),
 		vecType:  fmt.Sprintf("vector(%d)", cfg.Dimensions),
 	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("open index %s: %w", cfg.Index, err)
+	}
+	s.metrics = m
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", cfg.Index, hintMigrate(err, cfg.Schema))
 	}

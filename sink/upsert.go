@@ -45,6 +45,10 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
 	}
+	if out.edited {
+		// After commit, so a retried transaction counts once.
+		s.metrics.editSimilarity.WithLabelValues(d.EditMethod).Observe(float64(d.EditSimilarity))
+	}
 	return out, nil
 }
 
@@ -96,6 +100,7 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (O
 		return Outcome{}, err
 	}
 	return Outcome{
+		edited:    !created && d.EditMethod != "",
 		Applied:   true,
 		Inserted:  len(plan.inserts),
 		Moved:     len(plan.moves),
@@ -145,10 +150,10 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 
 func (s *Store) insertDoc(ctx context.Context, tx pgx.Tx, id string, d Document) (bool, error) {
 	tag, err := tx.Exec(ctx, "INSERT INTO "+s.tDocs+
-		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (index_name, id) DO NOTHING",
+		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row, fuzzy_hash)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (index_name, id) DO NOTHING",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
-		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy))
 	if err != nil {
 		return false, fmt.Errorf("insert document: %w", err)
 	}
@@ -161,10 +166,10 @@ func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document)
 	b := &pgx.Batch{}
 	b.Queue("UPDATE "+s.tDocs+
 		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
-		" metadata = $7, tenant = $8, row = $9, updated_at = now()"+
+		" metadata = $7, tenant = $8, row = $9, fuzzy_hash = $10, edit_similarity = $11, edit_method = $12, updated_at = now()"+
 		" WHERE index_name = $1 AND id = $2",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
-		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy), editSimilarity(d), nullString(d.EditMethod))
 	b.Queue("SELECT id, position, content_hash, md5(text) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
 	br := tx.SendBatch(ctx, b)
@@ -193,7 +198,7 @@ func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) err
 	var need []string
 	for _, c := range inserts {
 		if c.Vector == nil {
-			need = append(need, c.Hash)
+			need = append(need, c.vectorKey())
 		}
 	}
 	if len(need) == 0 {
@@ -207,9 +212,12 @@ func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) err
 		if c.Vector != nil {
 			continue
 		}
-		v, ok := known[c.Hash]
+		v, ok := known[c.vectorKey()]
+		if !ok && c.VectorHash != "" && c.VectorHash != c.Hash {
+			return fmt.Errorf("chunk %d (hash %s, vector hash %s): %w", c.Position, c.Hash, c.VectorHash, ErrOriginGone)
+		}
 		if !ok {
-			return fmt.Errorf("chunk %d (hash %s): %w", c.Position, c.Hash, ErrMissingVector)
+			return fmt.Errorf("chunk %d (hash %s, vector hash %s): %w", c.Position, c.Hash, c.vectorKey(), ErrMissingVector)
 		}
 		inserts[i].Vector = v
 	}
@@ -237,23 +245,36 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 	if len(p.inserts) > 0 {
 		n := len(p.inserts)
 		pos, toks := make([]int32, n), make([]int32, n)
-		hashes, texts := make([]string, n), make([]string, n)
+		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
 		vecs := make([]pgvector.Vector, n)
 		for i, c := range p.inserts {
-			pos[i], toks[i], hashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.Text
+			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, text, tokens, embedding)"+
-			" SELECT $1, $2, u.* FROM unnest($3::int[], $4::text[], $5::text[], $6::int[], $7::vector[])"+
-			" AS u(position, content_hash, text, tokens, embedding)",
-			s.cfg.Index, id, pos, hashes, texts, toks, vecs)
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
+			" SELECT $1, $2, u.* FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
+			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs)
 
-		// Into the cache, once per hash and in hash order: two documents
-		// adding the same new paragraphs then lock cache rows in the same
-		// order and cannot deadlock.
-		cache := make(map[string][]float32, n)
+		// Into the cache, once per vector key and in key order: two
+		// documents adding the same new paragraphs then lock cache rows in
+		// the same order and cannot deadlock. A reused vector is cached
+		// under its origin only (never under the new text's hash, which
+		// would pass it off as exact), and only a chunk's own vector
+		// brings its text as the origin text.
+		type entry struct {
+			vec  []float32
+			text *string
+		}
+		cache := make(map[string]entry, n)
 		for _, c := range p.inserts {
-			cache[c.Hash] = c.Vector
+			k := c.vectorKey()
+			e := cache[k]
+			e.vec = c.Vector
+			if k == c.Hash && e.text == nil {
+				e.text = &c.Text
+			}
+			cache[k] = e
 		}
 		keys := make([]string, 0, len(cache))
 		for h := range cache {
@@ -261,13 +282,14 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		}
 		slices.Sort(keys)
 		cvecs := make([]pgvector.Vector, len(keys))
+		ctexts := make([]*string, len(keys))
 		for i, h := range keys {
-			cvecs[i] = pgvector.NewVector(cache[h])
+			cvecs[i], ctexts[i] = pgvector.NewVector(cache[h].vec), cache[h].text
 		}
-		b.Queue("INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding)"+
-			" SELECT $1, $2, u.h, u.e FROM unnest($3::text[], $4::vector[]) WITH ORDINALITY AS u(h, e, n) ORDER BY u.n"+
-			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now()",
-			s.cfg.Model, s.cfg.Dimensions, keys, cvecs)
+		b.Queue("INSERT INTO "+s.tCache+" AS c (model, dimensions, content_hash, embedding, text)"+
+			" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
+			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
+			s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -276,6 +298,15 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		return fmt.Errorf("write chunks: %w", err)
 	}
 	return nil
+}
+
+// editSimilarity is the value of documents.edit_similarity: NULL unless
+// the update was measured.
+func editSimilarity(d Document) any {
+	if d.EditMethod == "" {
+		return nil
+	}
+	return int16(d.EditSimilarity)
 }
 
 func nullTime(t time.Time) any {

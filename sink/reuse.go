@@ -1,0 +1,50 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StoredChunk is a stored chunk with the origin of its vector, as the
+// pipeline's near-duplicate reuse reads it.
+type StoredChunk struct {
+	Position int
+	Hash     string
+	Text     string
+	// VectorHash is the content hash of the text the chunk's vector was
+	// computed from: Hash itself, or the origin of a reused vector.
+	VectorHash string
+	// OriginCached says the cache still holds the vector under VectorHash,
+	// so a new chunk may take it (Chunk.VectorHash).
+	OriginCached bool
+	// OriginText is the text the vector was computed from, as sent to the
+	// embedding API; empty if the cache entry is gone or predates
+	// migration 00002 (such an origin is never compared).
+	OriginText string
+}
+
+// StoredChunks returns the chunks stored for document id (see DocID) in
+// position order, deleted document or not, with their vectors' origins. A
+// document the index has never seen has none.
+func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, error) {
+	rows, err := s.pool.Query(ctx, "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash),"+
+		" e.content_hash IS NOT NULL, coalesce(e.text, '')"+
+		" FROM "+s.tChunks+" c LEFT JOIN "+s.tCache+" e"+
+		" ON e.model = $3 AND e.dimensions = $4 AND e.content_hash = coalesce(c.vector_hash, c.content_hash)"+
+		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position",
+		s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
+	if err != nil {
+		return nil, fmt.Errorf("read chunks of %s: %w", id, hintMigrate(err, s.cfg.Schema))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredChunk, error) {
+		var c StoredChunk
+		err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read chunks of %s: %w", id, err)
+	}
+	return out, nil
+}
