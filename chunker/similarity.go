@@ -123,7 +123,8 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 	if min < 0 {
 		min = 0
 	}
-	maxD := int((1 - min) * float64(n+m))
+	// The epsilon keeps 1−0.9 = 0.0999… from losing an edit to rounding.
+	maxD := int((1-min)*float64(n+m) + 1e-9)
 	// The length difference alone costs |n−m| edits.
 	if d := n - m; d > maxD || -d > maxD {
 		return 0

@@ -38,6 +38,7 @@ func TestEditSimilarity(t *testing.T) {
 		{"below min returns 0", "a b c", "x y z", 0.5, 0},
 		{"length difference alone below min", "a", "a b c d e f g h", 0.9, 0},
 		{"disjoint with min 0", "a b", "c d", 0, 0},
+		{"exactly at the bound despite float rounding", strings.Join(base[:40], " "), "x0 x1 x2 x3 " + strings.Join(base[4:40], " "), 0.9, 0.9},
 		{"transposed words", "a b c d", "b a c d", 0, 1 - 2.0/8},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,230 @@
+package pipeline_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+type reuseBundle struct {
+	store  *sink.Store
+	pool   *pgxpool.Pool
+	schema string
+	emb    *countingEmbedder
+}
+
+func reuseSetup(t *testing.T) reuseBundle {
+	t.Helper()
+	pool, schema := pgtest.Schema(t)
+	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	require.NoError(t, err)
+	return reuseBundle{store: st, pool: pool, schema: schema, emb: &countingEmbedder{}}
+}
+
+// apply runs msgs through a pipeline whose embedder carries reuse cfg
+// (nil: the embedder is not wrapped, so the defaults apply).
+func (b reuseBundle) apply(t *testing.T, cfg *pipeline.ReuseConfig, msgs ...cdc.Message) pipeline.Snapshot {
+	t.Helper()
+	ch, err := chunker.New(chunker.Config{TargetTokens: 400, MinTokens: 10, MaxTokens: 1000})
+	require.NoError(t, err)
+	var emb pipeline.Embedder = b.emb
+	if cfg != nil {
+		emb, err = pipeline.WithReuse(b.emb, *cfg)
+		require.NoError(t, err)
+	}
+	p, err := pipeline.New(pipeline.Config{Workers: 1, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: &sliceSource{batches: [][]cdc.Message{msgs}}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}),
+		Splitter: ch, Embedder: emb, Sink: b.store,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	return p.Stats()
+}
+
+// row is a stored chunk's content and origin hash.
+func (b reuseBundle) rows(t *testing.T, doc string) []sink.StoredChunk {
+	t.Helper()
+	cs, err := b.store.StoredChunks(t.Context(), doc)
+	require.NoError(t, err)
+	return cs
+}
+
+// fortyWords is one 40-word paragraph; edit k replaces words 0..k-1.
+func fortyWords(k int) string {
+	w := make([]string, 40)
+	for i := range w {
+		w[i] = fmt.Sprintf("word%d", i)
+		if i < k {
+			w[i] = fmt.Sprintf("edited%d", i)
+		}
+	}
+	return strings.Join(w, " ")
+}
+
+// With 40 words and a 0.9 bound, a text may differ from its vector's origin
+// by 4 replaced words (1 − 2·4/80 = 0.9): edits 1–4 reuse the first vector,
+// edit 5 is 5 words from it and is embedded as the new origin, edits 6–9
+// reuse that one, edit 10 is embedded again. Comparing with the previous
+// version instead would reuse forever (each step is 1 word).
+func TestReuseChainReembedsPastBoundFromOrigin(t *testing.T) {
+	b := reuseSetup(t)
+	cfg := &pipeline.ReuseConfig{MinSimilarity: 0.9}
+	msgs := []cdc.Message{event("c", 1, 10, fortyWords(0))}
+	for k := 1; k <= 10; k++ {
+		msgs = append(msgs, event("u", 1, int64(10+k), fortyWords(k)))
+	}
+	// One change at a time, checking the debt bound after each.
+	var stats []pipeline.Snapshot
+	for k, m := range msgs {
+		stats = append(stats, b.apply(t, cfg, m))
+		rows := b.rows(t, "public.docs/1")
+		require.Len(t, rows, 1)
+		r := rows[0]
+		require.Equal(t, chunker.Hash(fortyWords(k)), r.Hash)
+		require.True(t, r.OriginCached)
+		require.GreaterOrEqual(t, chunker.EditSimilarity(r.Text, r.OriginText, 0), 0.9,
+			"version %d: the vector's origin must stay within the bound", k)
+	}
+	require.Equal(t, []string{fortyWords(0), fortyWords(5), fortyWords(10)}, b.emb.embedded())
+	for k, s := range stats {
+		want := 0
+		if k != 0 && k != 5 && k != 10 {
+			want = 1
+		}
+		require.Equal(t, want, s["chunks_reused"], "version %d", k)
+	}
+	// The reused vector is the origin's, not a new one.
+	var same bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), fmt.Sprintf(
+		"SELECT c.embedding = e.embedding FROM %[1]s.chunks c JOIN %[1]s.embedding_cache e ON e.content_hash = c.vector_hash", b.schema)).Scan(&same))
+	require.True(t, same)
+	// A reused vector is never cached under the new text's hash.
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), fmt.Sprintf("SELECT count(*) FROM %s.embedding_cache", b.schema)).Scan(&n))
+	require.Equal(t, 3, n)
+}
+
+func TestReuseDisabledEmbedsEveryEdit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  pipeline.ReuseConfig
+	}{
+		{"disabled", pipeline.ReuseConfig{Disabled: true}},
+		{"bound 1 reuses only equal text", pipeline.ReuseConfig{MinSimilarity: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := reuseSetup(t)
+			msgs := []cdc.Message{event("c", 1, 10, fortyWords(0))}
+			for k := 1; k <= 3; k++ {
+				msgs = append(msgs, event("u", 1, int64(10+k), fortyWords(k)))
+			}
+			s := b.apply(t, &tc.cfg, msgs...)
+			require.Len(t, b.emb.embedded(), 4)
+			require.Zero(t, s["chunks_reused"])
+			r := b.rows(t, "public.docs/1")
+			require.Equal(t, r[0].Hash, r[0].VectorHash)
+		})
+	}
+}
+
+func TestReuseDefaultsWhenEmbedderNotWrapped(t *testing.T) {
+	b := reuseSetup(t)
+	long := fortyWords(0) + " " + fortyWords(0) + " " + fortyWords(0) // 120 words
+	edited := strings.Replace(long, "word7", "changed", 1)              // 1 − 2/240 ≈ 0.992
+	s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
+	require.Equal(t, 1, s["chunks_reused"])
+	require.Len(t, b.emb.embedded(), 1)
+}
+
+func TestReuseOriginMissingEmbeds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sql  string
+	}{
+		{"origin evicted from the cache", "DELETE FROM %s.embedding_cache"},
+		{"origin text unknown (cached before migration 00002)", "UPDATE %s.embedding_cache SET text = NULL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := reuseSetup(t)
+			cfg := &pipeline.ReuseConfig{MinSimilarity: 0.9}
+			b.apply(t, cfg, event("c", 1, 10, fortyWords(0)))
+			_, err := b.pool.Exec(t.Context(), fmt.Sprintf(tc.sql, b.schema))
+			require.NoError(t, err)
+			s := b.apply(t, cfg, event("u", 1, 11, fortyWords(1)))
+			require.Zero(t, s["chunks_reused"])
+			require.Equal(t, 1, s["chunks_embedded"])
+			require.Equal(t, []string{fortyWords(0), fortyWords(1)}, b.emb.embedded())
+		})
+	}
+}
+
+func TestReuseAcrossUnrelatedParagraphsDoesNotHappen(t *testing.T) {
+	b := reuseSetup(t)
+	s := b.apply(t, &pipeline.ReuseConfig{}, event("c", 1, 10, paraA), event("u", 1, 11, paraB))
+	require.Zero(t, s["chunks_reused"])
+	require.Equal(t, []string{paraA, paraB}, b.emb.embedded())
+}
+
+func TestReuseConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     pipeline.ReuseConfig
+		wantErr string
+	}{
+		{"zero is the default", pipeline.ReuseConfig{}, ""},
+		{"negative", pipeline.ReuseConfig{MinSimilarity: -0.5}, "reuse.min_similarity"},
+		{"above one", pipeline.ReuseConfig{MinSimilarity: 1.5}, "reuse.min_similarity"},
+		{"unknown method", pipeline.ReuseConfig{Method: "ssdeep"}, "reuse.method"},
+		{"shingle", pipeline.ReuseConfig{Method: "shingle", MinSimilarity: 0.9}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			_, werr := pipeline.WithReuse(&countingEmbedder{}, tc.cfg)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				require.NoError(t, werr)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+			require.ErrorContains(t, werr, tc.wantErr)
+		})
+	}
+}
+
+func TestEditMagnitudeRecorded(t *testing.T) {
+	b := reuseSetup(t)
+	long := strings.Repeat(fortyWords(0)+" ", 20) // > 4096 bytes
+	b.apply(t, nil,
+		event("c", 1, 10, long), event("u", 1, 11, long+" appended words here"),
+		event("c", 2, 12, "short text one two three"), event("u", 2, 13, "short text one two four"))
+	type rec struct {
+		fuzzy  bool
+		sim    *int16
+		method *string
+	}
+	read := func(id string) rec {
+		var r rec
+		require.NoError(t, b.pool.QueryRow(t.Context(), fmt.Sprintf(
+			"SELECT fuzzy_hash IS NOT NULL, edit_similarity, edit_method FROM %s.documents WHERE id = $1", b.schema), id).
+			Scan(&r.fuzzy, &r.sim, &r.method))
+		return r
+	}
+	l := read("public.docs/1")
+	require.True(t, l.fuzzy)
+	require.Equal(t, chunker.MethodSsdeep, *l.method)
+	require.Greater(t, *l.sim, int16(80))
+	s := read("public.docs/2")
+	require.False(t, s.fuzzy, "under ssdeep's minimum there is no fuzzy hash")
+	require.Equal(t, chunker.MethodShingle, *s.method)
+	require.Equal(t, int16(50), *s.sim) // 3-word shingles: 2 shared of 4
+}
