@@ -139,7 +139,7 @@ func TestReuseDisabledEmbedsEveryEdit(t *testing.T) {
 func TestReuseDefaultsWhenEmbedderNotWrapped(t *testing.T) {
 	b := reuseSetup(t)
 	long := fortyWords(0) + " " + fortyWords(0) + " " + fortyWords(0) // 120 words
-	edited := strings.Replace(long, "word7", "changed", 1)              // 1 − 2/240 ≈ 0.992
+	edited := strings.Replace(long, "word7", "changed", 1)            // 1 − 2/240 ≈ 0.992
 	s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
 	require.Equal(t, 1, s["chunks_reused"])
 	require.Len(t, b.emb.embedded(), 1)
