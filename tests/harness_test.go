@@ -199,3 +199,5 @@ func writeLines(t *testing.T, path string, lines ...string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
 }
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -19,6 +22,8 @@ func newQueryCmd(g *globals) *cobra.Command {
 		tenant  string
 		table   string
 		asJSON  bool
+		via     string
+		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "query TEXT",
@@ -52,6 +57,13 @@ and text. Deleted documents never appear.`,
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()
+			switch via {
+			case "redis":
+				return queryViaRedis(cmd, cfg, fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md}, table, timeout, asJSON)
+			case "", "postgres":
+			default:
+				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
+			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
 			emb, err := embedder.New(cfg.embedderConfig())
 			if err != nil {
@@ -78,7 +90,46 @@ and text. Deleted documents never appear.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only documents of this tenant")
 	cmd.Flags().StringVar(&table, "table", "", "only documents of this source table, e.g. public.articles")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hits as JSON lines")
+	cmd.Flags().StringVar(&via, "via", "postgres", "postgres: search pgvector directly; redis: ask the front door over its Redis Stream protocol")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "with --via redis: how long to wait for the reply")
 	return cmd
+}
+
+// queryViaRedis sends the query through the front door's Redis Stream
+// protocol, exactly as any other client would.
+func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table string, timeout time.Duration, asJSON bool) error {
+	if table != "" {
+		q.Filter[fallback.FilterTable] = table
+	}
+	fcfg := cfg.frontDoorConfig()
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	cl := fallback.NewClient(rdb, fcfg.Prefix)
+	defer cl.Close()
+	res, err := cl.Search(ctx, q)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no reply from the front door within %s: is `ragsync serve` running with frontdoor.enabled: true and the same frontdoor.prefix (%s)?", timeout, fcfg.Prefix)
+	}
+	if err != nil {
+		return err
+	}
+	hits := make([]sink.Hit, len(res.Hits))
+	for i, h := range res.Hits {
+		hits[i] = sink.Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata}
+	}
+	if !asJSON {
+		line := fmt.Sprintf("status %s, source %s, cached %t", res.Status, res.Source, res.Cached)
+		if res.Reason != "" {
+			line += ", reason: " + res.Reason
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	return printHits(cmd, hits, asJSON)
 }
 
 type hitJSON struct {

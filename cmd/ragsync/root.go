@@ -44,6 +44,8 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		newQueryCmd(g),
 		newInspectCmd(g),
 		newMigrateCmd(g),
+		newDLQCmd(g),
+		newBloomCmd(g),
 		newVersionCmd(),
 	)
 	return root

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/pipeline"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -77,7 +78,21 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		return err
 	}
 	defer closeSrc()
-	p, err := newPipeline(cfg, src, dlq, emb, st, reg, logger)
+	var snk pipeline.Sink = st
+	var fd *frontDoor
+	if cfg.FrontDoor.Enabled && !once {
+		if fd, err = newFrontDoor(ctx, cfg, emb, st, reg, logger); err != nil {
+			return err
+		}
+		defer fd.Close()
+		n, err := rebuildBloom(ctx, fd.fd.Bloom(), st)
+		if err != nil {
+			return err
+		}
+		logger.Info("front door bloom filters rebuilt", "documents", n)
+		snk = bloomSink{Sink: st, bloom: fd.fd.Bloom()}
+	}
+	p, err := newPipeline(cfg, src, dlq, emb, snk, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -95,6 +110,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		}
 		return err
 	})
+	if fd != nil {
+		g.Go(func() error { return fd.fd.Run(runCtx) })
+	}
 	if cfg.HTTP.Listen != "" && !once {
 		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, &ready), ReadHeaderTimeout: 5 * time.Second}
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)

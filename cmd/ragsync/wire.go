@@ -91,7 +91,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 }
 
 // newPipeline wires every stage.
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err

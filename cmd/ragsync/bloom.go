@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/embedder"
+)
+
+func newBloomCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bloom",
+		Short: "Maintain the front door's Bloom filters of known tenants and documents",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "rebuild",
+		Short: "Rebuild the tenant and document Bloom filters from the index",
+		Long: `rebuild reads every live document of the index and replaces the front door's
+Bloom filters in Redis (built beside the live ones and swapped in, so queries
+keep working meanwhile). serve does this at start; run it after restoring a
+backup or changing frontdoor.bloom settings.`,
+		Example: `  ragsync bloom rebuild --config ragsync.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if err := cfg.validate(false); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			ctx := cmd.Context()
+			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+			emb, err := embedder.New(cfg.embedderConfig())
+			if err != nil {
+				return err
+			}
+			st, pool, err := openStore(ctx, cfg, emb, logger)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			fd, err := newFrontDoor(ctx, cfg, emb, st, prometheus.NewRegistry(), logger)
+			if err != nil {
+				return err
+			}
+			defer fd.Close()
+			n, err := rebuildBloom(ctx, fd.fd.Bloom(), st)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "bloom filters rebuilt from %d document(s)\n", n)
+			return nil
+		},
+	})
+	return cmd
+}
