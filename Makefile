@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-incremental lint services clean
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental lint services clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,8 +26,13 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental ## bench-incremental, then Go benchmarks of every package
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(PKGS)
+bench: services bench-incremental bench-frontdoor bench-go ## every benchmark: incremental embedding, front door, per-package Go benchmarks
+
+bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (median of 5 with benchstat, if installed)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink
+
+bench-frontdoor: services ## issue 5: front-door hit/miss vs direct pgvector, p50/p99, Zipf hit ratio
+	$(GO) test -run '^$$' -bench 'FrontDoor|DirectPgvector|HitVsDirect|Zipf' -benchtime 3s ./fallback
 
 # edits-C runs in full (~3.5 min on 2 cores); edits-A in full takes ~11 min, so
 # by default a hash-chosen 30% of its documents replay, each with its whole
