@@ -28,7 +28,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 
 bench: services bench-incremental bench-frontdoor bench-go ## every benchmark: incremental embedding, front door, per-package Go benchmarks
 
-bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (median of 5 with benchstat, if installed)
+bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink
 
 bench-frontdoor: services ## issue 5: front-door hit/miss vs direct pgvector, p50/p99, Zipf hit ratio
