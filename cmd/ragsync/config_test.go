@@ -96,3 +96,14 @@ func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	}
 	require.NoError(t, defaultConfig().validate(false), "the defaults are valid without a source")
 }
+
+// The compose stack's config must stay loadable and valid as the config
+// grows; nothing else would notice until someone runs docker compose up.
+func TestComposeConfigIsValid(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	cfg, err := loadConfig(filepath.Join("..", "..", "compose", "ragsync.yaml"), nil)
+	require.NoError(t, err)
+	require.NoError(t, cfg.validate(true))
+	require.True(t, cfg.FrontDoor.Enabled)
+	require.Equal(t, "sk-test", cfg.Embedder.APIKey)
+}
