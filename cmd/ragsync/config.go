@@ -35,6 +35,8 @@ type Config struct {
 	DLQ       DLQConfig       `yaml:"dlq"`
 	HTTP      HTTPConfig      `yaml:"http"`
 	Log       LogConfig       `yaml:"log"`
+	Reuse     ReuseConfig     `yaml:"reuse"`
+	Purge     PurgeConfig     `yaml:"purge"`
 }
 
 type SourceConfig struct {
@@ -404,4 +406,52 @@ func (c Config) pipelineTables() []pipeline.TableConfig {
 		ts = append(ts, pipeline.TableConfig{Match: t.Match, Text: t.Text, Metadata: t.Metadata, Tenant: t.Tenant, ID: t.ID})
 	}
 	return ts
+}
+
+// ReuseConfig is near-duplicate vector reuse (pipeline.ReuseConfig). Both
+// fields are pointers because their zero values mean something: absent
+// is the default (on, 0.97), `enabled: false` or `min_similarity: 0` turn
+// reuse off. Set them in the YAML file (--set parses neither).
+type ReuseConfig struct {
+	Enabled       *bool    `yaml:"enabled"`
+	MinSimilarity *float64 `yaml:"min_similarity"`
+	// Method is "edit" (default) or "shingle".
+	Method string `yaml:"method"`
+}
+
+// pipeline returns the pipeline's reuse settings.
+func (r ReuseConfig) pipeline() pipeline.ReuseConfig {
+	out := pipeline.ReuseConfig{Method: r.Method}
+	if r.Enabled != nil && !*r.Enabled {
+		out.Disabled = true
+	}
+	if r.MinSimilarity != nil {
+		if *r.MinSimilarity == 0 {
+			out.Disabled = true
+		} else {
+			out.MinSimilarity = *r.MinSimilarity
+		}
+	}
+	return out
+}
+
+// validate checks the reuse settings, naming the YAML fields.
+func (r ReuseConfig) validate() error {
+	p := r.pipeline()
+	if p.Disabled {
+		return nil
+	}
+	return p.Validate()
+}
+
+// PurgeConfig is the retention of soft-deleted documents and unused cached
+// embeddings (sink.PurgeOptions), for `ragsync purge` and serve's periodic
+// purge.
+type PurgeConfig struct {
+	// Interval between serve's purges; 0 means 1h.
+	Interval time.Duration `yaml:"interval"`
+	// DocumentRetention keeps soft-deleted documents; 0 means 720h.
+	DocumentRetention time.Duration `yaml:"document_retention"`
+	// CacheRetention keeps unused cache entries; 0 means 2160h.
+	CacheRetention time.Duration `yaml:"cache_retention"`
 }

@@ -46,6 +46,8 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		newMigrateCmd(g),
 		newDLQCmd(g),
 		newBloomCmd(g),
+		newDupesCmd(g),
+		newPurgeCmd(g),
 		newVersionCmd(),
 	)
 	return root

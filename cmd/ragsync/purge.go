@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// options returns the sink's purge options, checked.
+func (p PurgeConfig) options() (sink.PurgeOptions, error) {
+	var errs []error
+	if p.Interval < 0 {
+		errs = append(errs, errors.New("purge.interval: must be >= 0 (0 means 1h)"))
+	}
+	if p.DocumentRetention < 0 {
+		errs = append(errs, errors.New("purge.document_retention: must be >= 0 (0 means 720h)"))
+	}
+	if p.CacheRetention < 0 {
+		errs = append(errs, errors.New("purge.cache_retention: must be >= 0 (0 means 2160h)"))
+	}
+	return sink.PurgeOptions{DocumentRetention: p.DocumentRetention, CacheRetention: p.CacheRetention}, errors.Join(errs...)
+}
+
+func newPurgeCmd(g *globals) *cobra.Command {
+	var (
+		olderThan, cacheOlderThan time.Duration
+		keepCache, asJSON         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Remove soft-deleted documents and unused cached embeddings past their retention",
+		Long: `purge removes the index's soft-deleted documents (op=d, truncate) deleted
+longer than --older-than ago, with their chunks, and then the embedding cache
+entries of the index's model not used for longer than --cache-older-than that
+no chunk points at. Cached embeddings of purged documents stay until the cache
+retention, so re-creating a document soon after costs nothing. A purged
+document loses its version fence: a change older than its delete arriving
+after the retention would create it again. serve runs the same purge
+periodically (purge.interval).
+
+Example:
+  ragsync purge --config ragsync.yaml --older-than 720h
+  ragsync purge --older-than 24h --keep-cache --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			opts, err := cfg.Purge.options()
+			if err = errors.Join(err, cfg.validate(false)); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			if cmd.Flags().Changed("older-than") {
+				opts.DocumentRetention = olderThan
+			}
+			if cmd.Flags().Changed("cache-older-than") {
+				opts.CacheRetention = cacheOlderThan
+			}
+			if opts.DocumentRetention < 0 || opts.CacheRetention < 0 {
+				return errors.New("--older-than and --cache-older-than must not be negative")
+			}
+			opts.KeepCache = keepCache
+			ctx := cmd.Context()
+			emb, err := embedder.New(cfg.embedderConfig())
+			if err != nil {
+				return err
+			}
+			st, pool, err := openStore(ctx, cfg, emb, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := st.Purge(ctx, opts)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(map[string]int64{
+					"documents": res.Documents, "chunks": res.Chunks, "cache_entries": res.CacheEntries})
+			}
+			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s\n",
+				res.Documents, res.Chunks, res.CacheEntries, cfg.Index)
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", sink.DefaultDocumentRetention, "remove documents deleted longer ago than this (purge.document_retention)")
+	cmd.Flags().DurationVar(&cacheOlderThan, "cache-older-than", sink.DefaultCacheRetention, "remove cache entries unused for longer than this (purge.cache_retention)")
+	cmd.Flags().BoolVar(&keepCache, "keep-cache", false, "leave the embedding cache alone")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counts as JSON")
+	return cmd
+}

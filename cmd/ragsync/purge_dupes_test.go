@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
+)
+
+func TestPurgeAndDupesCommands(t *testing.T) {
+	_, schema := pgtest.Schema(t)
+	base := []string{"--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema, "--index", "cli"}
+
+	out, err := runCLI(t, "", append([]string{"purge", "--json"}, base...)...)
+	require.NoError(t, err, out)
+	var res map[string]int64
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, map[string]int64{"documents": 0, "chunks": 0, "cache_entries": 0}, res)
+
+	out, err = runCLI(t, "", append([]string{"purge", "--older-than", "1h"}, base...)...)
+	require.NoError(t, err)
+	require.Equal(t, "purged 0 documents (0 chunks) and 0 cache entries from index cli\n", out)
+
+	out, err = runCLI(t, "", append([]string{"dupes"}, base...)...)
+	require.NoError(t, err)
+	require.Equal(t, "no document pairs at or above 80\n", out)
+
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"negative retention", []string{"purge", "--older-than", "-1h"}, "must not be negative"},
+		{"negative retention in config", []string{"purge", "--set", "purge.cache_retention=-1h"}, "purge.cache_retention"},
+		{"score above 100", []string{"dupes", "--min-score", "101"}, "--min-score 101"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runCLI(t, "", append(tc.args, base...)...)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestReuseConfig(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	b := func(v bool) *bool { return &v }
+	tests := []struct {
+		name         string
+		cfg          ReuseConfig
+		wantDisabled bool
+		wantMin      float64
+		wantErr      string
+	}{
+		{"absent is the default", ReuseConfig{}, false, 0, ""},
+		{"enabled false", ReuseConfig{Enabled: b(false), MinSimilarity: f(0.9)}, true, 0.9, ""},
+		{"min similarity 0 disables", ReuseConfig{MinSimilarity: f(0)}, true, 0, ""},
+		{"tuned", ReuseConfig{MinSimilarity: f(0.95), Method: "shingle"}, false, 0.95, ""},
+		{"above 1", ReuseConfig{MinSimilarity: f(1.2)}, false, 1.2, "reuse.min_similarity"},
+		{"bad method", ReuseConfig{Method: "ssdeep"}, false, 0, "reuse.method"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.cfg.pipeline()
+			require.Equal(t, tc.wantDisabled, p.Disabled)
+			require.Equal(t, tc.wantMin, p.MinSimilarity)
+			err := tc.cfg.validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
