@@ -41,6 +41,13 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 		return Outcome{}, err
 	}
 	if !st.found {
+		// A truncate at or after v already removed this document; a
+		// tombstone at v would sit below the truncate's fence and let a
+		// create between v and the truncate through.
+		fenced, err := s.truncated(ctx, tx, table, v)
+		if err != nil || fenced {
+			return Outcome{Stale: fenced}, err
+		}
 		tag, err := tx.Exec(ctx, "INSERT INTO "+s.tDocs+
 			" (index_name, id, source_table, doc_key, version, source_ts, deleted_at)"+
 			" VALUES ($1, $2, $3, $4, $5, $6, now()) ON CONFLICT (index_name, id) DO NOTHING",
