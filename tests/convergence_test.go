@@ -35,7 +35,7 @@ import (
 
 const (
 	convSeeds   = 30
-	convChanges = 240
+	convChanges = 200
 	convDocs    = 20
 	convDims    = 32
 	convMinSim  = 0.9
