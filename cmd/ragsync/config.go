@@ -410,7 +410,7 @@ func (c Config) pipelineTables() []pipeline.TableConfig {
 
 // ReuseConfig is near-duplicate vector reuse (pipeline.ReuseConfig). Both
 // fields are pointers because their zero values mean something: absent
-// is the default (on, 0.97), `enabled: false` or `min_similarity: 0` turn
+// is the default (on, 0.90), `enabled: false` or `min_similarity: 0` turn
 // reuse off. Set them in the YAML file (--set parses neither).
 type ReuseConfig struct {
 	Enabled       *bool    `yaml:"enabled"`
