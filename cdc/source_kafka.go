@@ -23,6 +23,15 @@ type KafkaConfig struct {
 	Group string
 	// MaxPollRecords is the most records handed over in one batch. Defaults to 500.
 	MaxPollRecords int
+	// MaxPollBytes is the most key+value bytes handed over in one batch; a
+	// single larger record still forms a batch of its own so the source
+	// always progresses. Defaults to 16 MiB.
+	MaxPollBytes int
+	// FetchMaxBytes bounds one fetch response (kgo.FetchMaxBytes), i.e. what
+	// the client buffers ahead of the pipeline; fetches are limited to one in
+	// flight or buffered at a time (kgo.MaxConcurrentFetches(1)). Defaults to
+	// 16 MiB.
+	FetchMaxBytes int
 	// ClientID names this client to the brokers. Defaults to "ragsync".
 	ClientID string
 	// Logger receives the Kafka client's warnings. Nil discards.
@@ -42,8 +51,18 @@ type KafkaConfig struct {
 // applied-but-uncommitted or committed-but-unapplied records.
 type KafkaSource struct {
 	cl       *kgo.Client
+	topics   []string
+	assigned *assignment
 	maxPoll  int
+	maxBytes int
 	inFlight bool
+	// pending are records polled but not yet handed out (a poll larger
+	// than MaxPollBytes is handed out in several batches); the rebalance
+	// stays blocked until they are all acknowledged.
+	pending []*kgo.Record
+	// unacked are the records of the batch handed out and not yet
+	// acknowledged.
+	unacked []*kgo.Record
 	// targets and positions drive StopAtEnd: end offsets at start, and the
 	// next offset to consume per partition.
 	targets   map[string]map[int32]int64
@@ -67,6 +86,17 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "ragsync"
 	}
+	if cfg.MaxPollBytes <= 0 {
+		cfg.MaxPollBytes = 16 << 20
+	}
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 16 << 20
+	}
+	// Memory bound: the client holds at most one fetch response
+	// (FetchMaxBytes; a partition whose first batch is larger still returns
+	// that batch) plus the records of the batch in flight, which the
+	// pipeline holds until Ack; nothing more is fetched while a batch is in
+	// flight beyond that one buffered response, because polling stops.
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -76,16 +106,24 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),
+		kgo.MaxConcurrentFetches(1),
 	}
 	if cfg.Logger != nil {
 		opts = append(opts, kgo.WithLogger(kgoLogger{cfg.Logger}))
 	}
+	asg := &assignment{parts: map[string]map[int32]bool{}}
+	opts = append(opts,
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, false) }),
+	)
 	opts = append(opts, cfg.Opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s := &KafkaSource{cl: cl, maxPoll: cfg.MaxPollRecords}
+	s := &KafkaSource{cl: cl, topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes}
 	if cfg.StopAtEnd {
 		if err := s.loadTargets(cfg); err != nil {
 			cl.Close()
@@ -155,50 +193,42 @@ func (s *KafkaSource) atEnd() bool {
 	return true
 }
 
-// Fetch polls the next records. The batch's Ack commits their offsets and
-// lets a pending rebalance proceed.
+// Fetch hands over the next batch: at most MaxPollRecords records and
+// MaxPollBytes bytes. The batch's Ack commits, per partition, the offset after
+// the batch's last record; batches are handed out and acknowledged strictly
+// one after another, so the committed offset is always the end of a prefix of
+// the partition in which every record was applied (or dead-lettered), never
+// past an unapplied record. While a batch (or the rest of its poll) is
+// outstanding the group cannot rebalance (BlockRebalanceOnPoll): a revoke
+// waits for the Ack, so nothing in flight is committed by the next owner.
 func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
 	if s.inFlight {
-		// The previous batch was never acknowledged (its processing failed);
-		// let the group move on, the records will be redelivered.
-		s.cl.AllowRebalance()
-		s.inFlight = false
+		// The previous batch was never acknowledged (its processing failed
+		// and the caller carries on). Rewind every partition to its first
+		// unacknowledged record, so the next batch redelivers it instead of
+		// a later Ack committing past it, then let the group move on.
+		s.rewind()
 	}
-	pollCtx := ctx
-	if s.targets != nil {
-		if s.atEnd() {
-			return Batch{}, io.EOF
+	if len(s.pending) == 0 {
+		if err := s.poll(ctx); err != nil {
+			return Batch{}, err
 		}
-		// Poll in short rounds so the end check runs even when nothing arrives.
-		var cancel context.CancelFunc
-		pollCtx, cancel = context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-	}
-	fetches := s.cl.PollRecords(pollCtx, s.maxPoll)
-	if fetches.IsClientClosed() {
-		return Batch{}, io.EOF
-	}
-	if err := ctx.Err(); err != nil {
-		s.cl.AllowRebalance()
-		return Batch{}, err
-	}
-	var errs []error
-	fetches.EachError(func(topic string, p int32, err error) {
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
+		if len(s.pending) == 0 {
+			// Nothing arrived (a short StopAtEnd round, or only fetch errors):
+			// an empty batch lets the group rebalance in between.
+			s.cl.AllowRebalance()
+			return Batch{Ack: func(context.Context) error { return nil }}, nil
 		}
-	})
-	recs := fetches.Records()
+	}
+	recs := s.cut()
 	msgs := make([]Message, len(recs))
 	for i, r := range recs {
 		msgs[i] = messageOf(r)
 	}
-	s.inFlight = true
+	s.inFlight, s.unacked = true, recs
 	ack := func(ctx context.Context) error {
-		if len(recs) > 0 {
-			if err := s.cl.CommitRecords(ctx, recs...); err != nil {
-				return fmt.Errorf("commit offsets: %w", err)
-			}
+		if err := s.cl.CommitRecords(ctx, recs...); err != nil {
+			return fmt.Errorf("commit offsets: %w", err)
 		}
 		if s.positions != nil {
 			for _, r := range recs {
@@ -207,26 +237,101 @@ func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
 				}
 			}
 		}
-		s.inFlight = false
-		s.cl.AllowRebalance()
-		return nil
-	}
-	if len(errs) > 0 && len(recs) == 0 {
-		// Fetch errors are retried inside the client; surface them only when
-		// nothing else arrived, after a pause so a broken broker is no hot loop.
-		_ = ack(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+		s.inFlight, s.unacked = false, nil
+		if len(s.pending) == 0 {
+			s.cl.AllowRebalance()
 		}
-		return Batch{Ack: func(context.Context) error { return nil }}, nil
+		return nil
 	}
 	return Batch{Messages: msgs, Ack: ack}, nil
 }
 
+// poll fills pending with the next records; io.EOF means done (StopAtEnd
+// reached, or the client closed).
+func (s *KafkaSource) poll(ctx context.Context) error {
+	pollCtx := ctx
+	if s.targets != nil {
+		if s.atEnd() {
+			return io.EOF
+		}
+		// Poll in short rounds so the end check runs even when nothing arrives.
+		var cancel context.CancelFunc
+		pollCtx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+	}
+	fetches := s.cl.PollRecords(pollCtx, s.maxPoll)
+	if fetches.IsClientClosed() {
+		return io.EOF
+	}
+	if err := ctx.Err(); err != nil {
+		s.cl.AllowRebalance()
+		return err
+	}
+	var errs []error
+	fetches.EachError(func(topic string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
+		}
+	})
+	s.pending = fetches.Records()
+	if len(errs) > 0 && len(s.pending) == 0 {
+		// Fetch errors are retried inside the client; pause so a broken
+		// broker is no hot loop.
+		s.cl.AllowRebalance()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// cut takes the next batch off pending: up to maxBytes of keys and values,
+// at least one record.
+func (s *KafkaSource) cut() []*kgo.Record {
+	n, size := 0, 0
+	for n < len(s.pending) {
+		sz := len(s.pending[n].Key) + len(s.pending[n].Value)
+		if n > 0 && size+sz > s.maxBytes {
+			break
+		}
+		size += sz
+		n++
+	}
+	recs := s.pending[:n:n]
+	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		s.pending = nil
+	}
+	return recs
+}
+
+// rewind moves consumption back to the first record not acknowledged, per
+// partition, and drops what was polled but not handed out.
+func (s *KafkaSource) rewind() {
+	to := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range append(s.unacked, s.pending...) {
+		if to[r.Topic] == nil {
+			to[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		if cur, ok := to[r.Topic][r.Partition]; !ok || r.Offset < cur.Offset {
+			to[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+		}
+	}
+	if len(to) > 0 {
+		s.cl.SetOffsets(to)
+	}
+	s.inFlight, s.unacked, s.pending = false, nil, nil
+	s.cl.AllowRebalance()
+}
+
 // Close leaves the group and closes the client. Uncommitted records are
 // redelivered to whoever takes the partitions.
-func (s *KafkaSource) Close() { s.cl.Close() }
+func (s *KafkaSource) Close() {
+	// A blocked rebalance would also block leaving the group.
+	s.cl.AllowRebalance()
+	s.cl.Close()
+}
 
 // Client exposes the underlying client, for the dead-letter producer and lag metrics.
 func (s *KafkaSource) Client() *kgo.Client { return s.cl }
