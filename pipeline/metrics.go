@@ -8,12 +8,14 @@ type metrics struct {
 	changes   *prometheus.CounterVec // op, outcome
 	chunks    *prometheus.CounterVec // result: embedded, cached, unchanged, moved, removed
 	txSeconds prometheus.Histogram   // sink transaction duration
-	retries   *prometheus.CounterVec // stage
+	retries   *prometheus.CounterVec // stage, cause
 	batchSecs prometheus.Histogram   // batch processing duration
 	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the pipeline's metrics; inFlight reports the age of
+// the batch in flight for ragsync_pipeline_batch_in_flight_seconds.
+func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	m := &metrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_changes_total",
@@ -30,8 +32,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_retries_total",
-			Help: "Retries of transient failures by stage (embedder, sink).",
-		}, []string{"stage"}),
+			Help: "Retries by stage (apply, ack, dead_letter) and cause (transient: a dependency is down; unclassified: bounded, then dead-lettered).",
+		}, []string{"stage", "cause"}),
 		batchSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ragsync_pipeline_batch_duration_seconds",
 			Help:    "Time from fetching a batch to acknowledging it.",
@@ -42,8 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Seconds between the last applied change's source timestamp and its apply, by table.",
 		}, []string{"table"}),
 	}
+	inFlightAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ragsync_pipeline_batch_in_flight_seconds",
+		Help: "Age of the batch being applied, 0 when idle; a value that keeps growing is a stall (see /readyz).",
+	}, inFlight)
 	if reg != nil {
-		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag)
+		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge)
 	}
 	return m
 }

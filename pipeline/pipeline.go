@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,10 @@ type Config struct {
 	// failures (provider down, Postgres restarting) retry until the context
 	// ends, which stops fetching: that is the back-pressure. Defaults to 5.
 	MaxAttempts int
+	// StallAfter is how long a batch may stay in flight while its work is
+	// being retried before Healthy reports false (for /readyz): a dependency
+	// down that long needs a human or a restart. Defaults to 5m.
+	StallAfter time.Duration
 	// Logger receives start/stop summaries and actionable warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -53,6 +58,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
+	}
+	if c.StallAfter <= 0 {
+		c.StallAfter = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -86,6 +94,13 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics *metrics
 	stats   Stats
+	// batchStart is when the batch in flight was fetched (UnixNano, 0 when
+	// none) and batchRetries how many retries it needed so far: together
+	// they tell a stall (retrying for long) from a big batch (slow but
+	// progressing).
+	batchStart   atomic.Int64
+	batchRetries atomic.Int64
+	now          func() time.Time
 }
 
 // New checks that every stage is present and builds a pipeline.
@@ -116,13 +131,34 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	if st.Fatal == nil {
 		st.Fatal = func(error) bool { return false }
 	}
-	return &Pipeline{
-		cfg:     cfg,
-		st:      st,
-		log:     cfg.Logger.With("stage", "pipeline"),
-		metrics: newMetrics(cfg.Registerer),
-		stats:   newStats(),
-	}, nil
+	p := &Pipeline{
+		cfg:   cfg,
+		st:    st,
+		log:   cfg.Logger.With("stage", "pipeline"),
+		stats: newStats(),
+		now:   time.Now,
+	}
+	p.metrics = newMetrics(cfg.Registerer, p.inFlightSeconds)
+	return p, nil
+}
+
+// Healthy reports false when a batch has been in flight for longer than
+// Config.StallAfter and needed retries meanwhile: the pipeline is stuck
+// behind a dependency (provider or Postgres down, dead-letter topic
+// unwritable) and has stopped fetching. serve's /readyz should fail then so
+// the orchestrator notices; a batch that is slow without failing is not a
+// stall. Safe for concurrent use.
+func (p *Pipeline) Healthy() bool {
+	return !(p.inFlightSeconds() > p.cfg.StallAfter.Seconds() && p.batchRetries.Load() > 0)
+}
+
+// inFlightSeconds is the age of the batch in flight, 0 when none.
+func (p *Pipeline) inFlightSeconds() float64 {
+	start := p.batchStart.Load()
+	if start == 0 {
+		return 0
+	}
+	return p.now().Sub(time.Unix(0, start)).Seconds()
 }
 
 // Stats returns a snapshot of what the pipeline did so far.
@@ -146,6 +182,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			return fmt.Errorf("fetch: %w", err)
 		}
 		start := time.Now()
+		p.batchRetries.Store(0)
+		p.batchStart.Store(p.now().UnixNano())
 		if err := p.Process(ctx, b.Messages); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -160,6 +198,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 				return fmt.Errorf("ack batch: %w", err)
 			}
 		}
+		p.batchStart.Store(0)
 		p.metrics.batchSecs.Observe(time.Since(start).Seconds())
 	}
 }
@@ -278,8 +317,13 @@ func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) err
 		if !transient && attempt >= p.cfg.MaxAttempts {
 			return err
 		}
-		p.metrics.retries.WithLabelValues(stage).Inc()
+		cause := "unclassified"
+		if transient {
+			cause = "transient"
+		}
+		p.metrics.retries.WithLabelValues(stage, cause).Inc()
 		p.stats.add("retries", 1)
+		p.batchRetries.Add(1)
 		if attempt == 1 || attempt%10 == 0 {
 			p.log.WarnContext(ctx, "retrying after failure", "step", stage, "attempt", attempt, "error", err)
 		}

@@ -1,0 +1,54 @@
+package pipeline_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/pipeline"
+)
+
+// TestHealthyReportsAStallWhileRetrying: a batch retried for longer than
+// StallAfter makes Healthy false; the same batch completing makes it true
+// again. A fake clock advances two minutes per embed attempt.
+func TestHealthyReportsAStallWhileRetrying(t *testing.T) {
+	b := setup(t)
+	var mu sync.Mutex
+	now := time.Unix(1700000000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var p *pipeline.Pipeline
+	var calls atomic.Int32
+	var healthDuring []bool
+	b.emb.fail = func([]string) error {
+		healthDuring = append(healthDuring, p.Healthy())
+		mu.Lock()
+		now = now.Add(2 * time.Minute)
+		mu.Unlock()
+		if calls.Add(1) <= 4 {
+			return transientErr{}
+		}
+		return nil
+	}
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}}}
+	p, err = pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2, StallAfter: 5 * time.Minute}, pipeline.Stages{
+		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
+		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq,
+		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+	})
+	require.NoError(t, err)
+	pipeline.SetClock(p, clock)
+	require.True(t, p.Healthy(), "idle is healthy")
+	require.NoError(t, p.Run(t.Context()))
+	// Attempts at 0, 2, 4, 6, 8 minutes: healthy until past 5 minutes of retrying.
+	require.Equal(t, []bool{true, true, true, false, false}, healthDuring)
+	require.True(t, p.Healthy(), "the batch completed")
+	require.EqualValues(t, 1, src.acked.Load())
+}
