@@ -64,6 +64,22 @@ type Config struct {
 	// MaxRetries is how many times a failed request is retried after the
 	// first attempt. Defaults to 5; a negative value disables retries.
 	MaxRetries int `yaml:"max_retries"`
+	// RequestsPerMinute caps requests sent (retries included) with a token
+	// bucket of one second's worth. Defaults to 0: no client-side limit.
+	RequestsPerMinute int `yaml:"requests_per_minute"`
+	// TokensPerMinute caps cl100k_base tokens sent, with a bucket of ten
+	// seconds' worth; MaxBatchTokens is lowered to that bucket. Defaults to
+	// 0: no client-side limit.
+	TokensPerMinute int `yaml:"tokens_per_minute"`
+	// MaxInputTokens is the model's per-input limit (8191 for OpenAI's
+	// embedding models). Longer inputs are truncated or dead-lettered, as
+	// OnTooLong says. Defaults to 8191.
+	MaxInputTokens int `yaml:"max_input_tokens"`
+	// OnTooLong is "truncate" (keep the first MaxInputTokens tokens, count
+	// it in ragsync_embedder_inputs_truncated_total) or "dead_letter" (fail
+	// permanently, so the change goes to the dead-letter topic). Defaults
+	// to "truncate".
+	OnTooLong string `yaml:"on_too_long"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -91,6 +107,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 5
+	}
+	if c.MaxInputTokens == 0 {
+		c.MaxInputTokens = 8191
+	}
+	if c.OnTooLong == "" {
+		c.OnTooLong = TooLongTruncate
 	}
 	return c
 }
@@ -137,6 +159,18 @@ func (c Config) Validate() error {
 	if c.MaxBatchTokens < 1 {
 		add("embedder.max_batch_tokens: must be > 0, got %d", c.MaxBatchTokens)
 	}
+	if c.RequestsPerMinute < 0 {
+		add("embedder.requests_per_minute: must be >= 0 (0: no limit), got %d", c.RequestsPerMinute)
+	}
+	if c.TokensPerMinute < 0 {
+		add("embedder.tokens_per_minute: must be >= 0 (0: no limit), got %d", c.TokensPerMinute)
+	}
+	if c.MaxInputTokens < 1 {
+		add("embedder.max_input_tokens: must be > 0 (8191 for OpenAI models), got %d", c.MaxInputTokens)
+	}
+	if c.OnTooLong != TooLongTruncate && c.OnTooLong != TooLongDeadLetter {
+		add("embedder.on_too_long: %q is not %q or %q", c.OnTooLong, TooLongTruncate, TooLongDeadLetter)
+	}
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
@@ -156,6 +190,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("dimensions", c.Dimensions), slog.String("api_key", key),
 		slog.Int("max_batch_inputs", c.MaxBatchInputs), slog.Int("max_batch_tokens", c.MaxBatchTokens),
 		slog.Duration("timeout", c.Timeout), slog.Int("max_retries", c.MaxRetries),
+		slog.Int("requests_per_minute", c.RequestsPerMinute), slog.Int("tokens_per_minute", c.TokensPerMinute),
+		slog.Int("max_input_tokens", c.MaxInputTokens), slog.String("on_too_long", c.OnTooLong),
 	)
 }
 

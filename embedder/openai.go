@@ -10,6 +10,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/ragsync/ragsync/chunker"
 )
 
 // OpenAI embeds texts through an OpenAI-compatible /embeddings endpoint. It
@@ -23,8 +25,9 @@ type OpenAI struct {
 	transport *http.Transport
 	sendDims  bool
 	// sleep waits between attempts; tests replace it to record the waits.
-	sleep func(ctx context.Context, d time.Duration) error
-	stats stats
+	sleep  func(ctx context.Context, d time.Duration) error
+	limits limits
+	stats  stats
 }
 
 // Stats are cumulative counters of an OpenAI client, for metrics and tests.
@@ -35,10 +38,13 @@ type Stats struct {
 	Tokens    int64         // prompt tokens the API reported as used
 	Failures  int64         // Embed calls that returned an error
 	RetryWait time.Duration // total time waited before retries
+	LimitWait time.Duration // total time waited for the client-side rate limits
+	Truncated int64         // inputs cut to MaxInputTokens
+	Splits    int64         // batches the API rejected as too large and that were halved
 }
 
 type stats struct {
-	requests, retries, inputs, tokens, failures, retryWait atomic.Int64
+	requests, retries, inputs, tokens, failures, retryWait, limitWait, truncated, splits atomic.Int64
 }
 
 // NewOpenAI returns a client for cfg (Provider may be left empty) after
@@ -62,6 +68,10 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		cc = openai.DefaultConfig(cfg.APIKey)
 		cc.BaseURL = cfg.BaseURL
 	}
+	if cfg.TokensPerMinute > 0 {
+		// Every request must fit the token bucket.
+		cfg.MaxBatchTokens = min(cfg.MaxBatchTokens, TokenBurst(cfg.TokensPerMinute))
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Per-attempt timeouts come from the request context, so the client
 	// itself has none; a client timeout would also cut Retry-After reads.
@@ -74,6 +84,7 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		// and most self-hosted servers reject the field with a 400.
 		sendDims: strings.HasPrefix(cfg.Model, "text-embedding-3"),
 		sleep:    sleepCtx,
+		limits:   newLimits(cfg.RequestsPerMinute, cfg.TokensPerMinute),
 	}, nil
 }
 
@@ -95,6 +106,9 @@ func (o *OpenAI) Stats() Stats {
 		Tokens:    o.stats.tokens.Load(),
 		Failures:  o.stats.failures.Load(),
 		RetryWait: time.Duration(o.stats.retryWait.Load()),
+		LimitWait: time.Duration(o.stats.limitWait.Load()),
+		Truncated: o.stats.truncated.Load(),
+		Splits:    o.stats.splits.Load(),
 	}
 }
 
@@ -120,9 +134,13 @@ func (o *OpenAI) embed(ctx context.Context, texts []string) ([][]float32, error)
 			return nil, &InputError{Index: i, Reason: "empty text (the API rejects empty inputs)"}
 		}
 	}
+	texts, err := o.fitInputs(texts)
+	if err != nil {
+		return nil, err
+	}
 	out := make([][]float32, len(texts))
 	for _, b := range batches(texts, o.cfg.MaxBatchInputs, o.cfg.MaxBatchTokens) {
-		vecs, err := o.embedBatch(ctx, texts[b.start:b.end])
+		vecs, err := o.embedSplitting(ctx, texts[b.start:b.end])
 		if err != nil {
 			return nil, fmt.Errorf("batch %d..%d: %w", b.start, b.end-1, err)
 		}
@@ -131,12 +149,68 @@ func (o *OpenAI) embed(ctx context.Context, texts []string) ([][]float32, error)
 	return out, nil
 }
 
+// embedSplitting sends batch and, when the API rejects it as too large
+// (our token count and the provider's differ, or its limits are lower than
+// configured), halves it and tries each half. A single input the API still
+// rejects keeps the permanent error, which dead-letters its change.
+func (o *OpenAI) embedSplitting(ctx context.Context, batch []string) ([][]float32, error) {
+	vecs, err := o.embedBatch(ctx, batch)
+	if err == nil || len(batch) < 2 || !tooLarge(err) {
+		return vecs, err
+	}
+	o.stats.splits.Add(1)
+	half := len(batch) / 2
+	left, err := o.embedSplitting(ctx, batch[:half])
+	if err != nil {
+		return nil, err
+	}
+	right, err := o.embedSplitting(ctx, batch[half:])
+	if err != nil {
+		return nil, err
+	}
+	return append(left, right...), nil
+}
+
+// tooLarge reports a rejection of the request's size: 413, or a 400 whose
+// message says the batch has too many tokens or inputs. (The status alone
+// cannot tell a too-large batch from other bad requests, and bisecting
+// every 400 would cost 2n requests for, say, a bad "dimensions".)
+func tooLarge(err error) bool {
+	var api *APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	if api.StatusCode == http.StatusRequestEntityTooLarge {
+		return true
+	}
+	if api.StatusCode != http.StatusBadRequest {
+		return false
+	}
+	m := strings.ToLower(api.Message)
+	for _, s := range []string{"token", "too many", "too large", "maximum", "max ", "at most", "context length", "inputs"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // embedBatch sends one request, retrying transient failures with capped,
 // jittered exponential backoff, or as long as the server asks.
 func (o *OpenAI) embedBatch(ctx context.Context, batch []string) ([][]float32, error) {
+	tokens := 0
+	for _, t := range batch {
+		tokens += chunker.CountTokens(t)
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		// Every attempt, retries included, passes the client-side limits.
+		waited, err := o.limits.wait(ctx, tokens)
+		o.stats.limitWait.Add(int64(waited))
+		if err != nil {
+			return nil, fmt.Errorf("wait for embedder rate limits: %w", err)
 		}
 		vecs, hdr, err := o.attempt(ctx, batch)
 		if err == nil {

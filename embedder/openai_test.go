@@ -154,15 +154,13 @@ func TestOpenAIBatching(t *testing.T) {
 		require.Equal(t, int64(4), b.srv.Requests.Load())
 		require.Equal(t, int64(100), b.srv.Tokens.Load())
 	})
-	t.Run("server limit below client limit is permanent", func(t *testing.T) {
+	t.Run("server limit below client limit splits the batch", func(t *testing.T) {
 		t.Parallel()
 		c, b := setup(t, openaitest.Options{MaxInputs: 5}, false, func(c *embedder.Config) { c.MaxBatchInputs = 10 })
 		_, err := c.Embed(t.Context(), someTexts(8))
-		var ae *embedder.APIError
-		require.ErrorAs(t, err, &ae)
-		require.Equal(t, http.StatusBadRequest, ae.StatusCode)
-		requirePermanent(t, err, true)
-		require.Equal(t, int64(1), b.srv.Requests.Load(), "a 400 is not retried")
+		require.NoError(t, err)
+		require.Equal(t, []int{4, 4}, b.srv.BatchSizes())
+		require.Equal(t, int64(3), b.srv.Requests.Load(), "the rejected 400 is split, not retried")
 	})
 }
 

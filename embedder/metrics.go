@@ -1,0 +1,31 @@
+package embedder
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// RegisterMetrics exposes o's counters on reg:
+// ragsync_embedder_requests_total, ragsync_embedder_retries_total,
+// ragsync_embedder_inputs_truncated_total (a warning: the tail of those
+// inputs is not searchable), ragsync_embedder_batch_splits_total and
+// ragsync_embedder_rate_limit_wait_seconds_total.
+func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	for _, c := range []prometheus.Collector{
+		counter("ragsync_embedder_requests_total", "Requests sent to the embeddings API, retries included.",
+			func() float64 { return float64(o.stats.requests.Load()) }),
+		counter("ragsync_embedder_retries_total", "Requests that retried a failed one (429, 5xx, timeouts, resets).",
+			func() float64 { return float64(o.stats.retries.Load()) }),
+		counter("ragsync_embedder_inputs_truncated_total", "Inputs over embedder.max_input_tokens cut to it; their tail is not embedded.",
+			func() float64 { return float64(o.stats.truncated.Load()) }),
+		counter("ragsync_embedder_batch_splits_total", "Batches the API rejected as too large and that were halved.",
+			func() float64 { return float64(o.stats.splits.Load()) }),
+		counter("ragsync_embedder_rate_limit_wait_seconds_total", "Time spent waiting for the client-side requests/tokens per minute limits.",
+			func() float64 { return float64(o.stats.limitWait.Load()) / 1e9 }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
