@@ -34,6 +34,12 @@ type KafkaConfig struct {
 	FetchMaxBytes int
 	// ClientID names this client to the brokers. Defaults to "ragsync".
 	ClientID string
+	// SessionTimeout is how long the group waits for a member that stopped
+	// heartbeating (a SIGKILLed or OOM-killed pod) before giving its
+	// partitions to others; until then they are not consumed. Defaults to
+	// 10s (Kafka's client default before 3.0; 45s since, which stalls a
+	// partition for most of a minute after every crash).
+	SessionTimeout time.Duration
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
 	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
@@ -86,6 +92,9 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "ragsync"
 	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
 	if cfg.MaxPollBytes <= 0 {
 		cfg.MaxPollBytes = 16 << 20
 	}
@@ -106,8 +115,13 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),
 		kgo.MaxConcurrentFetches(1),
+		// The dead-letter producer shares this client and must be able to
+		// set aside a message as large as any it consumed (the broker's
+		// message.max.bytes still applies to the dead-letter topic).
+		kgo.ProducerBatchMaxBytes(32 << 20),
 	}
 	if cfg.Logger != nil {
 		opts = append(opts, kgo.WithLogger(kgoLogger{cfg.Logger}))
