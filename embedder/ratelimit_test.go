@@ -162,3 +162,41 @@ func TestTooLongInput(t *testing.T) {
 		require.Zero(t, b.srv.Requests.Load())
 	})
 }
+
+// TestRateLimitsHoldUnderFaults: retries pass the limits too, so a flaky
+// provider (30% 429/500/drops) never sees more than the bucket allows.
+func TestRateLimitsHoldUnderFaults(t *testing.T) {
+	const rpm = 1200
+	c, b := setup(t, openaitest.Options{}, true, func(cfg *embedder.Config) {
+		cfg.RequestsPerMinute, cfg.MaxBatchInputs, cfg.MaxRetries = rpm, 1, 50
+	})
+	var a arrivals
+	var n int
+	var mu sync.Mutex
+	b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
+		a.hook(r)
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		switch n % 10 {
+		case 1:
+			return &openaitest.Fault{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After-Ms": {"10"}}}
+		case 4:
+			return &openaitest.Fault{Status: http.StatusInternalServerError, Header: http.Header{"Retry-After-Ms": {"10"}}}
+		case 7:
+			return &openaitest.Fault{Drop: true}
+		}
+		return nil
+	})
+	var g errgroup.Group
+	for range 4 {
+		g.Go(func() error { _, err := c.Embed(t.Context(), someTexts(10)); return err })
+	}
+	require.NoError(t, g.Wait())
+	require.Positive(t, c.Stats().Retries)
+	ones := make([]int, len(a.at))
+	for i := range ones {
+		ones[i] = 1
+	}
+	CheckBucket(t, a.at, ones, embedder.RequestBurst(rpm), rpm, 1)
+}

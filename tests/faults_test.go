@@ -39,7 +39,7 @@ func TestFlakyProvider(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Postgres")
 	}
-	events := faultHistory(21, 100, 800)
+	events := faultHistory(21, 100, 500)
 	want := cleanRunIndex(t, events)
 
 	srv := openaitest.New(t, openaitest.Options{Dimensions: 256})
@@ -59,7 +59,7 @@ func TestFlakyProvider(t *testing.T) {
 			return &openaitest.Fault{Status: http.StatusInternalServerError}
 		case x < 24:
 			faults[2].Add(1)
-			return &openaitest.Fault{Delay: 3 * time.Second} // over embedder.timeout
+			return &openaitest.Fault{Delay: 1500 * time.Millisecond} // over embedder.timeout
 		case x < 30:
 			faults[3].Add(1)
 			return &openaitest.Fault{Drop: true}
