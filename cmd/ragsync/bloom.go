@@ -5,8 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-
-	"github.com/ragsync/ragsync/embedder"
 )
 
 func newBloomCmd(g *globals) *cobra.Command {
@@ -24,24 +22,18 @@ backup or changing frontdoor.bloom settings.`,
 		Example: `  ragsync bloom rebuild --config ragsync.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.load()
+			cfg, err := g.loadValid(false)
 			if err != nil {
 				return err
-			}
-			if err := cfg.validate(false); err != nil {
-				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-			emb, err := embedder.New(cfg.embedderConfig())
+			ix, err := openIndex(ctx, cfg, logger, nil)
 			if err != nil {
 				return err
 			}
-			st, pool, err := openStore(ctx, cfg, emb, logger)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer ix.Close()
+			emb, st := ix.emb, ix.st
 			fd, err := newFrontDoor(ctx, cfg, emb, st, prometheus.NewRegistry(), logger)
 			if err != nil {
 				return err

@@ -273,6 +273,19 @@ func setValue(v reflect.Value, s string) error {
 			return fmt.Errorf("want an integer, got %q", s)
 		}
 		v.SetInt(int64(n))
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("want a number, got %q", s)
+		}
+		v.SetFloat(f)
+	case v.Kind() == reflect.Pointer:
+		// Optional settings are pointers so "absent" differs from zero.
+		p := reflect.New(v.Type().Elem())
+		if err := setValue(p.Elem(), s); err != nil {
+			return err
+		}
+		v.Set(p)
 	case v.Kind() == reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -344,6 +357,12 @@ func (c Config) validate(needSource bool) error {
 	if err := c.embedderConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Reuse.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.Purge.options(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.FrontDoor.Enabled {
 		if err := c.frontDoorConfig().Validate(); err != nil {
 			errs = append(errs, err)
@@ -411,7 +430,7 @@ func (c Config) pipelineTables() []pipeline.TableConfig {
 // ReuseConfig is near-duplicate vector reuse (pipeline.ReuseConfig). Both
 // fields are pointers because their zero values mean something: absent
 // is the default (on, 0.90), `enabled: false` or `min_similarity: 0` turn
-// reuse off. Set them in the YAML file (--set parses neither).
+// reuse off.
 type ReuseConfig struct {
 	Enabled       *bool    `yaml:"enabled"`
 	MinSimilarity *float64 `yaml:"min_similarity"`

@@ -107,3 +107,25 @@ func TestComposeConfigIsValid(t *testing.T) {
 	require.True(t, cfg.FrontDoor.Enabled)
 	require.Equal(t, "sk-test", cfg.Embedder.APIKey)
 }
+
+func TestSetOptionalAndFloatSettings(t *testing.T) {
+	cfg, err := loadConfig("", []string{"reuse.min_similarity=0.95", "reuse.enabled=false"})
+	require.NoError(t, err)
+	require.NotNil(t, cfg.Reuse.MinSimilarity)
+	require.InDelta(t, 0.95, *cfg.Reuse.MinSimilarity, 1e-9)
+	require.NotNil(t, cfg.Reuse.Enabled)
+	require.False(t, *cfg.Reuse.Enabled)
+	require.True(t, cfg.Reuse.pipeline().Disabled)
+	_, err = loadConfig("", []string{"reuse.min_similarity=high"})
+	require.ErrorContains(t, err, "want a number")
+}
+
+func TestValidateCoversReuseAndPurge(t *testing.T) {
+	cfg := defaultConfig()
+	bad := 1.5
+	cfg.Reuse.MinSimilarity = &bad
+	cfg.Purge.Interval = -time.Second
+	err := cfg.validate(false)
+	require.ErrorContains(t, err, "min_similarity")
+	require.ErrorContains(t, err, "purge.interval")
+}

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/chunker"
-	"github.com/ragsync/ragsync/embedder"
 )
 
 func newDupesCmd(g *globals) *cobra.Command {
@@ -34,23 +33,17 @@ Example:
 			if minScore < 0 || minScore > 100 {
 				return fmt.Errorf("--min-score %d: must be 0..100", minScore)
 			}
-			cfg, err := g.load()
+			cfg, err := g.loadValid(false)
 			if err != nil {
 				return err
-			}
-			if err := cfg.validate(false); err != nil {
-				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()
-			emb, err := embedder.New(cfg.embedderConfig())
+			ix, err := openIndex(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false), nil)
 			if err != nil {
 				return err
 			}
-			st, pool, err := openStore(ctx, cfg, emb, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer ix.Close()
+			st := ix.st
 			dupes, err := st.Dupes(ctx, minScore)
 			if err != nil {
 				return err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -68,15 +67,12 @@ Example:
 			}
 			opts.KeepCache = keepCache
 			ctx := cmd.Context()
-			emb, err := embedder.New(cfg.embedderConfig())
+			ix, err := openIndex(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false), nil)
 			if err != nil {
 				return err
 			}
-			st, pool, err := openStore(ctx, cfg, emb, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer ix.Close()
+			st := ix.st
 			res, err := st.Purge(ctx, opts)
 			if err != nil {
 				return err

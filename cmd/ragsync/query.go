@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -49,12 +48,9 @@ and text. Deleted documents never appear.`,
 				}
 				md[key] = val
 			}
-			cfg, err := g.load()
+			cfg, err := g.loadValid(false)
 			if err != nil {
 				return err
-			}
-			if err := cfg.validate(false); err != nil {
-				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()
 			switch via {
@@ -65,15 +61,12 @@ and text. Deleted documents never appear.`,
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-			emb, err := embedder.New(cfg.embedderConfig())
+			ix, err := openIndex(ctx, cfg, logger, nil)
 			if err != nil {
 				return err
 			}
-			st, pool, err := openStore(ctx, cfg, emb, logger)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer ix.Close()
+			emb, st := ix.emb, ix.st
 			vecs, err := emb.Embed(ctx, []string{args[0]})
 			if err != nil {
 				return fmt.Errorf("embed query: %w", err)

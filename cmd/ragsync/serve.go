@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,8 +19,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -64,20 +66,24 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	emb, err := embedder.New(cfg.embedderConfig())
+	purgeOpts, err := cfg.Purge.options()
+	if err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	ix, err := openIndex(ctx, cfg, logger, reg)
 	if err != nil {
 		return err
 	}
-	st, pool, err := openStore(ctx, cfg, emb, logger)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer ix.Close()
+	emb, st, pool := ix.emb, ix.st, ix.pool
 	src, dlq, closeSrc, err := newSource(cfg, once, logger)
 	if err != nil {
 		return err
 	}
 	defer closeSrc()
+	if ks, ok := src.(*cdc.KafkaSource); ok {
+		reg.MustRegister(cdc.NewLagCollector(ks))
+	}
 	var snk pipeline.Sink = st
 	var fd *frontDoor
 	if cfg.FrontDoor.Enabled && !once {
@@ -97,8 +103,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		return err
 	}
 
-	var ready atomic.Bool
-	ready.Store(true)
+	var running atomic.Bool
+	running.Store(true)
+	ready := func() bool { return running.Load() && p.Healthy() }
 	g, gctx := errgroup.WithContext(ctx)
 	runCtx, cancelRun := context.WithCancel(gctx)
 	defer cancelRun()
@@ -106,15 +113,18 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		defer cancelRun() // the pipeline ending (--once) stops the HTTP server too
 		err := p.Run(runCtx)
 		if err != nil {
-			ready.Store(false)
+			running.Store(false)
 		}
 		return err
 	})
+	if !once {
+		g.Go(func() error { purgePeriodically(runCtx, st, purgeOpts, cfg.Purge.Interval, logger); return nil })
+	}
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
 	if cfg.HTTP.Listen != "" && !once {
-		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, &ready), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, ready), ReadHeaderTimeout: 5 * time.Second}
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http.listen %s: %w (choose a free address or set http.listen to empty to disable)", cfg.HTTP.Listen, err)
@@ -140,9 +150,37 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	return err
 }
 
+// purgePeriodically removes soft-deleted documents and unused cache entries
+// past their retention every interval (purge.interval, default 1h). A failed
+// purge is logged and tried again next time: it never stops the pipeline.
+func purgePeriodically(ctx context.Context, st *sink.Store, opts sink.PurgeOptions, every time.Duration, logger *slog.Logger) {
+	if every <= 0 {
+		every = time.Hour
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := st.Purge(ctx, opts)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Warn("purge failed; will retry at the next interval", "error", err)
+			}
+			continue
+		}
+		if res.Documents > 0 || res.CacheEntries > 0 {
+			logger.Info("purged", "documents", res.Documents, "chunks", res.Chunks, "cache_entries", res.CacheEntries)
+		}
+	}
+}
+
 // httpHandler serves /metrics, /healthz (process alive) and /readyz
 // (Postgres reachable and the pipeline not failed).
-func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready *atomic.Bool) http.Handler {
+func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -155,8 +193,8 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if !ready.Load() {
-			http.Error(w, "pipeline stopped", http.StatusServiceUnavailable)
+		if !ready() {
+			http.Error(w, "pipeline stopped or stalled behind a failing dependency; see the logs", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

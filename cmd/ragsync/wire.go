@@ -33,15 +33,31 @@ var (
 	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
 )
 
-// openStore connects to Postgres, migrates the schema and registers the index.
-func openStore(ctx context.Context, cfg Config, emb embedder.Client, logger *slog.Logger) (*sink.Store, *pgxpool.Pool, error) {
+// index is what a command that reads or writes the index opens: the
+// embedder, the store and the store's pool.
+type index struct {
+	emb  embedder.Client
+	st   *sink.Store
+	pool *pgxpool.Pool
+}
+
+// Close releases the pool.
+func (ix *index) Close() { ix.pool.Close() }
+
+// openIndex builds the embedder, connects to Postgres, migrates the schema
+// and registers the index. reg receives the sink's metrics; nil drops them.
+func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*index, error) {
+	emb, err := embedder.New(cfg.embedderConfig())
+	if err != nil {
+		return nil, err
+	}
 	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, logger); err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	st, err := sink.New(ctx, pool, sink.Config{
 		Schema:     cfg.Postgres.Schema,
@@ -49,12 +65,26 @@ func openStore(ctx context.Context, cfg Config, emb embedder.Client, logger *slo
 		Model:      emb.Model(),
 		Dimensions: emb.Dimensions(),
 		Logger:     logger,
+		Registerer: reg,
 	})
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return st, pool, nil
+	return &index{emb: emb, st: st, pool: pool}, nil
+}
+
+// loadValid loads the configuration and checks it; needSource also checks
+// the source section, which only serve uses.
+func (g *globals) loadValid(needSource bool) (Config, error) {
+	cfg, err := g.load()
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.validate(needSource); err != nil {
+		return cfg, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return cfg, nil
 }
 
 // source builds the configured source and its dead-letter destination.
@@ -96,6 +126,13 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	if err != nil {
 		return nil, err
 	}
+	// Near-duplicate reuse sits in front of the embedder: a chunk whose text
+	// is within reuse.min_similarity of the text a stored vector was
+	// computed from takes that vector instead of a call.
+	reusing, err := pipeline.WithReuse(emb, cfg.Reuse.pipeline())
+	if err != nil {
+		return nil, err
+	}
 	return pipeline.New(pipeline.Config{
 		Tables:     cfg.pipelineTables(),
 		Workers:    cfg.Pipeline.Workers,
@@ -105,7 +142,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Source:      src,
 		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
 		Splitter:    ch,
-		Embedder:    emb,
+		Embedder:    reusing,
 		Sink:        st,
 		DeadLetters: dlq,
 		Transient:   transient,
