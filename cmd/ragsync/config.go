@@ -27,7 +27,7 @@ type Config struct {
 	Source    SourceConfig    `yaml:"source"`
 	Tables    []TableConfig   `yaml:"tables"`
 	Chunker   ChunkerConfig   `yaml:"chunker"`
-	Embedder  EmbedderConfig  `yaml:"embedder"`
+	Embedder  embedder.Config `yaml:"embedder"`
 	Postgres  PostgresConfig  `yaml:"postgres"`
 	Index     string          `yaml:"index"`
 	Pipeline  PipelineConfig  `yaml:"pipeline"`
@@ -79,18 +79,6 @@ type ChunkerConfig struct {
 	MaxTokens    int    `yaml:"max_tokens"`
 }
 
-type EmbedderConfig struct {
-	Provider       string        `yaml:"provider"`
-	BaseURL        string        `yaml:"base_url"`
-	Model          string        `yaml:"model"`
-	Dimensions     int           `yaml:"dimensions"`
-	APIKey         string        `yaml:"api_key"`
-	MaxBatchInputs int           `yaml:"max_batch_inputs"`
-	MaxBatchTokens int           `yaml:"max_batch_tokens"`
-	Timeout        time.Duration `yaml:"timeout"`
-	MaxRetries     int           `yaml:"max_retries"`
-}
-
 type PostgresConfig struct {
 	URL    string `yaml:"url"`
 	Schema string `yaml:"schema"`
@@ -98,6 +86,8 @@ type PostgresConfig struct {
 
 type PipelineConfig struct {
 	Workers int `yaml:"workers"`
+	// StallAfter is how long a batch may be retried before /readyz fails.
+	StallAfter time.Duration `yaml:"stall_after"`
 }
 
 // FrontDoorConfig is the Redis Stream query front door: enabled, plus every
@@ -130,7 +120,7 @@ func defaultConfig() Config {
 	return Config{
 		Source:   SourceConfig{Kind: "kafka", Kafka: KafkaSourceConfig{Group: "ragsync"}},
 		Chunker:  ChunkerConfig{Strategy: "content-defined", TargetTokens: 512, MinTokens: 128, MaxTokens: 1024},
-		Embedder: EmbedderConfig{Provider: "hashing", Dimensions: 384},
+		Embedder: embedder.Config{Provider: "hashing", Dimensions: 384},
 		Postgres: PostgresConfig{URL: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", Schema: "ragsync"},
 		Index:    "default",
 		HTTP:     HTTPConfig{Listen: "127.0.0.1:9464"},
@@ -388,20 +378,7 @@ func (c Config) chunkerConfig() chunker.Config {
 	}.WithDefaults()
 }
 
-func (c Config) embedderConfig() embedder.Config {
-	e := c.Embedder
-	return embedder.Config{
-		Provider:       e.Provider,
-		BaseURL:        e.BaseURL,
-		Model:          e.Model,
-		Dimensions:     e.Dimensions,
-		APIKey:         e.APIKey,
-		MaxBatchInputs: e.MaxBatchInputs,
-		MaxBatchTokens: e.MaxBatchTokens,
-		Timeout:        e.Timeout,
-		MaxRetries:     e.MaxRetries,
-	}.WithDefaults()
-}
+func (c Config) embedderConfig() embedder.Config { return c.Embedder.WithDefaults() }
 
 func (c Config) frontDoorConfig() fallback.Config {
 	f := c.FrontDoor.Config

@@ -51,6 +51,11 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	if err != nil {
 		return nil, err
 	}
+	if o, ok := emb.(*embedder.OpenAI); ok && reg != nil {
+		if err := embedder.RegisterMetrics(reg, o); err != nil {
+			return nil, err
+		}
+	}
 	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
 	if err != nil {
 		return nil, err
@@ -136,6 +141,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	return pipeline.New(pipeline.Config{
 		Tables:     cfg.pipelineTables(),
 		Workers:    cfg.Pipeline.Workers,
+		StallAfter: cfg.Pipeline.StallAfter,
 		Logger:     logger,
 		Registerer: reg,
 	}, pipeline.Stages{
