@@ -144,6 +144,18 @@ http:
 	if err != nil {
 		return fmt.Errorf("serve: %w\n%s", err, out.String())
 	}
+	// serve --once also exits 0 on SIGTERM: count what it did rather than
+	// trusting the exit code.
+	drained := 0
+	for _, f := range strings.Fields(out.String()) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "op_") {
+			n, _ := strconv.Atoi(v)
+			drained += n
+		}
+	}
+	if drained < events {
+		return fmt.Errorf("serve stopped after %d of %d events: %s", drained, events, strings.TrimSpace(out.String()))
+	}
 	peakMB := float64(peak.Load()) / 1024
 	res := map[string]any{
 		"events": events, "documents": docs, "seconds": elapsed.Seconds(),
