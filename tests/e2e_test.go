@@ -189,6 +189,21 @@ func TestKafkaSourceEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, topic, headers["__connect.errors.topic"])
 	require.NotEmpty(t, headers["__connect.errors.exception.message"])
+
+	// The CLI lists it, replays it to the source topic once (a second replay
+	// finds nothing new), and purges it.
+	out, _ := e.run(false, "dlq", "list")
+	require.Contains(t, out, "not JSON")
+	out, _ = e.run(false, "dlq", "replay")
+	require.Contains(t, out, "replayed 1 record")
+	out, _ = e.run(false, "dlq", "replay")
+	require.Contains(t, out, "replayed 0 record")
+	stats = e.serveOnce()
+	require.Equal(t, 1, stats["dead_lettered"], "the replayed, still-broken record is dead-lettered again: %v", stats)
+	out, _ = e.run(false, "dlq", "purge")
+	require.Contains(t, out, "purged")
+	out, _ = e.run(false, "dlq", "list")
+	require.Contains(t, out, "no dead letters")
 }
 
 func TestInvalidConfigNamesTheField(t *testing.T) {

@@ -51,6 +51,11 @@ type KafkaSourceConfig struct {
 	Topics         []string `yaml:"topics"`
 	Group          string   `yaml:"group"`
 	MaxPollRecords int      `yaml:"max_poll_records"`
+	// MaxPollBytes and FetchMaxBytes bound memory: one buffered fetch plus
+	// the batch in flight. Both default to 16 MiB.
+	MaxPollBytes   int           `yaml:"max_poll_bytes"`
+	FetchMaxBytes  int           `yaml:"fetch_max_bytes"`
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 }
 
 type FileSourceConfig struct {

@@ -113,6 +113,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 			Topics:         k.Topics,
 			Group:          k.Group,
 			MaxPollRecords: k.MaxPollRecords,
+			MaxPollBytes:   k.MaxPollBytes,
+			FetchMaxBytes:  k.FetchMaxBytes,
+			SessionTimeout: k.SessionTimeout,
 			StopAtEnd:      once,
 			Logger:         logger.With("stage", "kafka"),
 		})
