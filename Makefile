@@ -3,7 +3,7 @@ GO          ?= go
 GOFLAGS     ?= -mod=mod
 export GOFLAGS
 BIN         := bin/ragsync
-TEST_FLAGS  ?= -race -timeout 20m
+TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
 .PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog lint services clean
