@@ -159,8 +159,8 @@ func run(bin, dir, pgURL, schema string) error {
 			fmt.Printf("   %d. %.3f %s #%d%s\n      %s\n", h.Rank, h.Score, h.DocID, h.Position, mark, snippet(h.Text, 110))
 		}
 	}
-	fmt.Printf("\ndone. Try it yourself:\n  %s query --config %s \"how do I feed a sourdough starter\"\n(the config file is removed when the demo exits; the index stays in schema %q)\n",
-		bin, "<config>", schema)
+	fmt.Printf("\ndone. The index stays in schema %q; query it yourself with\n  %s query --postgres-url '%s' --set postgres.schema=%s --index articles \"how do I feed a sourdough starter\"\n",
+		schema, bin, pgURL, schema)
 	return nil
 }
 
