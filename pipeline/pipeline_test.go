@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -100,24 +100,7 @@ func (transientErr) Error() string { return "provider unavailable" }
 
 // event renders a Debezium PostgreSQL change for public.docs.
 func event(op string, id int, lsn int64, body string) cdc.Message {
-	p := map[string]any{
-		"op": op,
-		"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "docs",
-			"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000},
-	}
-	switch op {
-	case "d":
-		p["before"] = map[string]any{"id": id}
-	case "t":
-	default:
-		p["after"] = map[string]any{"id": id, "body": body}
-	}
-	v, _ := json.Marshal(p)
-	var key []byte
-	if op != "t" {
-		key = fmt.Appendf(nil, `{"id":%d}`, id)
-	}
-	return cdc.Message{Topic: "db.public.docs", Offset: lsn, Key: key, Value: v}
+	return debeziumtest.Message("docs", op, id, lsn, map[string]any{"body": body})
 }
 
 type bundle struct {

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -118,24 +118,7 @@ func (h *history) text(d *docState) string { return strings.Join(d.paras, "\n\n"
 
 func (h *history) msg(op string, id int, body string) cdc.Message {
 	h.lsn += 8
-	p := map[string]any{
-		"op": op,
-		"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "docs",
-			"lsn": h.lsn, "txId": h.lsn, "ts_ms": 1700000000000},
-	}
-	switch op {
-	case "d":
-		p["before"] = map[string]any{"id": id}
-	case "t":
-	default:
-		p["after"] = map[string]any{"id": id, "body": body}
-	}
-	v, _ := json.Marshal(p)
-	var key []byte
-	if op != "t" {
-		key = fmt.Appendf(nil, `{"id":%d}`, id)
-	}
-	return cdc.Message{Topic: "db.public.docs", Offset: h.lsn, Key: key, Value: v}
+	return debeziumtest.Message("docs", op, id, h.lsn, map[string]any{"body": body})
 }
 
 // next returns one random change and applies it to the model.
