@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -199,9 +201,11 @@ func parseHeaders(b json.RawMessage) []Header {
 	}
 	var obj map[string]string
 	if json.Unmarshal(b, &obj) == nil {
+		// Sorted: a JSON object has no order, and the same line must give
+		// the same message every time (dead letters, replays, goldens).
 		var hs []Header
-		for k, v := range obj {
-			hs = append(hs, Header{Key: k, Value: []byte(v)})
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			hs = append(hs, Header{Key: k, Value: []byte(obj[k])})
 		}
 		return hs
 	}
