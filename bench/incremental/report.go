@@ -28,6 +28,7 @@ type ragPhase struct {
 	Usage         usage
 	ChunkSizes    []int // every chunk of every version written
 	EmbeddedSizes []int // the chunks sent to the embedding API
+	ByOp          map[string]*ragOpCounts
 	Pipeline      pipeline.Snapshot
 }
 
@@ -71,9 +72,12 @@ type phaseResult struct {
 	RagsyncEmbedded sizes `json:"ragsync_embedded_chunk_tokens"`
 	GEmbedded       sizes `json:"g_embedded_chunk_tokens"`
 
-	// ByOp splits W, G and E by event op (ragsync's tokens cannot be
-	// split: documents are applied concurrently).
+	// ByOp splits W, G and E by event op.
 	ByOp map[string]*opCounts `json:"baselines_by_op"`
+	// RagsyncByOp splits ragsync's tokens by event op, counted from the
+	// chunks each version brought to the sink with a fresh vector (see
+	// opSink); they sum to RagsyncCounted.
+	RagsyncByOp map[string]*ragOpCounts `json:"ragsync_by_op"`
 
 	Pipeline pipeline.Snapshot `json:"pipeline"`
 }
@@ -92,8 +96,9 @@ func newPhaseResult(name string, r ragPhase, b phase) phaseResult {
 		GOverW:               ratio(float64(b.G), b.W), EOverW: ratio(float64(b.E), b.W),
 		RagsyncChunks: sizesOf(r.ChunkSizes), GChunks: sizesOf(b.GChunkSizes),
 		RagsyncEmbedded: sizesOf(r.EmbeddedSizes), GEmbedded: sizesOf(b.GEmbeddedSizes),
-		ByOp:     b.ByOp,
-		Pipeline: r.Pipeline,
+		ByOp:        b.ByOp,
+		RagsyncByOp: r.ByOp,
+		Pipeline:    r.Pipeline,
 	}
 }
 
@@ -173,6 +178,7 @@ func (r *result) print(out io.Writer) {
 	row("embedded chunk tokens median / p95: ragsync", sz(func(p phaseResult) sizes { return p.RagsyncEmbedded }))
 	row("                                     G", sz(func(p phaseResult) sizes { return p.GEmbedded }))
 	_ = tw.Flush()
+	printByOp(out, upd)
 	fmt.Fprintf(out, "self-retrieval recall@%d over %d sentences of the final documents: ragsync %.3f, G %.3f (ragsync - G = %+.3f)\n",
 		r.Recall.K, r.Recall.Queries, r.Recall.Ragsync, r.Recall.Greedy, r.Recall.Ragsync-r.Recall.Greedy)
 	for i, p := range r.Phases {
@@ -184,6 +190,54 @@ func (r *result) print(out io.Writer) {
 	fmt.Fprintf(out, "time: total %.0fs (initial replay %.0fs, updates replay %.0fs, baselines %.0fs alongside, fresh load + compare %.0fs, recall %.0fs)\n",
 		r.Seconds["total"], r.Seconds["replay_initial"], r.Seconds["replay_updates"], r.Seconds["baselines"],
 		r.Seconds["fresh_load_and_compare"], r.Seconds["recall"])
+}
+
+// printByOp splits a phase's tokens by event op: u edits an existing
+// document, c creates one (renames are d + c), so the note can say where
+// the tokens go.
+func printByOp(out io.Writer, p phaseResult) {
+	fmt.Fprintf(out, "%s by op:\n", p.Name)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "op\tversions\tragsync\tG\tW\tE\tE*\tragsync / G\tragsync / E\treused chunks\t\n")
+	var tot opCounts
+	var rag ragOpCounts
+	line := func(name string, b opCounts, r ragOpCounts) {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%d\t\n", name, b.Versions,
+			thousands(int64(r.Tokens)), thousands(int64(b.G)), thousands(int64(b.W)), thousands(int64(b.E)), thousands(int64(b.EAnywhere)),
+			ratio(float64(r.Tokens), b.G), ratio(float64(r.Tokens), b.E), r.ChunksReused)
+	}
+	for _, op := range []string{"u", "c", "r"} {
+		b, r := p.ByOp[op], p.RagsyncByOp[op]
+		if b == nil && r == nil {
+			continue
+		}
+		if b == nil {
+			b = &opCounts{}
+		}
+		if r == nil {
+			r = &ragOpCounts{}
+		}
+		line(op, *b, *r)
+		tot.Versions += b.Versions
+		tot.W, tot.G, tot.E, tot.EAnywhere = tot.W+b.W, tot.G+b.G, tot.E+b.E, tot.EAnywhere+b.EAnywhere
+		rag.Tokens += r.Tokens
+		rag.ChunksReused += r.ChunksReused
+	}
+	line("all", tot, rag)
+	_ = tw.Flush()
+	if r := p.RagsyncByOp["?"]; r != nil {
+		fmt.Fprintf(out, "note (%s): %d versions (%d tokens) could not be attributed to an op\n", p.Name, r.Versions, r.Tokens)
+	}
+	if rag.Tokens+p.RagsyncByOp["?"].tokens() != p.RagsyncCounted {
+		fmt.Fprintf(out, "note (%s): the ops add up to %d tokens, the texts sent to %d\n", p.Name, rag.Tokens, p.RagsyncCounted)
+	}
+}
+
+func (c *ragOpCounts) tokens() int {
+	if c == nil {
+		return 0
+	}
+	return c.Tokens
 }
 
 func (r *result) writeJSON(path string) error {

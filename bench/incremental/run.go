@@ -121,6 +121,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	}
 	split := &recordingSplitter{s: chunks}
 	emb := &recordingEmbedder{e: srv.Embedder, tokens: split.tokensOf}
+	ops := newOpSink(mainStore, evs)
 
 	// Initial load, then updates, each its own pipeline run over the same
 	// index so the token counters can be read at the boundary.
@@ -128,7 +129,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	for i, lines := range [][][]byte{initLines, updLines} {
 		t := time.Now()
 		before := srv.Usage()
-		snap, err := replay(ctx, cfg, lines, split, emb, mainStore, logger)
+		snap, err := replay(ctx, cfg, lines, split, emb, ops, logger)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", phaseNames[i], err)
 		}
@@ -137,6 +138,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 			Usage:         after.minus(before),
 			EmbeddedSizes: emb.take(),
 			ChunkSizes:    split.take(),
+			ByOp:          ops.take(),
 			Pipeline:      snap,
 		}
 		lap("replay_"+phaseNames[i], t)
@@ -218,7 +220,7 @@ var phaseNames = [2]string{"initial", "updates"}
 // applied. A dead letter or a skipped change other than Debezium's
 // tombstones means the benchmark did not measure what it claims, so it
 // fails the run.
-func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store *sink.Store, logger *slog.Logger) (pipeline.Snapshot, error) {
+func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Sink, logger *slog.Logger) (pipeline.Snapshot, error) {
 	p, err := pipeline.New(pipeline.Config{
 		Tables:  []pipeline.TableConfig{{Match: benchTable, Text: "{{body}}", ID: []string{"id"}}},
 		Workers: cfg.Workers,

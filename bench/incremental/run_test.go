@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +80,23 @@ func TestRunSetSmall(t *testing.T) {
 	require.Positive(t, upd.Ragsync.Tokens)
 	require.Less(t, upd.Ragsync.Tokens, int64(upd.W))
 	require.Equal(t, 2, upd.Pipeline["op_u"]+upd.Pipeline["op_c"])
+	// The split by op covers every token sent: the snapshot's are all r;
+	// the edit of a.md (u, one paragraph of ~40 changed words in ~480)
+	// keeps its vector by near-duplicate reuse, and the new c.md (c),
+	// whose title makes its only chunk new, pays for that chunk.
+	require.Equal(t, map[string]*ragOpCounts{"r": {Versions: 2, Tokens: ini.RagsyncCounted, ChunksEmbedded: ini.RagsyncEmbedded.Count}}, ini.RagsyncByOp)
+	require.Equal(t, []string{"c", "u"}, slices.Sorted(maps.Keys(upd.RagsyncByOp)))
+	require.Equal(t, 1, upd.RagsyncByOp["u"].Versions)
+	require.Equal(t, 1, upd.RagsyncByOp["c"].Versions)
+	require.Equal(t, ragOpCounts{Versions: 1, ChunksReused: 1}, *upd.RagsyncByOp["u"])
+	require.Equal(t, 1, upd.RagsyncByOp["c"].ChunksEmbedded)
+	require.Positive(t, upd.RagsyncByOp["c"].Tokens)
+	require.Equal(t, upd.RagsyncCounted, upd.RagsyncByOp["u"].Tokens+upd.RagsyncByOp["c"].Tokens)
+	var printed strings.Builder
+	res.print(&printed)
+	require.Contains(t, printed.String(), "updates by op:")
+	require.NotContains(t, printed.String(), "could not be attributed")
+	require.NotContains(t, printed.String(), "add up to")
 
 	require.True(t, res.Convergence.Pass, res.Convergence.String())
 	require.Equal(t, 2, res.Convergence.Documents)
