@@ -15,10 +15,12 @@ import (
 // Client sends queries to the front door over the Redis protocol and waits
 // for the replies. All replies to one Client arrive on one reply stream
 // (<prefix>:reply:<client uuid>) read by one background reader, which
-// matches them to waiting calls by request id: a request costs one XADD, and
-// the reader's XREAD is shared by every request in flight. Safe for
-// concurrent use. Close stops the reader and deletes the reply stream; rdb
-// stays owned by the caller.
+// matches them to waiting calls by request id; requests go out through one
+// background sender, which puts every request queued while its previous
+// round trip was in flight into one pipeline. So concurrent calls share round
+// trips both ways: under load a request costs a fraction of an XADD round
+// trip and of an XREAD. Safe for concurrent use. Close stops the reader and
+// the sender and deletes the reply stream; rdb stays owned by the caller.
 type Client struct {
 	rdb     *redis.Client
 	keys    keys
@@ -32,12 +34,23 @@ type Client struct {
 	Poll time.Duration
 
 	mu      sync.Mutex
-	waiters map[string]chan Result
+	waiters map[string]chan map[string]any
 	running bool
 	closed  bool
 	stop    context.CancelFunc
-	done    chan struct{}
+	done    sync.WaitGroup // the reader and the sender
+	sends   chan *outgoing
 }
+
+// outgoing is one request waiting for the sender.
+type outgoing struct {
+	values []any
+	sent   chan error // buffered: the sender never waits for the caller
+}
+
+// maxSendBatch bounds one pipeline of the sender, so one round trip's
+// payload stays small next to Redis's client query buffer.
+const maxSendBatch = 128
 
 // NewClient returns a client for the front door at prefix (the front door's
 // frontdoor.prefix; "" means "ragsync"). The reader starts with the first
@@ -48,7 +61,7 @@ func NewClient(rdb *redis.Client, prefix string) *Client {
 	}
 	k := keys{prefix: prefix}
 	return &Client{rdb: rdb, keys: k, replyTo: k.reply(randomID()), RequestMaxLen: 100000, Poll: time.Second,
-		waiters: map[string]chan Result{}}
+		waiters: map[string]chan map[string]any{}, sends: make(chan *outgoing, maxSendBatch)}
 }
 
 // errClientClosed is returned by Search after Close.
@@ -83,7 +96,7 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	}
 
 	// Register before sending: the reply may beat the XADD's own reply.
-	ch := make(chan Result, 1)
+	ch := make(chan map[string]any, 1)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -93,8 +106,22 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	if !c.running {
 		c.running = true
 		rctx, cancel := context.WithCancel(context.Background())
-		c.stop, c.done = cancel, make(chan struct{})
-		go c.read(rctx)
+		c.stop = cancel
+		c.done.Add(2)
+		go func() { defer c.done.Done(); c.read(rctx) }()
+		go func() { defer c.done.Done(); c.send(rctx) }()
+	}
+	// Queued under mu so Close (which takes mu before stopping the sender)
+	// cannot slip between the closed check and the queueing and leave this
+	// request queued with no sender. The sender never takes mu, so a full
+	// queue drains.
+	out := &outgoing{values: values, sent: make(chan error, 1)}
+	select {
+	case c.sends <- out:
+	case <-ctx.Done():
+		delete(c.waiters, id)
+		c.mu.Unlock()
+		return Result{}, fmt.Errorf("send request %s: %w", id, ctx.Err())
 	}
 	c.mu.Unlock()
 	defer func() {
@@ -103,27 +130,85 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 		c.mu.Unlock()
 	}()
 
-	if err := c.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: values,
-	}).Err(); err != nil {
-		return Result{}, fmt.Errorf("send request %s: %w", id, err)
-	}
+	var fields map[string]any
 	select {
-	case r := <-ch:
-		if r.Status == StatusError {
-			return r, &ReplyError{ID: id, Reason: r.Reason}
+	case err := <-out.sent:
+		if err != nil {
+			return Result{}, fmt.Errorf("send request %s: %w", id, err)
 		}
-		return r, nil
+		select {
+		case fields = <-ch:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
+		}
+	case fields = <-ch: // the reply beat the XADD's own reply
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
 	}
+	// Decoding here rather than in the reader spreads it over the callers'
+	// goroutines: results are a few KB of JSON, and decoding them one after
+	// another in the reader delayed every reply behind the others of its
+	// XREAD batch.
+	r, err := parseReply(fields)
+	if err != nil {
+		r = Result{ID: id, Status: StatusError, Reason: err.Error(), Source: SourceNone}
+	}
+	if r.Status == StatusError {
+		return r, &ReplyError{ID: id, Reason: r.Reason}
+	}
+	return r, nil
 }
 
-// read delivers replies to waiting calls until Close. Replies nobody waits
+// send XADDs queued requests until ctx ends, in one pipeline per batch: the
+// requests that queued up during one round trip go out together in the next.
+// After ctx ends it fails what is still queued, so no caller waits for a
+// send that will not happen (Search refuses new requests once closed).
+func (c *Client) send(ctx context.Context) {
+	batch := make([]*outgoing, 0, maxSendBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case o := <-c.sends:
+					o.sent <- errClientClosed
+				default:
+					return
+				}
+			}
+		case o := <-c.sends:
+			batch = append(batch, o)
+		}
+	fill:
+		for len(batch) < maxSendBatch {
+			select {
+			case o := <-c.sends:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		// Not ctx: Close must not abort a pipeline half-written, and each
+		// caller stops waiting on its own context.
+		pipe := c.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(batch))
+		for i, o := range batch {
+			cmds[i] = pipe.XAdd(context.Background(), &redis.XAddArgs{
+				Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: o.values,
+			})
+		}
+		_, _ = pipe.Exec(context.Background())
+		for i, o := range batch {
+			o.sent <- cmds[i].Err()
+		}
+	}
+}
+
+// read delivers replies to waiting calls until ctx ends. Replies nobody waits
 // for any more (the caller gave up) are dropped; the front door trims the
 // stream with MAXLEN ~ and expires it when the client is gone.
 func (c *Client) read(ctx context.Context) {
-	defer close(c.done)
 	last := "0-0" // the stream is this client's alone: everything in it is ours
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -143,19 +228,13 @@ func (c *Client) read(ctx context.Context) {
 		for _, s := range res {
 			for _, m := range s.Messages {
 				last = m.ID
-				r, err := parseReply(m.Values)
-				if err != nil && r.ID == "" {
-					continue
-				}
-				if err != nil {
-					r = Result{ID: r.ID, Status: StatusError, Reason: err.Error(), Source: SourceNone}
-				}
+				id := fieldString(m.Values, fieldID)
 				c.mu.Lock()
-				ch := c.waiters[r.ID]
+				ch := c.waiters[id]
 				c.mu.Unlock()
 				if ch != nil {
 					select {
-					case ch <- r:
+					case ch <- m.Values:
 					default: // a duplicate; the first reply won
 					}
 				}
@@ -164,9 +243,10 @@ func (c *Client) read(ctx context.Context) {
 	}
 }
 
-// Close stops the reader (waiting at most Poll) and deletes the reply
-// stream. Searches in flight end with ErrNoReply when their context ends;
-// later ones fail.
+// Close stops the reader (waiting at most Poll) and the sender (after the
+// round trip it has in flight), and deletes the reply stream. Requests not
+// sent yet fail at once; searches in flight end with ErrNoReply when their
+// context ends; later ones fail.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -178,7 +258,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	if running {
 		c.stop()
-		<-c.done
+		c.done.Wait()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -156,9 +156,15 @@ func (f *FrontDoor) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range f.cfg.Workers {
 		consumer := fmt.Sprintf("%s-%d", f.cfg.Consumer, i)
-		g.Go(func() error { return f.readLoop(gctx, f.keys.requests(), consumer, f.handleRequest) })
+		g.Go(func() error {
+			return f.readLoop(gctx, f.keys.requests(), consumer, func(ctx context.Context, msgs []redis.XMessage) []func(context.Context) {
+				return f.serveBatch(ctx, msgs, 1, false)
+			})
+		})
 	}
-	g.Go(func() error { return f.readLoop(gctx, f.keys.dlq(), f.cfg.Consumer+"-dlq", f.handleDeadLetter) })
+	g.Go(func() error {
+		return f.readLoop(gctx, f.keys.dlq(), f.cfg.Consumer+"-dlq", eachEntry(f.handleDeadLetter))
+	})
 	g.Go(func() error { return f.maintain(gctx) })
 	err := g.Wait()
 	f.logger.InfoContext(ctx, "front door stopped")
@@ -183,10 +189,33 @@ func (f *FrontDoor) ensureGroups(ctx context.Context) error {
 // handler processes one delivered entry; deliveries counts this delivery.
 type handler func(ctx context.Context, msg redis.XMessage, deliveries int64)
 
-// readLoop reads new entries of stream for consumer until ctx ends. Redis
-// errors are logged and retried with a capped backoff: a front door outlives
-// a Redis restart.
-func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, h handler) error {
+// batchHandler takes one XREADGROUP batch (first deliveries) and returns the
+// work it left, one independent func per entry.
+type batchHandler func(ctx context.Context, msgs []redis.XMessage) []func(context.Context)
+
+// eachEntry leaves all the work of a batch to the per-entry handler h.
+func eachEntry(h handler) batchHandler {
+	return func(_ context.Context, msgs []redis.XMessage) []func(context.Context) {
+		work := make([]func(context.Context), len(msgs))
+		for i, msg := range msgs {
+			work[i] = func(ctx context.Context) { h(ctx, msg, 1) }
+		}
+		return work
+	}
+}
+
+// readLoop reads new entries of stream for consumer until ctx ends, handing
+// each batch to h and running the work h leaves concurrently, at most
+// batch_size funcs at a time per loop. Redis errors are logged and retried
+// with a capped backoff: a front door outlives a Redis restart.
+func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, h batchHandler) error {
+	// The loop reads on while earlier work (misses: embed + pgvector) is
+	// in flight, so one slow search does not hold up the cache hits behind
+	// it. The slots bound that work; when they are all taken the loop stops
+	// reading and the entries wait in the stream for other workers.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, f.cfg.BatchSize)
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
@@ -217,16 +246,15 @@ func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, h han
 		// In-flight work finishes after cancellation so a graceful stop does
 		// not leave answered-but-unacknowledged entries behind.
 		work := context.WithoutCancel(ctx)
-		// The entries of a batch are handled concurrently: each is a few
-		// Redis round trips, and handling them one after another would let
-		// the last one idle past min_idle in a busy worker.
-		var wg sync.WaitGroup
 		for _, s := range res {
-			for _, msg := range s.Messages {
-				wg.Go(func() { h(work, msg, 1) })
+			for _, job := range h(work, s.Messages) {
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-slots }()
+					job(work)
+				})
 			}
 		}
-		wg.Wait()
 	}
 	return nil
 }

@@ -8,83 +8,134 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// handleRequest answers one request entry: validate, Bloom filter, cache,
-// breaker, then a coalesced search. A failed search leaves the entry pending
-// (no ack) so XAUTOCLAIM retries it, until the last delivery dead-letters it.
+// handleRequest answers one request entry on its own (a reclaimed delivery):
+// the batch hit path for a batch of one, then whatever that left to do.
 func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliveries int64) {
+	for _, rest := range f.serveBatch(ctx, []redis.XMessage{msg}, deliveries, false) {
+		rest(ctx)
+	}
+}
+
+// lookup is one request of a batch on its way through the hit path.
+type lookup struct {
+	msg     redis.XMessage
+	r       request
+	ck      cacheKeys
+	replied *redis.IntCmd // only for redeliveries
+	serve   *redis.Cmd
+	checks  []bloomCheck
+}
+
+// serveBatch answers every cache hit among msgs in one round trip: one
+// pipeline carries each request's serveScript (lookup + reply + ack, atomic
+// per request, so batching changes nothing about exactly-one-reply) and its
+// Bloom checks. What is left — misses, invalid requests, Redis failures —
+// comes back as one func per entry for the caller to run, concurrently if it
+// likes: each is independent and answers or leaves pending its own entry.
+// deliveries is the delivery count of every entry in msgs; reloaded is true
+// when the scripts were just loaded after NOSCRIPT, so a second NOSCRIPT is a
+// failure rather than a loop.
+func (f *FrontDoor) serveBatch(ctx context.Context, msgs []redis.XMessage, deliveries int64, reloaded bool) []func(context.Context) {
 	start := time.Now()
 	stream := f.keys.requests()
-	r, err := parseRequest(msg.ID, msg.Values, f.cfg, start)
-	if r.ReplyTo == "" {
-		// Nowhere to answer: acknowledge so it does not come back forever.
-		f.metrics.requests.WithLabelValues(outcomeInvalid).Inc()
-		f.ack(ctx, stream, msg.ID)
-		return
-	}
-	if err != nil {
-		f.finish(ctx, stream, r, reply{Status: StatusError, Reason: err.Error(), Source: SourceNone}, outcomeInvalid, start)
-		return
-	}
-	if deliveries > 1 {
-		// A redelivery may have been answered by a worker that died before
-		// its ack reached us; skip the work (the reply script would drop a
-		// second reply anyway).
-		if n, err := f.rdb.Exists(ctx, f.keys.replied(r.ID)).Result(); err == nil && n == 1 {
-			f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
-			f.ack(ctx, stream, msg.ID)
-			return
-		}
-	}
-
-	// One round trip: serveScript reads the generation and the cache entry
-	// and, on a hit, replies and acknowledges right there; the Bloom checks
-	// ride along for the miss path. (A cached answer therefore wins over the
-	// Bloom filter: it was right when cached and expires with its TTL.)
-	ck := cacheKeys{base: baseKey(f.cfg.Index, r)}
+	var rest []func(context.Context)
+	lookups := make([]lookup, 0, len(msgs))
 	pipe := f.rdb.Pipeline()
-	serve := serveScript.EvalSha(ctx, pipe,
-		[]string{f.keys.generation(), f.keys.replied(r.ID), r.ReplyTo, stream},
-		ck.base, f.keys.cache(""), f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(),
-		f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen, r.ID)
-	var checks []bloomCheck
-	if r.Tenant != "" {
-		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindTenant, r.Tenant))
+	for _, msg := range msgs {
+		r, err := parseRequest(msg.ID, msg.Values, f.cfg, start)
+		if r.ReplyTo == "" {
+			// Nowhere to answer: acknowledge so it does not come back forever.
+			f.metrics.requests.WithLabelValues(outcomeInvalid).Inc()
+			rest = append(rest, func(ctx context.Context) { f.ack(ctx, stream, msg.ID) })
+			continue
+		}
+		if err != nil {
+			rest = append(rest, func(ctx context.Context) {
+				f.finish(ctx, stream, r, reply{Status: StatusError, Reason: err.Error(), Source: SourceNone}, outcomeInvalid, start)
+			})
+			continue
+		}
+		l := lookup{msg: msg, r: r, ck: cacheKeys{base: baseKey(f.cfg.Index, r)}}
+		if deliveries > 1 {
+			// A redelivery may have been answered by a worker that died
+			// before its ack reached us (see the miss path below).
+			l.replied = pipe.Exists(ctx, f.keys.replied(r.ID))
+		}
+		// A cached answer wins over the Bloom filter: it was right when
+		// cached and expires with its TTL.
+		l.serve = serveScript.EvalSha(ctx, pipe,
+			[]string{f.keys.generation(), f.keys.replied(r.ID), r.ReplyTo, stream},
+			l.ck.base, f.keys.cache(""), f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(),
+			f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen, r.ID)
+		if r.Tenant != "" {
+			l.checks = append(l.checks, f.bloom.queueCheck(ctx, pipe, KindTenant, r.Tenant))
+		}
+		if r.DocID != "" {
+			l.checks = append(l.checks, f.bloom.queueCheck(ctx, pipe, KindDoc, r.DocID))
+		}
+		lookups = append(lookups, l)
 	}
-	if r.DocID != "" {
-		checks = append(checks, f.bloom.queueCheck(ctx, pipe, KindDoc, r.DocID))
+	if len(lookups) == 0 {
+		return rest
 	}
+	// Each command carries its own error; Exec's is the first of them.
 	_, _ = pipe.Exec(ctx)
-	if redis.HasErrorPrefix(serve.Err(), "NOSCRIPT") {
-		// Redis restarted or flushed its script cache: load and retry once.
-		if err := serveScript.Load(ctx, f.rdb).Err(); err == nil {
-			f.handleRequest(ctx, msg, deliveries)
-			return
-		}
-	}
-	res, err := serve.Slice()
-	if err != nil || len(res) != 3 {
-		f.retryLater(ctx, r, deliveries, fmt.Errorf("read cache: %w", cmpErr(err)))
-		return
-	}
-	ck.fresh, _ = res[0].(string)
-	if hit, _ := res[1].(int64); hit != 0 {
-		outcome := outcomeHit
-		if hit == 2 {
-			outcome = outcomeNegativeHit
-		}
-		f.metrics.requests.WithLabelValues(outcome).Inc()
-		f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-		if first, _ := res[2].(int64); first == 0 {
+
+	reload := sync.OnceValue(func() error { return serveScript.Load(ctx, f.rdb).Err() })
+	for _, l := range lookups {
+		if l.replied != nil && l.replied.Val() == 1 {
+			// Skip the work; the reply script would drop a second reply
+			// anyway. A hit was already acknowledged by serveScript.
 			f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
+			rest = append(rest, func(ctx context.Context) { f.ack(ctx, stream, l.msg.ID) })
+			continue
 		}
-		return
+		if !reloaded && redis.HasErrorPrefix(l.serve.Err(), "NOSCRIPT") && reload() == nil {
+			// Redis restarted or flushed its script cache: retry once.
+			rest = append(rest, func(ctx context.Context) {
+				for _, r := range f.serveBatch(ctx, []redis.XMessage{l.msg}, deliveries, true) {
+					r(ctx)
+				}
+			})
+			continue
+		}
+		res, err := l.serve.Slice()
+		if err != nil || len(res) != 3 {
+			cause := fmt.Errorf("read cache: %w", cmpErr(err))
+			rest = append(rest, func(ctx context.Context) { f.retryLater(ctx, l.r, deliveries, cause) })
+			continue
+		}
+		l.ck.fresh, _ = res[0].(string)
+		if hit, _ := res[1].(int64); hit != 0 {
+			outcome := outcomeHit
+			if hit == 2 {
+				outcome = outcomeNegativeHit
+			}
+			f.metrics.requests.WithLabelValues(outcome).Inc()
+			f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+			if first, _ := res[2].(int64); first == 0 {
+				f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
+			}
+			continue
+		}
+		rest = append(rest, func(ctx context.Context) { f.handleMiss(ctx, l, deliveries, start) })
 	}
-	for _, c := range checks {
+	return rest
+}
+
+// handleMiss answers a request the cache could not: Bloom filter, breaker,
+// then a coalesced search. A failed search leaves the entry pending (no ack)
+// so XAUTOCLAIM retries it, until the last delivery dead-letters it.
+func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, start time.Time) {
+	stream := f.keys.requests()
+	r, ck := l.r, l.ck
+	for _, c := range l.checks {
 		if ok, err := c.mayContain(); err == nil && !ok {
 			f.finish(ctx, stream, r, reply{Status: StatusOK, Results: emptyResults, Source: SourceBloom}, outcomeBloomReject, start)
 			return

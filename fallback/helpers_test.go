@@ -104,12 +104,21 @@ type countingSearcher struct {
 	textSearch atomic.Int64
 	fail       atomic.Bool
 	delay      time.Duration
+	// gate, when set, holds each vector search until it is closed; waiting
+	// counts the searches held there.
+	gate    atomic.Pointer[chan struct{}]
+	waiting atomic.Int64
 }
 
 func (s *countingSearcher) Search(ctx context.Context, vec []float32, q sink.Query) ([]sink.Hit, error) {
 	s.searches.Add(1)
 	if s.delay > 0 {
 		time.Sleep(s.delay)
+	}
+	if g := s.gate.Load(); g != nil {
+		s.waiting.Add(1)
+		<-*g
+		s.waiting.Add(-1)
 	}
 	if s.fail.Load() {
 		return nil, errors.New("pgvector down (test)")

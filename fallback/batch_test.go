@@ -1,0 +1,110 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// One XREADGROUP batch holding every kind of entry goes through the
+// one-pipeline hit path: hits, a repeated id, a miss, an invalid request and
+// one with nowhere to reply. Each answerable id gets exactly one reply with
+// the right source, and nothing is left pending.
+func TestBatchOfMixedRequests(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 1; c.BatchSize = 32 })
+	stop := run(t, b.fd)
+	warm, err := b.search(t, Query{Text: "cosine search fast", K: 2})
+	require.NoError(t, err)
+	require.Equal(t, SourceSearch, warm.Source)
+	stop()
+
+	// Queued while no front door runs, so the next one reads them in one batch.
+	replyTo := b.prefix + ":reply:batch"
+	pipe := b.rdb.Pipeline()
+	add := func(fields ...any) {
+		pipe.XAdd(t.Context(), &redis.XAddArgs{Stream: b.fd.keys.requests(), Values: fields})
+	}
+	for i := range 5 {
+		add("id", fmt.Sprint("hit-", i), "query", "cosine  search fast", "k", "2", "reply_to", replyTo)
+	}
+	add("id", "hit-0", "query", "cosine search fast", "k", "2", "reply_to", replyTo)
+	add("id", "miss-1", "query", "bloom filters tenants", "k", "1", "reply_to", replyTo)
+	add("id", "bad-1", "query", "q", "k", "0", "reply_to", replyTo)
+	add("id", "lost-1", "query", "q", "k", "1")
+	_, err = pipe.Exec(t.Context())
+	require.NoError(t, err)
+
+	fd := b.newFrontDoor(t, b.cfg, nil)
+	run(t, fd)
+	b.readReplies(t, replyTo, 7)
+	b.quiesce(t)
+	msgs, err := b.rdb.XRange(t.Context(), replyTo, "-", "+").Result()
+	require.NoError(t, err)
+	got := map[string]Result{}
+	for _, m := range msgs {
+		r, err := parseReply(m.Values)
+		require.NoError(t, err)
+		_, dup := got[r.ID]
+		require.False(t, dup, "%s answered twice", r.ID)
+		got[r.ID] = r
+	}
+	require.Len(t, got, 7)
+	for i := range 5 {
+		r := got[fmt.Sprint("hit-", i)]
+		require.Equal(t, SourceCache, r.Source)
+		require.Equal(t, warm.Hits, r.Hits)
+	}
+	require.Equal(t, SourceSearch, got["miss-1"].Source)
+	require.Equal(t, StatusError, got["bad-1"].Status)
+	require.Contains(t, got["bad-1"].Reason, "k: 0 is outside")
+	require.EqualValues(t, 2, b.searcher.searches.Load(), "the warm-up and the one miss")
+	// The repeated hit-0 is a cache hit too, whose reply the script dropped.
+	require.EqualValues(t, 6, counter(t, fd.metrics, outcomeHit))
+	require.EqualValues(t, 1, counter(t, fd.metrics, outcomeDuplicate))
+	require.EqualValues(t, 2, counter(t, fd.metrics, outcomeInvalid), "bad-1 and lost-1")
+}
+
+// A miss in flight does not hold up the hits read after it: the worker keeps
+// reading while its searches run.
+func TestSlowMissDoesNotBlockHits(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 1; c.SearchTimeout = 10 * time.Second })
+	run(t, b.fd)
+	_, err := b.search(t, Query{Text: "cosine search fast", K: 2})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	b.searcher.gate.Store(&release)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := b.search(t, Query{Text: "bloom filters tenants", K: 1})
+		slow <- err
+	}()
+	require.Eventually(t, func() bool { return b.searcher.waiting.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	for range 3 {
+		r, err := b.search(t, Query{Text: "cosine search fast", K: 2})
+		require.NoError(t, err)
+		require.Equal(t, SourceCache, r.Source)
+	}
+	close(release)
+	require.NoError(t, <-slow)
+}
+
+// A client that cannot reach Redis says so at once instead of waiting for a
+// reply until its context ends.
+func TestClientSendErrorIsReturned(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := NewClient(rdb, "nowhere")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Search(ctx, Query{Text: "anyone", K: 1})
+	require.ErrorContains(t, err, "send request")
+	require.NotErrorIs(t, err, ErrNoReply)
+	require.Less(t, time.Since(start), 20*time.Second)
+	require.Error(t, c.Close(), "the reply stream cannot be deleted either")
+}
