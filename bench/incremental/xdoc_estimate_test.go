@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,9 @@ import (
 // similarity 0.90, soft-deleted chunks staying cached) and, for each chunk
 // still to embed, asks whether any text ever embedded is ≥ 0.90 similar to
 // it. It is an upper bound for that rule: it verifies against every origin,
-// where an index would only find candidates. Takes ~1 minute on edits-C:
+// where an index would only find candidates. RAGSYNC_XDOC_SAMPLE keeps a
+// share of the documents as the benchmark's -sample does. About a minute
+// of CPU on edits-C (20 s on edits-A at 0.3):
 //
 //	RAGSYNC_XDOC_SET=edits-C go test -count=1 -run TestCrossDocBound -v ./bench/incremental
 func TestCrossDocBound(t *testing.T) {
@@ -30,6 +33,11 @@ func TestCrossDocBound(t *testing.T) {
 	const minSim = 0.90
 	evs, err := readEvents(filepath.Join("..", "..", "..", "shared", "data", set, "events.jsonl.gz"), 0)
 	require.NoError(t, err)
+	if v := os.Getenv("RAGSYNC_XDOC_SAMPLE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		require.NoError(t, err)
+		evs = sampleDocs(evs, f) // as -sample does
+	}
 	ch, err := chunker.New(chunker.Config{TargetTokens: 470}.WithDefaults())
 	require.NoError(t, err)
 
