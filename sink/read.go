@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,18 +74,31 @@ const cacheTouchEvery = time.Hour
 func (s *Store) touchCache(ctx context.Context, hashes []string) error {
 	// Locks in key order with SKIP LOCKED: an entry a writer holds is being
 	// touched by that writer anyway.
+	// One primary-key probe per hash (see probeCache).
+	sorted := slices.Sorted(slices.Values(hashes))
 	_, err := s.pool.Exec(ctx, "UPDATE "+s.tCache+" AS c SET last_used_at = now() FROM ("+
-		"SELECT model, dimensions, content_hash FROM "+s.tCache+
-		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) AND last_used_at < now() - make_interval(secs => $4)"+
-		" ORDER BY content_hash FOR UPDATE SKIP LOCKED) AS t"+
+		"SELECT x.model, x.dimensions, x.content_hash FROM unnest($3::text[]) WITH ORDINALITY AS h(hash, n)"+
+		" CROSS JOIN LATERAL (SELECT model, dimensions, content_hash FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash AND last_used_at < now() - make_interval(secs => $4)"+
+		" LIMIT 1 FOR UPDATE SKIP LOCKED) x ORDER BY h.n) AS t"+
 		" WHERE c.model = t.model AND c.dimensions = t.dimensions AND c.content_hash = t.content_hash",
-		s.cfg.Model, s.cfg.Dimensions, hashes, cacheTouchEvery.Seconds())
+		s.cfg.Model, s.cfg.Dimensions, sorted, cacheTouchEvery.Seconds())
 	return err
 }
 
+// vectors reads the cached vectors of hashes.
+//
+// The cache is probed once per hash through a LATERAL subquery (its LIMIT
+// keeps the planner from flattening it) instead of "content_hash = ANY($3)":
+// under a generic plan, or with statistics older than the cache's growth
+// (autovacuum off, or a cache filling faster than autoanalyze runs), Postgres
+// put only (model, dimensions) in the index condition and filtered every
+// entry of the model: 84 ms per call at 34,000 entries, growing with the
+// cache, where the probes take well under a millisecond at any size.
 func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[string][]float32, error) {
-	rows, err := q.Query(ctx, "SELECT content_hash, embedding FROM "+s.tCache+
-		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3)",
+	rows, err := q.Query(ctx, "SELECT x.content_hash, x.embedding FROM unnest($3::text[]) AS h(hash)"+
+		" CROSS JOIN LATERAL (SELECT content_hash, embedding FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash LIMIT 1) x",
 		s.cfg.Model, s.cfg.Dimensions, hashes)
 	if err != nil {
 		return nil, err

@@ -10,11 +10,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,7 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
 	fmt.Printf("produced %d events over %d documents in %s\n", events, docs, time.Since(start).Round(time.Millisecond))
 
 	var b [5]byte
-	_, _ = rand.Read(b[:])
+	_, _ = crand.Read(b[:])
 	schema := "bench_backlog_" + hex.EncodeToString(b[:])
 	defer func() {
 		if conn, err := pgx.Connect(ctx, pgURL); err == nil {
@@ -189,27 +190,46 @@ func vmHWM(pid int) (int64, bool) {
 	return 0, false
 }
 
-var vocabulary = strings.Fields(`river stone lantern harbour copper meadow falcon orchard glacier ember
-	velvet canyon thistle compass marble juniper quartz willow saffron beacon tundra cobalt prairie`)
+// vocabulary has 512 made-up words (8 onsets × 8 vowels × 8 codas), so that
+// paragraphs drawn from it are distinct. An earlier generator cycled through
+// 23 words and produced only 23 distinct paragraphs: tens of thousands of
+// identical vectors, which HNSW is not built for (each insert explores the
+// whole cluster of equal neighbours) and which made this benchmark measure
+// that pathology instead of ragsync.
+var vocabulary = func() []string {
+	onsets, vowels, codas := []string{"b", "d", "k", "l", "m", "r", "s", "t"}, []string{"a", "e", "i", "o", "u", "ai", "ou", "ea"}, []string{"n", "r", "s", "th", "l", "m", "x", "nd"}
+	var ws []string
+	for _, o := range onsets {
+		for _, v := range vowels {
+			for _, c := range codas {
+				ws = append(ws, o+v+c)
+			}
+		}
+	}
+	return ws
+}()
+
+// para is a 25-word paragraph determined by seed.
+func para(seed uint64) string {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	ws := make([]string, 25)
+	for k := range ws {
+		ws[k] = vocabulary[rng.IntN(len(vocabulary))]
+	}
+	return strings.Join(ws, " ") + "."
+}
 
 // event is the i-th change: documents are created, then updated in turn,
-// each update replacing one of three paragraphs.
+// each update replacing the middle one of three paragraphs.
 func event(i, docs int) *kgo.Record {
 	id := i % docs
 	round := i / docs
-	para := func(seed int) string {
-		ws := make([]string, 25)
-		for k := range ws {
-			ws[k] = vocabulary[(seed*31+k*7+k*k)%len(vocabulary)]
-		}
-		return strings.Join(ws, " ") + "."
-	}
 	op := "c"
 	if round > 0 {
 		op = "u"
 	}
 	lsn := int64(1000 + i)
-	body := para(id) + "\n\n" + para(id+round*docs) + "\n\n" + para(id*3+1)
+	body := para(uint64(3*id)) + "\n\n" + para(uint64(3*(id+round*docs)+1)) + "\n\n" + para(uint64(3*id+2))
 	v, _ := json.Marshal(map[string]any{
 		"op": op, "ts_ms": 1700000000000 + lsn,
 		"before": nil,
