@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
 // Paragraphs on distinct subjects, so the offline embedder ranks them
@@ -221,4 +224,25 @@ func writeConfigSource(t *testing.T, e *env, source string) {
 	b, err := os.ReadFile(e.cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(e.cfg, []byte(source+string(b)), 0o644))
+}
+
+// TestServeWarnsWhenAutovacuumSkips: a table autovacuum skips fills with
+// dead chunk rows, so serve says which and how to fix it, and carries on.
+func TestServeWarnsWhenAutovacuumSkips(t *testing.T) {
+	e := newEnv(t, "")
+	events := filepath.Join(e.dir, "events.jsonl")
+	writeLines(t, events, article{op: "c", id: 1, lsn: 100, title: "Glaciers", body: body(glacier...)}.line())
+	writeConfigSource(t, e, fmt.Sprintf("source:\n  kind: file\n  file:\n    path: %s\n", events))
+	e.run(false, "migrate")
+	conn, err := pgx.Connect(context.Background(), pgtest.URL())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), "ALTER TABLE "+e.schema+".chunks SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+
+	out, err := e.run(false, "serve", "--once")
+	require.NoError(t, err)
+	require.Contains(t, out, "autovacuum does not cover this table")
+	require.Contains(t, out, "ALTER TABLE "+e.schema+".chunks RESET (autovacuum_enabled)")
+	require.Contains(t, out, "op_c=1", "serve went on after the warning")
 }

@@ -76,6 +76,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	}
 	defer ix.Close()
 	emb, st, pool := ix.emb, ix.st, ix.pool
+	warnUnvacuumed(ctx, st, logger)
 	src, dlq, closeSrc, err := newSource(cfg, once, logger)
 	if err != nil {
 		return err
@@ -200,4 +201,19 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// warnUnvacuumed logs each of ragsync's tables autovacuum skips. Without it
+// every edit's replaced chunks stay as dead tuples in the table and the HNSW
+// index, which grow without bound, and plans go by stale statistics.
+func warnUnvacuumed(ctx context.Context, st *sink.Store, logger *slog.Logger) {
+	tables, err := st.Unvacuumed(ctx)
+	if err != nil {
+		logger.Warn("could not check autovacuum", "error", err)
+		return
+	}
+	for _, t := range tables {
+		logger.Warn("autovacuum does not cover this table: replaced and deleted chunks will pile up as dead rows in it and its HNSW index",
+			"table", t.Table, "fix", t.Fix)
+	}
 }
