@@ -276,9 +276,11 @@ func parseReply(values map[string]any) (Result, error) {
 		Source: fieldString(values, fieldSource),
 	}
 	if raw := fieldString(values, fieldResults); raw != "" {
-		if err := json.Unmarshal([]byte(raw), &res.Hits); err != nil {
+		hits, err := decodeHits(raw)
+		if err != nil {
 			return res, fmt.Errorf("decode reply %s results: %w", res.ID, err)
 		}
+		res.Hits = hits
 	}
 	switch res.Status {
 	case StatusOK, StatusDegraded, StatusError:
