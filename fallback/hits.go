@@ -3,6 +3,7 @@ package fallback
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -115,24 +116,42 @@ func (p *hitParser) hit() (h Hit, ok bool) {
 }
 
 // str reads a string without escapes, control characters or invalid UTF-8
-// (which encoding/json would reject or replace).
+// (which encoding/json would reject or replace). The searches go a word or a
+// vector at a time: chunk texts are most of a reply.
 func (p *hitParser) str() (string, bool) {
 	if !p.byte('"') {
 		return "", false
 	}
-	start := p.i
-	for ; p.i < len(p.s); p.i++ {
-		c := p.s[p.i]
-		if c == '"' {
-			v := p.s[start:p.i]
-			p.i++
-			return v, utf8.ValidString(v)
-		}
-		if c < 0x20 || c == '\\' {
-			return "", false
+	n := strings.IndexByte(p.s[p.i:], '"')
+	if n < 0 {
+		return "", false
+	}
+	v := p.s[p.i : p.i+n]
+	p.i += n + 1
+	return v, strings.IndexByte(v, '\\') < 0 && !hasControl(v) && utf8.ValidString(v)
+}
+
+// hasControl reports whether s holds a byte below 0x20, eight bytes at a
+// time: a byte b < 0x20 is the only way b-0x20 borrows into its top bit
+// while b's own top bit is clear.
+func hasControl(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8]
+		// The compiler merges these into one 8-byte load.
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		if (x-0x20*ones)&^x&highs != 0 {
+			return true
 		}
 	}
-	return "", false
+	for ; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // digits skips a run of decimal digits and reports how many there were.

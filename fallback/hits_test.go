@@ -97,3 +97,21 @@ func BenchmarkDecodeHits(b *testing.B) {
 		}
 	})
 }
+
+func TestHasControl(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{"", false},
+		{"plain ascii text, longer than eight bytes", false},
+		{"tab\there", true},
+		{"0123456789abcdef\x1f", true},
+		{"\x00", true},
+		{"\x7f\x80\x9f\xa0\xff space \x20", false},
+		{"Grüße, 東京 and more than eight bytes", false},
+		{"01234567\n", true},
+	} {
+		require.Equal(t, tc.want, hasControl(tc.s), "%q", tc.s)
+	}
+}
