@@ -19,7 +19,9 @@ type Config struct {
 	// Index is the ragsync index queried; it is part of every cache key so
 	// several indexes can share one Redis. Defaults to "default".
 	Index string `yaml:"index"`
-	// Workers is the number of request workers in this process. Defaults to 4.
+	// Workers is the number of request workers in this process. Each reads
+	// a batch of requests, answers all its cache hits in one Redis round
+	// trip, and reads on while the batch's misses are searched. Defaults to 4.
 	Workers int `yaml:"workers"`
 	// Group is the consumer group shared by every front door process.
 	// Defaults to "frontdoor".
@@ -27,7 +29,10 @@ type Config struct {
 	// Consumer names this process inside the group; worker i uses
 	// Consumer-i. Defaults to hostname-pid-random.
 	Consumer string `yaml:"consumer"`
-	// BatchSize is how many requests one XREADGROUP takes. Defaults to 16.
+	// BatchSize is how many requests one XREADGROUP takes, and how many
+	// requests one worker may have in flight past the cache (Bloom check,
+	// embed, search, reply); at that bound the worker stops reading until one
+	// finishes. Defaults to 16.
 	BatchSize int `yaml:"batch_size"`
 	// BlockTimeout bounds one blocking XREADGROUP, and so how long Run takes
 	// to notice cancellation. Defaults to 500ms.
