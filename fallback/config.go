@@ -86,8 +86,13 @@ type Config struct {
 	// ReplyMaxLen caps a reply stream (MAXLEN ~). Defaults to 1000.
 	ReplyMaxLen int64 `yaml:"reply_max_len"`
 	// IdempotencyTTL is how long a request id is remembered as answered, so
-	// a redelivered or duplicated request is never answered twice.
-	// Defaults to 24h.
+	// a redelivered or duplicated request is never answered twice. Every
+	// request leaves one marker key for this long, so Redis holds about
+	// rate × TTL of them (~150 bytes each: 5,000 req/s × 10m is 3M keys,
+	// ~450 MB; the 24h this once defaulted to would be ~65 GB). It must
+	// cover the redelivery window, max_deliveries × (min_idle +
+	// search_timeout), and the time within which clients resend an id.
+	// Defaults to 10m.
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
 	// DLQMaxLen caps the dead-letter stream (MAXLEN ~). Defaults to 10000.
 	DLQMaxLen int64 `yaml:"dlq_max_len"`
@@ -176,7 +181,7 @@ func (c Config) WithDefaults() Config {
 		c.ReplyMaxLen = 1000
 	}
 	if c.IdempotencyTTL == 0 {
-		c.IdempotencyTTL = 24 * time.Hour
+		c.IdempotencyTTL = 10 * time.Minute
 	}
 	if c.DLQMaxLen == 0 {
 		c.DLQMaxLen = 10000
@@ -249,6 +254,9 @@ func (c Config) Validate() error {
 	}
 	if c.LockTTL > 0 && c.SearchTimeout > 0 && c.LockTTL < c.SearchTimeout {
 		add("lock_ttl", "must be >= search_timeout (%s) or slow searches are duplicated, got %s", c.SearchTimeout, c.LockTTL)
+	}
+	if window := time.Duration(c.MaxDeliveries) * (c.MinIdle + c.SearchTimeout); c.IdempotencyTTL > 0 && c.IdempotencyTTL < window {
+		add("idempotency_ttl", "must cover the redelivery window max_deliveries × (min_idle + search_timeout) = %s, or a slow first delivery can be answered twice; got %s", window, c.IdempotencyTTL)
 	}
 	for i, f := range c.AllowedFilters {
 		if !filterKeyRE.MatchString(f) {
