@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,14 @@ func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, 
 	if rdb == nil {
 		return nil, errors.New("frontdoor: a Redis client is required")
 	}
+	if emb != nil && search != nil {
+		if need, have := minPoolSize(cfg), rdb.Options().PoolSize; have < need {
+			return nil, fmt.Errorf("frontdoor: the Redis client's pool has %d connections, the front door needs at least %d: "+
+				"each of the %d workers and the dead-letter reader holds one in a blocking XREADGROUP, and the cache, "+
+				"lock and reply commands need the rest (raise redis.Options.PoolSize, or pool_size in frontdoor.redis_url, or lower frontdoor.workers)",
+				have, need, cfg.Workers)
+		}
+	}
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -90,12 +99,27 @@ func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, 
 // rebuild command (Rebuild).
 func (f *FrontDoor) Bloom() *Bloom { return f.bloom }
 
+// minPoolSize is the least Redis pool a running front door works with: one
+// connection per blocking reader (the workers and the dead-letter reader)
+// plus room for the commands of requests in flight and the reclaimer. With
+// fewer, the blocking reads hold every connection and the rest wait for one.
+func minPoolSize(cfg Config) int { return cfg.Workers + 1 + 8 }
+
+// defaultPoolSize is the pool OpenRedis gives a URL without pool_size:
+// go-redis's own default, 10 × GOMAXPROCS, is 10 connections in a one-CPU
+// container, fewer than a front door's blocking readers and their work need.
+func defaultPoolSize() int { return max(10*runtime.GOMAXPROCS(0), 64) }
+
 // OpenRedis parses url, connects and pings, with an error that names the
-// fix. The caller closes the client.
+// fix. Without pool_size in url the pool has max(10 × GOMAXPROCS, 64)
+// connections. The caller closes the client.
 func OpenRedis(ctx context.Context, url string) (*redis.Client, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("frontdoor.redis_url: %w (want redis://host:port/db)", err)
+	}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = defaultPoolSize()
 	}
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
