@@ -1,10 +1,14 @@
 package fallback
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,11 +39,18 @@ import (
 // read the p99s next to the load average, and HitVsDirect's ratio, which
 // both sides see under the same load.
 const (
-	benchDocs        = 2000
-	benchChunks      = 3
-	benchDims        = 384
-	benchParallelism = 4 // × GOMAXPROCS client goroutines
+	benchDocs    = 2000
+	benchChunks  = 3
+	benchDims    = 384
+	benchClients = 8 // concurrent client goroutines, whatever GOMAXPROCS is
 )
+
+// benchWorkers is the front door's worker count in the benchmarks
+// (BENCH_WORKERS, default 8).
+var benchWorkers = func() int {
+	n, _ := strconv.Atoi(os.Getenv("BENCH_WORKERS"))
+	return cmp.Or(n, 8)
+}()
 
 var vocabulary = strings.Fields(`redis stream consumer group pending entry worker cache bloom filter tenant
 document chunk vector embedding cosine search index postgres pgvector hnsw query answer reply degraded
@@ -176,7 +187,7 @@ func startBenchFrontDoor(b *testing.B, f *benchFixture) (*FrontDoor, *Client, *p
 	b.Helper()
 	prefix := fmt.Sprintf("%s:%d", f.prefix, time.Now().UnixNano())
 	reg := prometheus.NewRegistry()
-	fd, err := NewFrontDoor(Config{Prefix: prefix, Index: "bench", Workers: 8, BatchSize: 16, MaxK: 50},
+	fd, err := NewFrontDoor(Config{Prefix: prefix, Index: "bench", Workers: benchWorkers, BatchSize: 16, MaxK: 50},
 		f.rdb, &testEmbedder{dims: benchDims}, f.store, reg, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -215,12 +226,12 @@ func (l *latencies) report(b *testing.B, elapsed time.Duration) {
 	b.ReportMetric(q(0.99), "p99_ms")
 }
 
-// parallel runs op from benchParallelism×GOMAXPROCS goroutines, recording
+// parallel runs op from benchClients goroutines, recording
 // the latency of each call.
 func parallel(b *testing.B, op func(ctx context.Context, i int64) error) {
 	var lat latencies
 	var next atomic.Int64
-	b.SetParallelism(benchParallelism)
+	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -363,7 +374,7 @@ func BenchmarkHitVsDirect(b *testing.B) {
 		_, err = f.store.Search(ctx, v[0], sink.Query{K: 10})
 		return err
 	}
-	workers := benchParallelism * 2
+	workers := benchClients * 2
 	slice := func(op func(context.Context, int64) error, lat *latencies) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		defer cancel()
@@ -439,7 +450,7 @@ func BenchmarkHitAtDirectX5(b *testing.B) {
 	var direct atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	var wg sync.WaitGroup
-	for w := range benchParallelism * 2 {
+	for w := range benchClients * 2 {
 		wg.Go(func() {
 			for i := int64(w); ctx.Err() == nil; i++ {
 				v, err := emb.Embed(context.Background(), []string{benchQuery(i % 100)})
