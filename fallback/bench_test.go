@@ -269,15 +269,21 @@ func searchOK(ctx context.Context, c *Client, text string) error {
 	return nil
 }
 
-// BenchmarkFrontDoorHit: 100 distinct queries, all cached before timing.
-func BenchmarkFrontDoorHit(b *testing.B) {
-	f := benchSetup(b)
-	_, c, _ := startBenchFrontDoor(b, f)
+// warmHits caches the answers of the hit workload's 100 distinct queries.
+func warmHits(b *testing.B, c *Client) {
+	b.Helper()
 	for i := range int64(100) {
 		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkFrontDoorHit: 100 distinct queries, all cached before timing.
+func BenchmarkFrontDoorHit(b *testing.B) {
+	f := benchSetup(b)
+	_, c, _ := startBenchFrontDoor(b, f)
+	warmHits(b, c)
 	parallel(b, func(ctx context.Context, i int64) error { return searchOK(ctx, c, benchQuery(i%100)) })
 }
 
@@ -331,11 +337,7 @@ func BenchmarkFrontDoorZipf(b *testing.B) {
 func BenchmarkFrontDoorHitSerial(b *testing.B) {
 	f := benchSetup(b)
 	_, c, _ := startBenchFrontDoor(b, f)
-	for i := range int64(100) {
-		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	warmHits(b, c)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	start := time.Now()
@@ -359,11 +361,7 @@ func BenchmarkFrontDoorHitSerial(b *testing.B) {
 func BenchmarkHitVsDirect(b *testing.B) {
 	f := benchSetup(b)
 	_, c, _ := startBenchFrontDoor(b, f)
-	for i := range int64(100) {
-		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	warmHits(b, c)
 	emb := &testEmbedder{dims: benchDims}
 	hitOp := func(ctx context.Context, i int64) error { return searchOK(ctx, c, benchQuery(i%100)) }
 	directOp := func(ctx context.Context, i int64) error {
@@ -441,11 +439,7 @@ func BenchmarkHitVsDirect(b *testing.B) {
 func BenchmarkHitAtDirectX5(b *testing.B) {
 	f := benchSetup(b)
 	_, c, _ := startBenchFrontDoor(b, f)
-	for i := range int64(100) {
-		if err := searchOK(context.Background(), c, benchQuery(i)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	warmHits(b, c)
 	emb := &testEmbedder{dims: benchDims}
 	var direct atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
