@@ -50,10 +50,12 @@ func TestOpenRedisPoolSize(t *testing.T) {
 }
 
 // TestMissesAnsweredWithTheSmallestPool runs a front door on exactly the
-// pool it accepts, with all its workers blocked in XREADGROUP between
-// requests, and checks concurrent misses are all answered.
+// pool it accepts, with a block timeout longer than the test so the workers
+// and the DLQ reader hold their connections throughout, and checks that
+// concurrent misses are all answered from the headroom. (With a minimum of
+// workers + 1 it fails: the misses time out waiting for a connection.)
 func TestMissesAnsweredWithTheSmallestPool(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Workers = 8 })
+	b := setup(t, func(c *Config) { c.Workers = 8; c.BlockTimeout = 5 * time.Second })
 	opts := b.rdb.Options()
 	small := *opts
 	small.PoolSize = minPoolSize(b.cfg.WithDefaults())
