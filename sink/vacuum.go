@@ -22,8 +22,12 @@ type Unvacuumed struct {
 // from the statistics autovacuum's ANALYZE keeps fresh, so serve warns about
 // each.
 func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
+	// The option's value goes through Postgres's own boolean cast, which
+	// accepts every spelling ALTER TABLE does (off, false, 0, no, …).
 	rows, err := s.pool.Query(ctx, "SELECT n.nspname || '.' || c.relname,"+
-		" coalesce(c.reloptions && ARRAY['autovacuum_enabled=false', 'autovacuum_enabled=off', 'autovacuum_enabled=0', 'autovacuum_enabled=no'], false)"+
+		" coalesce((SELECT NOT o.option_value::bool FROM pg_options_to_table(c.reloptions) o"+
+		" WHERE o.option_name = 'autovacuum_enabled'), false),"+
+		" current_setting('autovacuum')::bool"+
 		" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"+
 		" WHERE n.nspname = $1 AND c.relname IN ('documents', 'chunks', 'embedding_cache') AND c.relkind = 'r'"+
 		" ORDER BY c.relname", s.cfg.Schema)
@@ -31,19 +35,15 @@ func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
 		return nil, fmt.Errorf("check autovacuum: %w", err)
 	}
 	type table struct {
-		name     string
-		tableOff bool
+		name               string
+		tableOff, serverOn bool
 	}
 	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (table, error) {
 		var t table
-		err := r.Scan(&t.name, &t.tableOff)
+		err := r.Scan(&t.name, &t.tableOff, &t.serverOn)
 		return t, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("check autovacuum: %w", err)
-	}
-	var serverOn bool
-	if err := s.pool.QueryRow(ctx, "SELECT current_setting('autovacuum')::bool").Scan(&serverOn); err != nil {
 		return nil, fmt.Errorf("check autovacuum: %w", err)
 	}
 	var out []Unvacuumed
@@ -51,7 +51,7 @@ func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
 		switch {
 		case t.tableOff:
 			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER TABLE " + t.name + " RESET (autovacuum_enabled)"})
-		case !serverOn:
+		case !t.serverOn:
 			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf()"})
 		}
 	}

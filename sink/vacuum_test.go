@@ -32,7 +32,7 @@ func TestUnvacuumed(t *testing.T) {
 		require.Equal(t, append([]sink.Unvacuumed{{Table: b.schema + ".chunks", Fix: serverFix}}, others()...), got)
 	}
 
-	for _, opt := range []string{"false", "off"} {
+	for _, opt := range []string{"false", "off", "0", "no", "FALSE"} {
 		_, err = b.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.chunks SET (autovacuum_enabled = %s)", b.schema, opt))
 		require.NoError(t, err)
 		got, err = s.Unvacuumed(ctx)
