@@ -3,9 +3,12 @@ package fallback
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -107,4 +110,104 @@ func TestClientSendErrorIsReturned(t *testing.T) {
 	require.NotErrorIs(t, err, ErrNoReply)
 	require.Less(t, time.Since(start), 20*time.Second)
 	require.Error(t, c.Close(), "the reply stream cannot be deleted either")
+}
+
+// readCounter counts the XREADGROUPs on one stream, sent alone and sent
+// inside a pipeline.
+type readCounter struct {
+	stream       string
+	alone, piped atomic.Int64
+}
+
+func (h *readCounter) reads(cmd redis.Cmder) bool {
+	return cmd.Name() == "xreadgroup" && slices.Contains(cmd.Args(), any(h.stream))
+}
+
+func (h *readCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.reads(cmd) {
+			h.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if h.reads(cmd) {
+				h.piped.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A backlog of hits costs one round trip per batch: the read of each next
+// batch goes in the pipeline that answers the batch before it, and only the
+// first read (and the one that finds the stream empty) goes alone.
+func TestNextReadRidesWithTheHits(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 1; c.BatchSize = 10; c.BlockTimeout = 2 * time.Second })
+	stop := run(t, b.fd)
+	_, err := b.search(t, Query{Text: "cosine search fast", K: 2})
+	require.NoError(t, err)
+	stop()
+
+	replyTo := b.prefix + ":reply:ride"
+	pipe := b.rdb.Pipeline()
+	for i := range 40 {
+		pipe.XAdd(t.Context(), &redis.XAddArgs{Stream: b.fd.keys.requests(), Values: []any{
+			fieldID, fmt.Sprint("ride-", i), fieldQuery, "cosine search fast", fieldK, "2", fieldReplyTo, replyTo}})
+	}
+	_, err = pipe.Exec(t.Context())
+	require.NoError(t, err)
+
+	// A front door on a client of its own, so only its reads are counted.
+	rdb := redis.NewClient(b.rdb.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	counter := &readCounter{stream: b.fd.keys.requests()}
+	rdb.AddHook(counter)
+	fd, err := NewFrontDoor(b.cfg, rdb, b.emb, b.searcher, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	stop = run(t, fd)
+	replies := b.readReplies(t, replyTo, 40)
+	b.quiesce(t)
+	stop()
+
+	require.Len(t, replies, 40)
+	for _, m := range replies {
+		require.Equal(t, "ok", m.Values["status"])
+		require.Equal(t, "true", m.Values["cached"])
+	}
+	// 4 batches of 10: the first read alone, the next three and the empty
+	// fourth ride in the batches' pipelines; then one blocking read (two if
+	// it timed out while the test looked).
+	require.GreaterOrEqual(t, counter.piped.Load(), int64(4), "reads that rode in a pipeline")
+	require.LessOrEqual(t, counter.alone.Load(), int64(3), "reads sent alone")
+	require.EqualValues(t, 1, b.searcher.searches.Load(), "only the warm-up searched")
+}
+
+// max_in_flight bounds the misses being searched in one process: with one
+// slot, a second miss waits until the first one's search is over.
+func TestMaxInFlightBoundsMisses(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 2; c.MaxInFlight = 1; c.SearchTimeout = 10 * time.Second })
+	run(t, b.fd)
+	release := make(chan struct{})
+	b.searcher.gate.Store(&release)
+	done := make(chan error, 2)
+	for _, q := range []string{"bloom filters tenants", "cosine search fast"} {
+		go func() {
+			_, err := b.search(t, Query{Text: q, K: 1})
+			done <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return b.searcher.waiting.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Never(t, func() bool { return b.searcher.searches.Load() > 1 }, 300*time.Millisecond, 5*time.Millisecond,
+		"the second miss started while the only slot was taken")
+	close(release)
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
+	require.EqualValues(t, 2, b.searcher.searches.Load())
 }

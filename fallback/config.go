@@ -19,9 +19,12 @@ type Config struct {
 	// Index is the ragsync index queried; it is part of every cache key so
 	// several indexes can share one Redis. Defaults to "default".
 	Index string `yaml:"index"`
-	// Workers is the number of request workers in this process. Each reads
+	// Workers is the number of request readers in this process. Each reads
 	// a batch of requests, answers all its cache hits in one Redis round
-	// trip, and reads on while the batch's misses are searched. Defaults to 4.
+	// trip that also reads the next batch, and reads on while the batch's
+	// misses are searched. One keeps up with far more hits than a process's
+	// misses can be searched; more readers split the requests into smaller
+	// batches, and each batch costs Redis a round trip. Defaults to 1.
 	Workers int `yaml:"workers"`
 	// Group is the consumer group shared by every front door process.
 	// Defaults to "frontdoor".
@@ -29,11 +32,14 @@ type Config struct {
 	// Consumer names this process inside the group; worker i uses
 	// Consumer-i. Defaults to hostname-pid-random.
 	Consumer string `yaml:"consumer"`
-	// BatchSize is how many requests one XREADGROUP takes, and how many
-	// requests one worker may have in flight past the cache (Bloom check,
-	// embed, search, reply); at that bound the worker stops reading until one
-	// finishes. Defaults to 16.
+	// BatchSize is how many requests one XREADGROUP (or XAUTOCLAIM) takes.
+	// Defaults to 16.
 	BatchSize int `yaml:"batch_size"`
+	// MaxInFlight is how many requests this process may have in flight past
+	// the cache (Bloom check, embed, search, reply); at that bound the
+	// workers stop reading until one finishes, and the requests wait in the
+	// stream for other processes. Defaults to 64.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// BlockTimeout bounds one blocking XREADGROUP, and so how long Run takes
 	// to notice cancellation. Defaults to 500ms.
 	BlockTimeout time.Duration `yaml:"block_timeout"`
@@ -118,7 +124,7 @@ func (c Config) WithDefaults() Config {
 		c.Index = "default"
 	}
 	if c.Workers == 0 {
-		c.Workers = 4
+		c.Workers = 1
 	}
 	if c.Group == "" {
 		c.Group = "frontdoor"
@@ -128,6 +134,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 16
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 64
 	}
 	if c.BlockTimeout == 0 {
 		c.BlockTimeout = 500 * time.Millisecond
@@ -218,7 +227,7 @@ func (c Config) Validate() error {
 		name string
 		v    int64
 	}{
-		{"workers", int64(c.Workers)}, {"batch_size", int64(c.BatchSize)},
+		{"workers", int64(c.Workers)}, {"batch_size", int64(c.BatchSize)}, {"max_in_flight", int64(c.MaxInFlight)},
 		{"max_deliveries", int64(c.MaxDeliveries)}, {"max_k", int64(c.MaxK)},
 		{"max_query_bytes", int64(c.MaxQueryBytes)}, {"reply_max_len", c.ReplyMaxLen},
 		{"dlq_max_len", c.DLQMaxLen}, {"breaker_failures", int64(c.BreakerFailures)},

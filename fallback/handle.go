@@ -32,21 +32,33 @@ type lookup struct {
 	checks  []bloomCheck
 }
 
-// serveBatch answers every cache hit among msgs in one round trip: one
-// pipeline carries each request's serveScript (lookup + reply + ack, atomic
-// per request, so batching changes nothing about exactly-one-reply) and its
-// Bloom checks. What is left — misses, invalid requests, Redis failures —
-// comes back as one func per entry for the caller to run, concurrently if it
-// likes: each is independent and answers or leaves pending its own entry.
-// deliveries is the delivery count of every entry in msgs; reloaded is true
-// when the scripts were just loaded after NOSCRIPT, so a second NOSCRIPT is a
-// failure rather than a loop.
+// serveBatch answers every cache hit among msgs in one round trip of its own
+// and returns what is left (see queueServe).
 func (f *FrontDoor) serveBatch(ctx context.Context, msgs []redis.XMessage, deliveries int64, reloaded bool) []func(context.Context) {
+	pipe := f.rdb.Pipeline()
+	finish := f.queueServe(ctx, pipe, msgs, deliveries, reloaded)
+	if pipe.Len() > 0 {
+		// Each command carries its own error; Exec's is the first of them.
+		_, _ = pipe.Exec(ctx)
+	}
+	return finish()
+}
+
+// queueServe puts the whole hit path of msgs on pipe: each request's
+// serveScript (lookup + reply + ack, atomic per request, so batching changes
+// nothing about exactly-one-reply) and its Bloom checks. The caller sends
+// pipe — readLoop sends its next XREADGROUP in the same round trip — and then
+// calls the returned func, which reads the results and returns what is left
+// — misses, invalid requests, Redis failures — as one func per entry for the
+// caller to run, concurrently if it likes: each is independent and answers
+// or leaves pending its own entry. deliveries is the delivery count of every
+// entry in msgs; reloaded is true when the scripts were just loaded after
+// NOSCRIPT, so a second NOSCRIPT is a failure rather than a loop.
+func (f *FrontDoor) queueServe(ctx context.Context, pipe redis.Pipeliner, msgs []redis.XMessage, deliveries int64, reloaded bool) func() []func(context.Context) {
 	start := time.Now()
 	stream := f.keys.requests()
 	var rest []func(context.Context)
 	lookups := make([]lookup, 0, len(msgs))
-	pipe := f.rdb.Pipeline()
 	for _, msg := range msgs {
 		r, err := parseRequest(msg.ID, msg.Values, f.cfg, start)
 		if r.ReplyTo == "" {
@@ -81,12 +93,15 @@ func (f *FrontDoor) serveBatch(ctx context.Context, msgs []redis.XMessage, deliv
 		}
 		lookups = append(lookups, l)
 	}
-	if len(lookups) == 0 {
-		return rest
+	return func() []func(context.Context) {
+		return f.finishServe(ctx, lookups, rest, deliveries, reloaded, start)
 	}
-	// Each command carries its own error; Exec's is the first of them.
-	_, _ = pipe.Exec(ctx)
+}
 
+// finishServe reads the results queueServe asked for and adds what they
+// left to do to rest.
+func (f *FrontDoor) finishServe(ctx context.Context, lookups []lookup, rest []func(context.Context), deliveries int64, reloaded bool, start time.Time) []func(context.Context) {
+	stream := f.keys.requests()
 	reload := sync.OnceValue(func() error { return serveScript.Load(ctx, f.rdb).Err() })
 	for _, l := range lookups {
 		if l.replied != nil && l.replied.Val() == 1 {

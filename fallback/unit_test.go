@@ -16,6 +16,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{name: "defaults are valid", mutate: func(*Config) {}},
 		{name: "negative workers", mutate: func(c *Config) { c.Workers = -1 }, wantErr: []string{"frontdoor.workers: must be > 0"}},
+		{name: "negative max_in_flight", mutate: func(c *Config) { c.MaxInFlight = -1 }, wantErr: []string{"frontdoor.max_in_flight: must be > 0"}},
 		{name: "stale shorter than fresh", mutate: func(c *Config) { c.StaleTTL = time.Second }, wantErr: []string{"frontdoor.stale_ttl"}},
 		{name: "lock shorter than search", mutate: func(c *Config) { c.LockTTL = time.Millisecond }, wantErr: []string{"frontdoor.lock_ttl"}},
 		{name: "idempotency shorter than redelivery", mutate: func(c *Config) { c.IdempotencyTTL = 20 * time.Second },
