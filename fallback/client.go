@@ -164,6 +164,10 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 // After ctx ends it fails what is still queued, so no caller waits for a
 // send that will not happen (Search refuses new requests once closed).
 func (c *Client) send(ctx context.Context) {
+	// A connection of its own, as in the front door's read loop: no pool
+	// health-check syscall per round trip. Replaced when it fails.
+	conn := c.rdb.Conn()
+	defer func() { _ = conn.Close() }()
 	batch := make([]*outgoing, 0, maxSendBatch)
 	for {
 		batch = batch[:0]
@@ -191,18 +195,34 @@ func (c *Client) send(ctx context.Context) {
 		}
 		// Not ctx: Close must not abort a pipeline half-written, and each
 		// caller stops waiting on its own context.
-		pipe := c.rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, len(batch))
-		for i, o := range batch {
-			cmds[i] = pipe.XAdd(context.Background(), &redis.XAddArgs{
-				Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: o.values,
-			})
+		cmds, err := c.sendBatch(conn, batch)
+		if err != nil && !isRedisError(err) {
+			// The connection failed (go-redis would have retried on a
+			// fresh one from the pool): once more on a new one. A request
+			// whose XADD did land is then queued twice, and the front door
+			// answers its id once.
+			_ = conn.Close()
+			conn = c.rdb.Conn()
+			cmds, _ = c.sendBatch(conn, batch)
 		}
-		_, _ = pipe.Exec(context.Background())
 		for i, o := range batch {
 			o.sent <- cmds[i].Err()
 		}
 	}
+}
+
+// sendBatch XADDs batch in one pipeline and returns each request's command
+// and the first error.
+func (c *Client) sendBatch(conn *redis.Conn, batch []*outgoing) ([]*redis.StringCmd, error) {
+	pipe := conn.Pipeline()
+	cmds := make([]*redis.StringCmd, len(batch))
+	for i, o := range batch {
+		cmds[i] = pipe.XAdd(context.Background(), &redis.XAddArgs{
+			Stream: c.keys.requests(), MaxLen: c.RequestMaxLen, Approx: true, Values: o.values,
+		})
+	}
+	_, err := pipe.Exec(context.Background())
+	return cmds, err
 }
 
 // read delivers replies to waiting calls until ctx ends. Replies nobody waits
@@ -211,13 +231,17 @@ func (c *Client) send(ctx context.Context) {
 func (c *Client) read(ctx context.Context) {
 	last := "0-0" // the stream is this client's alone: everything in it is ours
 	backoff := 50 * time.Millisecond
+	conn := c.rdb.Conn()
+	defer func() { _ = conn.Close() }()
 	for ctx.Err() == nil {
-		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{c.replyTo, last}, Count: 256, Block: c.Poll}).Result()
+		res, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{c.replyTo, last}, Count: 256, Block: c.Poll}).Result()
 		if err != nil {
 			if errors.Is(err, redis.Nil) || ctx.Err() != nil {
 				continue
 			}
 			// Waiters time out on their own contexts; keep trying.
+			_ = conn.Close()
+			conn = c.rdb.Conn()
 			if !sleep(ctx, backoff) {
 				return
 			}
@@ -266,4 +290,11 @@ func (c *Client) Close() error {
 		return fmt.Errorf("delete reply stream %s: %w", c.replyTo, err)
 	}
 	return nil
+}
+
+// isRedisError tells a reply Redis sent (the connection is fine) from a
+// failure of the connection itself.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }

@@ -250,6 +250,12 @@ func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, slots
 	// in the stream for other workers.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The loop's reads and pipelines go over a connection of its own: a
+	// blocking reader holds one anyway, and taking one from the pool costs
+	// go-redis a health-check syscall per round trip. A connection that
+	// failed is replaced (go-redis refuses to reuse it).
+	conn := f.rdb.Conn()
+	defer func() { _ = conn.Close() }()
 	backoff := 50 * time.Millisecond
 	args := func(block time.Duration) *redis.XReadGroupArgs {
 		return &redis.XReadGroupArgs{Group: f.cfg.Group, Consumer: consumer, Streams: []string{stream, ">"},
@@ -260,12 +266,12 @@ func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, slots
 	for ctx.Err() == nil || len(msgs) > 0 {
 		var next *redis.XStreamSliceCmd
 		if len(msgs) == 0 {
-			next = f.rdb.XReadGroup(ctx, args(f.cfg.BlockTimeout))
+			next = conn.XReadGroup(ctx, args(f.cfg.BlockTimeout))
 		} else {
 			// In-flight work finishes after cancellation so a graceful stop
 			// does not leave answered-but-unacknowledged entries behind.
 			work := context.WithoutCancel(ctx)
-			pipe := f.rdb.Pipeline()
+			pipe := conn.Pipeline()
 			finish := h(work, pipe, msgs)
 			if len(slots) < cap(slots) && ctx.Err() == nil {
 				next = pipe.XReadGroup(work, args(-1)) // -1: no BLOCK
@@ -299,6 +305,8 @@ func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, slots
 				}
 			}
 			f.logger.WarnContext(ctx, "read stream failed; retrying", "stream", stream, "error", err, "backoff", backoff)
+			_ = conn.Close()
+			conn = f.rdb.Conn()
 			if !sleep(ctx, backoff) {
 				return nil
 			}
