@@ -434,10 +434,10 @@ func BenchmarkHitVsDirect(b *testing.B) {
 // path serve five times the direct pgvector throughput, and at what p99? It
 // measures the direct throughput D for a second (closed loop, like
 // BenchmarkDirectPgvector), then offers hits open loop at 5×D for three
-// seconds (see openLoop). Before the hits, the same driver at the same rate
-// sends one Redis PING per request: that floor is what the driver and one
-// round trip cost on this machine, in the same run, and the hit path's p99
-// reads against it.
+// seconds (see openLoop); BENCH_HIT_RATE=<req/s> offers that rate instead.
+// Before the hits, the same driver at the same rate sends one Redis PING
+// per request: that floor is what the driver and one round trip cost on
+// this machine, in the same run, and the hit path's p99 reads against it.
 func BenchmarkHitAtDirectX5(b *testing.B) {
 	f := benchSetup(b)
 	_, c, _ := startBenchFrontDoor(b, f)
@@ -465,6 +465,11 @@ func BenchmarkHitAtDirectX5(b *testing.B) {
 	cancel()
 	directRate := float64(direct.Load())
 	rate := 5 * directRate
+	if r, err := strconv.ParseFloat(os.Getenv("BENCH_HIT_RATE"), 64); err == nil && r > 0 {
+		// A fixed offered rate, for comparing two builds: the direct rate
+		// moves with the machine's load from run to run.
+		rate = r
+	}
 
 	b.ResetTimer()
 	for range b.N {
