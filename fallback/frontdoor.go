@@ -239,9 +239,9 @@ func eachEntry(h handler) batchHandler {
 // Under load a batch costs one round trip: the pipeline that carries h's
 // commands for batch n also carries the read of batch n+1, without BLOCK.
 // Only when that read comes back empty does the loop block in a read of its
-// own. Round trips, not commands, are what a cache hit costs Redis and this
-// process (a write and a read syscall on each side), so this halves the
-// hit path's cost when requests keep coming.
+// own. Round trips, not commands, are most of what a cache hit costs Redis
+// and this process (a write and a read syscall on each side), so this saves
+// one per batch when requests keep coming.
 func (f *FrontDoor) readLoop(ctx context.Context, stream, consumer string, slots chan struct{}, h batchHandler) error {
 	// The loop reads on while earlier work (misses: embed + pgvector) is
 	// in flight, so one slow search does not hold up the cache hits behind
