@@ -203,7 +203,7 @@ func startBenchFrontDoor(b *testing.B, f *benchFixture) (*FrontDoor, *Client, *p
 // latencies collects per-request durations from parallel goroutines.
 type latencies struct {
 	mu  sync.Mutex
-	all []time.Duration
+	all durations
 }
 
 func (l *latencies) add(d []time.Duration) {
@@ -216,13 +216,9 @@ func (l *latencies) report(b *testing.B, elapsed time.Duration) {
 	if len(l.all) == 0 {
 		return
 	}
-	slices.Sort(l.all)
-	q := func(p float64) float64 {
-		return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) / 1000
-	}
 	b.ReportMetric(float64(len(l.all))/elapsed.Seconds(), "req/s")
-	b.ReportMetric(q(0.50), "p50_ms")
-	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(l.all.quantile(0.50), "p50_ms")
+	b.ReportMetric(l.all.quantile(0.99), "p99_ms")
 }
 
 // parallel runs op from benchClients goroutines, recording
@@ -415,19 +411,15 @@ func BenchmarkHitVsDirect(b *testing.B) {
 		directTime += d
 	}
 	b.StopTimer()
-	q := func(l *latencies, p float64) float64 {
-		slices.Sort(l.all)
-		return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) / 1000
-	}
 	hitRate := float64(len(hit.all)) / hitTime.Seconds()
 	directRate := float64(len(direct.all)) / directTime.Seconds()
 	b.ReportMetric(hitRate, "hit_req/s")
 	b.ReportMetric(directRate, "direct_req/s")
 	b.ReportMetric(hitRate/directRate, "hit/direct")
-	b.ReportMetric(q(&hit, 0.5), "hit_p50_ms")
-	b.ReportMetric(q(&hit, 0.99), "hit_p99_ms")
-	b.ReportMetric(q(&direct, 0.5), "direct_p50_ms")
-	b.ReportMetric(q(&direct, 0.99), "direct_p99_ms")
+	b.ReportMetric(hit.all.quantile(0.5), "hit_p50_ms")
+	b.ReportMetric(hit.all.quantile(0.99), "hit_p99_ms")
+	b.ReportMetric(direct.all.quantile(0.5), "direct_p50_ms")
+	b.ReportMetric(direct.all.quantile(0.99), "direct_p99_ms")
 }
 
 // BenchmarkHitAtDirectX5 asks the two targets together: can the hit
