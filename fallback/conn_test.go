@@ -70,3 +70,25 @@ func killClients(t *testing.T, rdb *redis.Client, name string) int {
 	}
 	return n
 }
+
+// A request stream deleted under a running front door (by hand, or by a
+// FLUSHDB) is recreated with its group, and requests sent after it are
+// answered: a worker's read, alone or riding in a pipeline, gets NOGROUP and
+// the loop makes the group again.
+func TestDeletedRequestStreamIsRecreated(t *testing.T) {
+	b := setup(t, nil)
+	run(t, b.fd)
+	_, err := b.search(t, Query{Text: "cosine search fast", K: 2})
+	require.NoError(t, err)
+
+	require.NoError(t, b.rdb.Del(t.Context(), b.fd.keys.requests()).Err())
+	for _, q := range []string{"cosine search fast", "bloom filters tenants"} { // a hit, then a miss
+		r, err := b.search(t, Query{Text: q, K: 2})
+		require.NoError(t, err, q)
+		require.Equal(t, StatusOK, r.Status, q)
+	}
+	groups, err := b.rdb.XInfoGroups(t.Context(), b.fd.keys.requests()).Result()
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	require.Equal(t, b.fd.cfg.Group, groups[0].Name)
+}
