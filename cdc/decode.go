@@ -183,6 +183,9 @@ func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
 		return fail(reasonBadField, err)
 	}
 	ch.Version, err = sourceVersion(ev.src, ev.payload, kind)
+	// The commit time and the snapshot flag travel with the version: they
+	// order it against versions of other kinds (see Version).
+	ch.Version = ch.FenceVersion()
 	switch {
 	case ev.op == OpMessage:
 		// Messages are counted and skipped downstream; a missing table or

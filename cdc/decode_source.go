@@ -143,9 +143,11 @@ func sourceVersion(src, payload map[string]any, kind string) (Version, error) {
 		if err != nil {
 			return Version{}, err
 		}
-		// ord is the oplog/cluster-time increment within one second.
+		// ord is the oplog/cluster-time increment within one second. All
+		// changes of one transaction share (sec, ord): the transaction
+		// block's order tells them apart (issue 10).
 		if okSec {
-			return Version{Kind: KindMongo, Parts: []uint64{sec, ord}}, nil
+			return withTxOrder(Version{Kind: KindMongo, Parts: []uint64{sec, ord}}, payload)
 		}
 	}
 	ms, ok, err := sourceMillis(src, payload)
@@ -155,7 +157,34 @@ func sourceVersion(src, payload map[string]any, kind string) (Version, error) {
 	if !ok {
 		return Version{}, errNoVersion
 	}
-	return Version{Kind: KindTS, Parts: []uint64{ms}}, nil
+	// A transaction's changes share its commit time, so its order is the
+	// only thing that tells two of them apart.
+	return withTxOrder(Version{Kind: KindTS, Parts: []uint64{ms}}, payload)
+}
+
+// withTxOrder appends the change's place in its transaction to v: the
+// transaction block's total_order (1-based, across the transaction), else
+// data_collection_order (within this table), as written with
+// provide.transaction.metadata=true. A change outside a transaction block
+// keeps the shorter tuple, which sorts first.
+func withTxOrder(v Version, payload map[string]any) (Version, error) {
+	tx, ok := payload["transaction"].(map[string]any)
+	if !ok {
+		return v, nil
+	}
+	n, ok, err := uintField(tx, "transaction.total_order", "total_order")
+	if err != nil {
+		return Version{}, err
+	}
+	if !ok {
+		if n, ok, err = uintField(tx, "transaction.data_collection_order", "data_collection_order"); err != nil {
+			return Version{}, err
+		}
+	}
+	if ok {
+		v.Parts = append(v.Parts, n)
+	}
+	return v, nil
 }
 
 // mysqlVersion is (binlog file sequence, position, row within the event).

@@ -1,39 +1,106 @@
 package cdc
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
 )
 
-// Version orders the changes of one document. Parts are compared element by
-// element (a shorter tuple that is a prefix of a longer one sorts first); Kind
-// names the source that produced them ("pg", "mysql", "sqlserver", "mongo",
-// "ts" for the ts_ms fallback). Versions of different kinds compare by kind
-// name, which only matters when one document is fed by two connectors.
+// Version orders the changes of one document. Kind names the source that
+// produced Parts ("pg", "mysql", "sqlserver", "oracle", "mongo", or "ts" for
+// the ts_ms fallback of a change without a position); TS is the source
+// commit time in ms since the epoch (0: unknown); Snapshot marks a snapshot
+// read (op r), which is a copy of a row, not a change of it.
+//
+// The order (Compare, documented in docs/ordering.md):
+//
+//  1. Two positional versions of the same kind compare Parts element by
+//     element, a shorter tuple that is a prefix of a longer one first; at
+//     equal Parts a snapshot read sorts before a streamed change. The
+//     source's own position is the only reliable order within it: commit
+//     times repeat within a millisecond and clocks step back.
+//  2. Otherwise (different kinds, or "ts" versions) the later TS wins, so a
+//     snapshot read loses to any change committed after it and one
+//     position-less change cannot freeze a document.
+//  3. At equal (or unknown) TS a positional version outranks a "ts" one,
+//     then kind name, then Parts, then a snapshot read sorts first. So a ts
+//     fallback never outranks a real position, and the order stays total.
+//
+// Two "ts" versions that compare equal are a tie the source cannot break:
+// the sink applies the later-arriving one (see Positional), so a tie never
+// drops an edit, and a replay of identical content is a no-op because its
+// chunk hashes match.
+//
+// The order is transitive as long as, within each kind, commit times do not
+// run backwards against positions, which holds for one document of one
+// source; cross-kind comparisons are only as good as the clocks behind TS.
 type Version struct {
 	Kind  string
 	Parts []uint64
+	// TS is the source commit time in ms since the Unix epoch (source.ts_ms,
+	// see Change.SourceTS); 0 when unknown.
+	TS uint64
+	// Snapshot is Change.Snapshot: the version of a snapshot read.
+	Snapshot bool
 }
 
-// Compare returns -1, 0 or +1 as v sorts before, equal to or after o.
+// Positional reports whether v carries a source position (every kind but
+// "ts"). Ties between position-less versions are decided by arrival.
+func (v Version) Positional() bool { return v.Kind != KindTS && v.Kind != "" }
+
+// Compare returns -1, 0 or +1 as v sorts before, equal to or after o (see
+// Version for the rule).
 func (v Version) Compare(o Version) int {
+	if v.Kind == o.Kind && v.Positional() {
+		if c := compareParts(v.Parts, o.Parts); c != 0 {
+			return c
+		}
+		return compareSnapshot(v.Snapshot, o.Snapshot)
+	}
+	if vt, ot := v.time(), o.time(); vt != 0 && ot != 0 && vt != ot {
+		return cmp.Compare(vt, ot)
+	}
+	if c := -compareSnapshot(v.Positional(), o.Positional()); c != 0 {
+		return c // a position outranks none
+	}
 	if c := strings.Compare(v.Kind, o.Kind); c != 0 {
 		return c
 	}
-	for i := 0; i < len(v.Parts) && i < len(o.Parts); i++ {
-		switch {
-		case v.Parts[i] < o.Parts[i]:
-			return -1
-		case v.Parts[i] > o.Parts[i]:
-			return 1
+	if c := compareParts(v.Parts, o.Parts); c != 0 {
+		return c
+	}
+	return compareSnapshot(v.Snapshot, o.Snapshot)
+}
+
+func compareParts(a, b []uint64) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if c := cmp.Compare(a[i], b[i]); c != 0 {
+			return c
 		}
 	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// compareSnapshot sorts true before false: a snapshot read before a
+// streamed change.
+func compareSnapshot(a, b bool) int {
 	switch {
-	case len(v.Parts) < len(o.Parts):
+	case a == b:
+		return 0
+	case a:
 		return -1
-	case len(v.Parts) > len(o.Parts):
-		return 1
+	}
+	return 1
+}
+
+// time is v's commit time in ms: TS, else a ts version's own part.
+func (v Version) time() uint64 {
+	if v.TS != 0 {
+		return v.TS
+	}
+	if v.Kind == KindTS && len(v.Parts) > 0 {
+		return v.Parts[0]
 	}
 	return 0
 }
@@ -41,9 +108,11 @@ func (v Version) Compare(o Version) int {
 // IsZero reports whether v carries no ordering information.
 func (v Version) IsZero() bool { return v.Kind == "" && len(v.Parts) == 0 }
 
-// String renders v so that byte-wise (C collation) string order equals
-// Compare order: "pg:00000000016b3f40.0000000000000232". The sink stores
-// this form in a text column.
+// String renders v as the sink stores it:
+// "pg:00000000016b3f40.0000000000000232;ts=1700000000000;snapshot", the
+// ";ts=" and ";snapshot" parts only when set. Since issue 10 the text no
+// longer sorts like Compare across kinds: compare parsed versions, never the
+// text.
 func (v Version) String() string {
 	var b strings.Builder
 	b.WriteString(v.Kind)
@@ -54,25 +123,50 @@ func (v Version) String() string {
 		}
 		fmt.Fprintf(&b, "%016x", p)
 	}
+	if v.TS != 0 {
+		b.WriteString(";ts=")
+		b.WriteString(strconv.FormatUint(v.TS, 10))
+	}
+	if v.Snapshot {
+		b.WriteString(";snapshot")
+	}
 	return b.String()
 }
 
-// ParseVersion is the inverse of Version.String.
+// ParseVersion is the inverse of Version.String. It also reads the form
+// stored before issue 10 ("kind:hex.hex…", without time or snapshot flag).
 func ParseVersion(s string) (Version, error) {
-	kind, rest, ok := strings.Cut(s, ":")
+	head, attrs, _ := strings.Cut(s, ";")
+	kind, rest, ok := strings.Cut(head, ":")
 	if !ok || kind == "" {
-		return Version{}, fmt.Errorf("parse version %q: want kind:hex.hex…", s)
+		return Version{}, fmt.Errorf("parse version %q: want kind:hex.hex…[;ts=ms][;snapshot]", s)
 	}
 	v := Version{Kind: kind}
-	if rest == "" {
+	if rest != "" {
+		for _, p := range strings.Split(rest, ".") {
+			n, err := strconv.ParseUint(p, 16, 64)
+			if err != nil {
+				return Version{}, fmt.Errorf("parse version %q: %w", s, err)
+			}
+			v.Parts = append(v.Parts, n)
+		}
+	}
+	if attrs == "" {
 		return v, nil
 	}
-	for _, p := range strings.Split(rest, ".") {
-		n, err := strconv.ParseUint(p, 16, 64)
-		if err != nil {
-			return Version{}, fmt.Errorf("parse version %q: %w", s, err)
+	for _, a := range strings.Split(attrs, ";") {
+		switch {
+		case a == "snapshot" && !v.Snapshot:
+			v.Snapshot = true
+		case strings.HasPrefix(a, "ts=") && v.TS == 0:
+			n, err := strconv.ParseUint(a[3:], 10, 64)
+			if err != nil || n == 0 {
+				return Version{}, fmt.Errorf("parse version %q: bad ts %q", s, a[3:])
+			}
+			v.TS = n
+		default:
+			return Version{}, fmt.Errorf("parse version %q: unknown or repeated attribute %q", s, a)
 		}
-		v.Parts = append(v.Parts, n)
 	}
 	return v, nil
 }
@@ -88,4 +182,17 @@ func (v *Version) UnmarshalText(b []byte) error {
 	}
 	*v = p
 	return nil
+}
+
+// FenceVersion is c.Version with TS and Snapshot filled from c.SourceTS and
+// c.Snapshot where the version leaves them unset, which is what the sink
+// fences with. The decoder fills both itself; this covers Changes built
+// elsewhere (a backfill, a logical-replication source).
+func (c Change) FenceVersion() Version {
+	v := c.Version
+	if v.TS == 0 && !c.SourceTS.IsZero() && c.SourceTS.UnixMilli() > 0 {
+		v.TS = uint64(c.SourceTS.UnixMilli())
+	}
+	v.Snapshot = v.Snapshot || c.Snapshot
+	return v
 }

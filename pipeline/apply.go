@@ -14,6 +14,9 @@ import (
 // concurrently and for one document sequentially.
 func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 	op := string(ch.Op)
+	// Changes not built by the decoder (a backfill) may leave the version's
+	// commit time and snapshot flag to SourceTS and Snapshot (issue 10).
+	ch.Version = ch.FenceVersion()
 	switch ch.Op {
 	case cdc.OpMessage:
 		p.count(op, "skipped")

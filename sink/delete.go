@@ -89,37 +89,107 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 // its version (documents changed after the truncate, at a higher version,
 // stay). It also records v as the table's fence, so a create older than the
 // truncate for a document the index has not seen is Stale, not applied. It
-// returns how many live documents it deleted. Versions compare as the C
-// collation orders cdc.Version.String(), which equals Version.Compare.
+// returns how many live documents it deleted.
+//
+// Versions are compared in Go with cdc.Version.Compare: across kinds the
+// order goes by commit time, which the stored text does not sort by. The
+// table's document rows are locked (as the UPDATE before issue 10 did) and
+// read once; a truncate is rare enough for that to be the right trade.
 func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
 	if table == "" || v.IsZero() {
 		return 0, fmt.Errorf("truncate %s: %w: table and version are required", table, ErrInvalidDocument)
 	}
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "INSERT INTO "+s.tTruncs+" AS t (index_name, source_table, version)"+
-			" VALUES ($1, $2, $3) ON CONFLICT (index_name, source_table) DO UPDATE"+
-			" SET version = greatest(t.version, excluded.version), truncated_at = now()",
-			s.cfg.Index, table, v.String())
-		if err != nil {
-			return fmt.Errorf("record fence: %w", hintMigrate(err, s.cfg.Schema))
+		if err := s.raiseFence(ctx, tx, table, v); err != nil {
+			return err
 		}
-		tag, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
-			" SET version = $3, source_ts = coalesce($4, source_ts), deleted_at = now(), updated_at = now()"+
-			" WHERE index_name = $1 AND source_table = $2 AND version <= $3 AND deleted_at IS NULL",
-			s.cfg.Index, table, v.String(), nullTime(ts))
+		rows, err := tx.Query(ctx, "SELECT id, version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
+			" WHERE index_name = $1 AND source_table = $2 FOR UPDATE", s.cfg.Index, table)
 		if err != nil {
-			return fmt.Errorf("mark deleted: %w", err)
+			return fmt.Errorf("lock documents: %w", err)
 		}
-		n = int(tag.RowsAffected())
-		// Already deleted rows take v too, so their fence is the truncate's.
-		_, err = tx.Exec(ctx, "UPDATE "+s.tDocs+" SET version = $3, updated_at = now()"+
-			" WHERE index_name = $1 AND source_table = $2 AND version < $3 AND deleted_at IS NOT NULL",
-			s.cfg.Index, table, v.String())
-		return err
+		var live, dead []string
+		for rows.Next() {
+			var (
+				id, text string
+				sts      *time.Time
+				deleted  bool
+			)
+			if err := rows.Scan(&id, &text, &sts, &deleted); err != nil {
+				rows.Close()
+				return fmt.Errorf("lock documents: %w", err)
+			}
+			sv, err := storedVersion(text, sts)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("document %s: %w", id, err)
+			}
+			// A live document at the truncate's own version goes too: a
+			// position-less tie is won by the later arrival, the truncate.
+			switch c := sv.Compare(v); {
+			case !deleted && c <= 0:
+				live = append(live, id)
+			case deleted && c < 0:
+				// Already deleted rows take v too, so their fence is the
+				// truncate's.
+				dead = append(dead, id)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock documents: %w", err)
+		}
+		if len(live) > 0 {
+			tag, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
+				" SET version = $3, source_ts = coalesce($4, source_ts), deleted_at = now(), updated_at = now()"+
+				" WHERE index_name = $1 AND id = ANY($2)",
+				s.cfg.Index, live, v.String(), nullTime(ts))
+			if err != nil {
+				return fmt.Errorf("mark deleted: %w", err)
+			}
+			n = int(tag.RowsAffected())
+		}
+		if len(dead) > 0 {
+			if _, err := tx.Exec(ctx, "UPDATE "+s.tDocs+" SET version = $3, updated_at = now()"+
+				" WHERE index_name = $1 AND id = ANY($2)", s.cfg.Index, dead, v.String()); err != nil {
+				return fmt.Errorf("raise tombstones: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("truncate %s: %w", table, err)
 	}
 	return n, nil
+}
+
+// raiseFence records v as table's truncate fence unless a later truncate's
+// fence is there already.
+func (s *Store) raiseFence(ctx context.Context, tx pgx.Tx, table string, v cdc.Version) error {
+	// Insert-or-lock first, so two truncates of a table never seen before
+	// serialize on the row instead of both inserting.
+	_, err := tx.Exec(ctx, "INSERT INTO "+s.tTruncs+" (index_name, source_table, version)"+
+		" VALUES ($1, $2, $3) ON CONFLICT (index_name, source_table) DO NOTHING",
+		s.cfg.Index, table, v.String())
+	if err != nil {
+		return fmt.Errorf("record fence: %w", hintMigrate(err, s.cfg.Schema))
+	}
+	var text string
+	if err := tx.QueryRow(ctx, "SELECT version FROM "+s.tTruncs+
+		" WHERE index_name = $1 AND source_table = $2 FOR UPDATE", s.cfg.Index, table).Scan(&text); err != nil {
+		return fmt.Errorf("record fence: %w", err)
+	}
+	fv, err := cdc.ParseVersion(text)
+	if err != nil {
+		return fmt.Errorf("stored truncate version: %w", err)
+	}
+	if fv.Compare(v) >= 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+s.tTruncs+" SET version = $3, truncated_at = now()"+
+		" WHERE index_name = $1 AND source_table = $2", s.cfg.Index, table, v.String()); err != nil {
+		return fmt.Errorf("record fence: %w", err)
+	}
+	return nil
 }

@@ -139,7 +139,7 @@ func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, 
 	if err != nil {
 		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, hintMigrate(err, s.cfg.Schema))
 	}
-	if d.Version, err = cdc.ParseVersion(version); err != nil {
+	if d.Version, err = storedVersion(version, sourceTS); err != nil {
 		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, err)
 	}
 	if sourceTS != nil {

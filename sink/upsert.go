@@ -81,10 +81,13 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (O
 
 	var stored []storedChunk
 	if !created {
+		// Equal position-less versions are a tie the source cannot break:
+		// the later arrival wins, so no edit is dropped (a replay rewrites
+		// the same chunk hashes, which changes nothing).
 		switch c := d.Version.Compare(st.version); {
 		case c < 0:
 			return Outcome{Stale: true}, nil
-		case c == 0 && !st.deleted:
+		case c == 0 && !st.deleted && d.Version.Positional():
 			return Outcome{Duplicate: true}, nil
 		}
 		if stored, err = s.updateDoc(ctx, tx, id, d); err != nil {
@@ -111,24 +114,40 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (O
 
 func (s *Store) lockDoc(ctx context.Context, tx pgx.Tx, id string) (docState, error) {
 	var v string
+	var ts *time.Time
 	var st docState
-	err := tx.QueryRow(ctx, "SELECT version, deleted_at IS NOT NULL FROM "+s.tDocs+
-		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id).Scan(&v, &st.deleted)
+	err := tx.QueryRow(ctx, "SELECT version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
+		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id).Scan(&v, &ts, &st.deleted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return docState{}, nil
 	}
 	if err != nil {
 		return docState{}, fmt.Errorf("lock document: %w", hintMigrate(err, s.cfg.Schema))
 	}
-	if st.version, err = cdc.ParseVersion(v); err != nil {
-		return docState{}, fmt.Errorf("stored version: %w", err)
+	if st.version, err = storedVersion(v, ts); err != nil {
+		return docState{}, err
 	}
 	st.found = true
 	return st, nil
 }
 
+// storedVersion parses a stored version. Versions written before issue 10
+// carry no commit time; the row's source_ts is that time, and without it a
+// cross-kind comparison could only go by rank (see cdc.Version).
+func storedVersion(text string, sourceTS *time.Time) (cdc.Version, error) {
+	v, err := cdc.ParseVersion(text)
+	if err != nil {
+		return cdc.Version{}, fmt.Errorf("stored version: %w", err)
+	}
+	if v.TS == 0 && sourceTS != nil && sourceTS.UnixMilli() > 0 {
+		v.TS = uint64(sourceTS.UnixMilli())
+	}
+	return v, nil
+}
+
 // truncated reports whether a truncate of table at a version ≥ v has been
-// applied, which fences out creates of documents the index never saw.
+// applied, which fences out creates of documents the index never saw. A
+// position-less create tied with the truncate arrived after it and wins.
 func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Version) (bool, error) {
 	var fence string
 	// FOR SHARE: a concurrent Truncate of this table waits for us (and
@@ -145,7 +164,8 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 	if err != nil {
 		return false, fmt.Errorf("stored truncate version: %w", err)
 	}
-	return v.Compare(fv) <= 0, nil
+	c := v.Compare(fv)
+	return c < 0 || (c == 0 && v.Positional()), nil
 }
 
 func (s *Store) insertDoc(ctx context.Context, tx pgx.Tx, id string, d Document) (bool, error) {
