@@ -117,7 +117,7 @@ func TestDecodeCorpus(t *testing.T) {
 				require.True(t, ok, "new key-only corpus file: add it to corpusKeyOnly")
 				k, err := os.ReadFile(f)
 				require.NoError(t, err)
-				_, kmap, err := parseKey(k, true)
+				_, kmap, _, err := parseKey(k, true)
 				require.NoError(t, err)
 				require.Equal(t, want, kmap["id"])
 				return

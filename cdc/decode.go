@@ -108,6 +108,9 @@ func (d *Decoder) Decode(m Message) (Change, error) {
 		if errors.Is(err, errTooDeep) {
 			return fail(reasonTooDeep, err)
 		}
+		if errors.Is(err, errBadUTF8) || errors.Is(err, errLoneSurrogate) {
+			return fail(reasonBadText, err)
+		}
 		return fail(reasonNotJSON, err)
 	}
 	top, ok := v.(map[string]any)
@@ -158,6 +161,9 @@ type event struct {
 	after   map[string]any
 	filter  map[string]any // MongoDB oplog filter: holds _id when no row does
 	unavail []string
+	// ids are the MongoDB _id of after, before and filter as sent, before
+	// plainExt turned an ObjectId into a plain string (see documentKey).
+	ids [3]any
 }
 
 func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
@@ -200,7 +206,7 @@ func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
 	case ev.op == OpTruncate:
 		return ch, nil // a truncate has no key: it is every document
 	}
-	ch.DocKey, ch.Key, err = d.documentKey(ch.Table, kind == KindMongo, []map[string]any{ev.after, ev.before, ev.filter}, m.Key)
+	ch.DocKey, ch.Key, err = d.documentKey(ch.Table, kind == KindMongo, []map[string]any{ev.after, ev.before, ev.filter}, ev.ids[:], m.Key)
 	if err != nil {
 		var de *DecodeError
 		if errors.As(err, &de) {

@@ -52,10 +52,10 @@ func envelopeEvent(p, schema map[string]any) (event, error) {
 	}
 	mongo := connectorKind(ev.src) == KindMongo
 	var err error
-	if ev.before, _, err = rowImage(p, "before", schemaField(schema, "before"), mongo); err != nil {
+	if ev.before, _, ev.ids[1], err = rowImage(p, "before", schemaField(schema, "before"), mongo); err != nil {
 		return event{}, err
 	}
-	if ev.after, ev.unavail, err = rowImage(p, "after", schemaField(schema, "after"), mongo); err != nil {
+	if ev.after, ev.unavail, ev.ids[0], err = rowImage(p, "after", schemaField(schema, "after"), mongo); err != nil {
 		return event{}, err
 	}
 	if mongo || p["patch"] != nil || p["filter"] != nil {
@@ -77,19 +77,19 @@ func envelopeEvent(p, schema map[string]any) (event, error) {
 // JSON) and "filter" (the selector holding _id).
 func mongoOplog(ev *event, p map[string]any) error {
 	if p["filter"] != nil {
-		f, err := mongoDoc(p["filter"])
+		f, id, err := mongoDoc(p["filter"])
 		if err != nil {
 			return decodeErr(reasonBadRow, "filter: %v", err)
 		}
-		ev.filter = f
+		ev.filter, ev.ids[2] = f, id
 		if ev.op == OpDelete && ev.before == nil {
 			// An oplog delete carries only its filter: that is the identity
 			// of the deleted document, so it stands in for the before image.
-			ev.before = f
+			ev.before, ev.ids[1] = f, id
 		}
 	}
 	if p["patch"] != nil && ev.after == nil {
-		patch, err := mongoDoc(p["patch"])
+		patch, id, err := mongoDoc(p["patch"])
 		if err != nil {
 			return decodeErr(reasonBadRow, "patch: %v", err)
 		}
@@ -97,7 +97,7 @@ func mongoOplog(ev *event, p map[string]any) error {
 		// change: After stays nil, the stored row is kept. Without operators
 		// the oplog entry is a whole-document replacement.
 		if !slices.ContainsFunc(mapKeys(patch), func(k string) bool { return strings.HasPrefix(k, "$") }) {
-			ev.after = patch
+			ev.after, ev.ids[0] = patch, id
 		}
 	}
 	return nil
@@ -113,33 +113,35 @@ func mapKeys(m map[string]any) []string {
 
 // rowImage returns payload[field] as a row: nil when absent or null, parsed
 // when it is a JSON string (MongoDB), converted by its Connect schema, with
-// unchanged-TOAST placeholders removed (and returned, sorted).
-func rowImage(p map[string]any, field string, s map[string]any, mongo bool) (map[string]any, []string, error) {
+// unchanged-TOAST placeholders removed (and returned, sorted). For a
+// MongoDB document it also returns the _id as sent (see plainDoc).
+func rowImage(p map[string]any, field string, s map[string]any, mongo bool) (map[string]any, []string, any, error) {
 	var row map[string]any
 	switch v := p[field].(type) {
 	case nil:
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	case string:
-		doc, err := mongoDoc(v)
+		doc, id, err := mongoDoc(v)
 		if err != nil {
-			return nil, nil, decodeErr(reasonBadRow, "%s: %v", field, err)
+			return nil, nil, nil, decodeErr(reasonBadRow, "%s: %v", field, err)
 		}
-		return doc, nil, nil
+		return doc, nil, id, nil
 	case map[string]any:
 		row = v
 	default:
-		return nil, nil, decodeErr(reasonBadRow, "%s: want an object, got %s", field, describe(v))
+		return nil, nil, nil, decodeErr(reasonBadRow, "%s: want an object, got %s", field, describe(v))
 	}
 	if mongo {
-		return plainDoc(row), nil, nil
+		doc, id := plainDoc(row)
+		return doc, nil, id, nil
 	}
 	unavail := stripUnavailable(row)
 	if typ, _ := s["type"].(string); typ == "struct" {
 		if err := convertRow(row, s); err != nil {
-			return nil, nil, decodeErr(reasonBadValue, "%s: %v", field, err)
+			return nil, nil, nil, decodeErr(reasonBadValue, "%s: %v", field, err)
 		}
 	}
-	return row, unavail, nil
+	return row, unavail, nil, nil
 }
 
 // stripUnavailable removes the columns whose value is Debezium's
@@ -234,8 +236,9 @@ func flattenedEvent(p, schema map[string]any) (event, error) {
 	default:
 		return event{}, decodeErr(reasonBadField, "__deleted: want a boolean, got %s", describe(v))
 	}
+	var id any
 	if connectorKind(src) == KindMongo {
-		row = plainDoc(row)
+		row, id = plainDoc(row)
 	}
 	unavail := stripUnavailable(row)
 	if typ, _ := schema["type"].(string); typ == "struct" {
@@ -244,9 +247,9 @@ func flattenedEvent(p, schema map[string]any) (event, error) {
 		}
 	}
 	if ev.op == OpDelete {
-		ev.before = row // rewrite mode carries the deleted row's last state
+		ev.before, ev.ids[1] = row, id // rewrite mode carries the deleted row's last state
 	} else {
-		ev.after, ev.unavail = row, unavail
+		ev.after, ev.unavail, ev.ids[0] = row, unavail, id
 	}
 	return ev, nil
 }

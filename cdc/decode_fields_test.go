@@ -3,6 +3,7 @@ package cdc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,7 +69,7 @@ func TestKeyText(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, key, err := joinKey(tc.cols, tc.vals)
+			got, key, err := joinKey(tc.cols, tc.vals, tc.vals, keyText)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, got)
 			require.Len(t, key, len(tc.cols))
@@ -221,7 +222,9 @@ func TestConvertValueStructural(t *testing.T) {
 			v: map[string]any{"d": "bad"}, err: true},
 		{name: "array of decimals", schema: map[string]any{"type": "array", "items": dec}, v: []any{"D54=", nil}, want: []any{json.Number("39.98"), nil}},
 		{name: "array element error", schema: map[string]any{"type": "array", "items": dec}, v: []any{"!"}, err: true},
-		{name: "array value not array", schema: map[string]any{"type": "array", "items": date}, v: "x", want: "x"},
+		{name: "array value not array", schema: map[string]any{"type": "array", "items": date}, v: "x", err: true},
+		{name: "map value not a map", schema: map[string]any{"type": "map", "values": date}, v: "x", err: true},
+		{name: "map as pairs", schema: map[string]any{"type": "map", "values": date}, v: []any{[]any{json.Number("1"), json.Number("2")}}, want: []any{[]any{json.Number("1"), json.Number("2")}}},
 		{name: "map of dates", schema: map[string]any{"type": "map", "keys": map[string]any{"type": "string"}, "values": date}, v: map[string]any{"a": json.Number("1")}, want: map[string]any{"a": "1970-01-02"}},
 		{name: "map value error", schema: map[string]any{"type": "map", "values": date}, v: map[string]any{"a": true}, err: true},
 		{name: "decimal already a number", schema: dec, v: json.Number("1.5"), want: json.Number("1.5")},
@@ -278,15 +281,66 @@ func TestMongoExtendedJSON(t *testing.T) {
 		})
 	}
 
-	doc, err := mongoDoc(`{"$oid":"x"}`)
+	doc, _, err := mongoDoc(`{"$oid":"x"}`)
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"$oid": "x"}, doc, "a document is never collapsed into a scalar")
-	_, err = mongoDoc(`[1]`)
+	_, _, err = mongoDoc(`[1]`)
 	require.Error(t, err)
-	_, err = mongoDoc(json.Number("1"))
+	_, _, err = mongoDoc(json.Number("1"))
 	require.Error(t, err)
 
-	require.Equal(t, "abc", mongoKeyValue("abc"), "a string that is not JSON is a plain id")
-	require.Equal(t, "hello", mongoKeyValue(`"hello"`))
-	require.Equal(t, json.Number("12.34"), mongoKeyValue("12.34"))
+	plain := func(v any) any { p, _ := mongoKeyValue(v); return p }
+	require.Equal(t, "abc", plain("abc"), "a string that is not JSON is a plain id")
+	require.Equal(t, "hello", plain(`"hello"`))
+	require.Equal(t, json.Number("12.34"), plain("12.34"))
+}
+
+// TestConvertValueSchemaTypes: a value whose JSON type contradicts its
+// Connect schema type is an error, as in Kafka Connect's JsonConverter.
+func TestConvertValueSchemaTypes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		typ  string
+		v    any
+		good bool
+	}{
+		{"string", "x", true},
+		{"string", json.Number("1234"), false},
+		{"string", true, false},
+		{"string", map[string]any{}, false},
+		{"boolean", true, true},
+		{"boolean", "true", false},
+		{"boolean", json.Number("1"), false},
+		{"int8", json.Number("127"), true},
+		{"int8", json.Number("128"), false},
+		{"int16", json.Number("-32768"), true},
+		{"int32", json.Number("2147483648"), false},
+		{"int32", json.Number("1.5"), false},
+		{"int32", "7", false},
+		{"int64", json.Number("9223372036854775807"), true},
+		{"int64", json.Number("9223372036854775808"), false},
+		{"float32", json.Number("1.5"), true},
+		{"float64", json.Number("1e300"), true},
+		{"float64", "NaN", true},
+		{"float64", "-Infinity", true},
+		{"float64", "1.5", false},
+		{"float64", false, false},
+		{"bytes", "AAEC", true},
+		{"bytes", "not base64!", false},
+		{"bytes", json.Number("1"), false},
+		{"struct", "x", false},
+		{"array", map[string]any{}, false},
+		{"unknown-type", json.Number("1"), true}, // nothing to check against
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/%v", tc.typ, tc.v), func(t *testing.T) {
+			t.Parallel()
+			_, err := convertValue(tc.v, map[string]any{"type": tc.typ}, 0)
+			if tc.good {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+			}
+		})
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // maxDepth bounds the nesting of any JSON the decoder parses (the message and
@@ -20,42 +22,98 @@ const maxDepth = 128
 var (
 	errTooDeep  = errors.New("nesting deeper than 128 levels")
 	errTrailing = errors.New("trailing data after the JSON value")
+	// JSON text is UTF-8 (RFC 8259 §8.1), and a \u escape of a lone
+	// surrogate names no character. encoding/json quietly turns both into
+	// U+FFFD, which would reach the index (and the dead letter) as text the
+	// source never held; Kafka Connect's JsonConverter rejects both.
+	errBadUTF8       = errors.New("invalid UTF-8")
+	errLoneSurrogate = errors.New("lone UTF-16 surrogate escape")
 )
 
-// checkDepth scans b without allocating and fails if arrays/objects nest
-// deeper than maxDepth. It only counts brackets outside strings; the JSON
-// parser that runs next does the real validation.
-func checkDepth(b []byte) error {
-	depth, inStr, esc := 0, false, false
-	for _, c := range b {
-		switch {
-		case inStr:
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
+// checkInput scans b without allocating and fails if it is not valid UTF-8,
+// if a string holds a \u escape of a lone surrogate, or if arrays/objects
+// nest deeper than maxDepth. The JSON parser that runs next does the rest
+// of the validation.
+func checkInput(b []byte) error {
+	if !utf8.Valid(b) {
+		return errBadUTF8
+	}
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			end, err := scanString(b, i+1)
+			if err != nil {
+				return err
 			}
-		case c == '"':
-			inStr = true
-		case c == '{' || c == '[':
+			i = end
+		case '{', '[':
 			depth++
 			if depth > maxDepth {
 				return errTooDeep
 			}
-		case c == '}' || c == ']':
+		case '}', ']':
 			depth--
 		}
 	}
 	return nil
 }
 
+// scanString returns the index of the quote that closes the string whose
+// first byte is b[i], or errLoneSurrogate for a high surrogate escape
+// (\uD800–\uDBFF) not followed by an escaped low one (\uDC00–\uDFFF), or a
+// low one on its own.
+func scanString(b []byte, i int) (int, error) {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i, nil
+		case '\\':
+			if i+1 >= len(b) || b[i+1] != 'u' {
+				i++ // the escaped character, whatever it is
+				continue
+			}
+			r, ok := hex4(b, i+2)
+			if !ok || !utf16.IsSurrogate(r) {
+				i++ // past the 'u': the hex digits are plain bytes
+				continue
+			}
+			if r < 0xDC00 && i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				if lo, ok := hex4(b, i+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11 // the last hex digit of the pair
+					continue
+				}
+			}
+			return 0, errLoneSurrogate
+		}
+	}
+	return len(b), nil // unterminated: the parser says so
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
 // parseJSON decodes one JSON value with numbers kept as json.Number, so ids
 // and decimals never pass through float64.
 func parseJSON(b []byte) (any, error) {
-	if err := checkDepth(b); err != nil {
+	if err := checkInput(b); err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -91,49 +91,78 @@ func isJSONNumber(s string) bool {
 }
 
 // mongoDoc parses a document that MongoDB's connector sent as an extended
-// JSON string (or, from newer converters, already as an object).
-func mongoDoc(v any) (map[string]any, error) {
+// JSON string (or, from newer converters, already as an object). It also
+// returns the document's _id as sent (see plainDoc).
+func mongoDoc(v any) (map[string]any, any, error) {
 	switch v := v.(type) {
 	case nil:
-		return nil, nil
+		return nil, nil, nil
 	case string:
 		parsed, err := parseJSON([]byte(v))
 		if err != nil {
-			return nil, fmt.Errorf("extended JSON: %w", err)
+			return nil, nil, fmt.Errorf("extended JSON: %w", err)
 		}
 		m, ok := parsed.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("extended JSON: want an object, got %s", describe(parsed))
+			return nil, nil, fmt.Errorf("extended JSON: want an object, got %s", describe(parsed))
 		}
-		return plainDoc(m), nil
+		doc, id := plainDoc(m)
+		return doc, id, nil
 	case map[string]any:
-		return plainDoc(v), nil
+		doc, id := plainDoc(v)
+		return doc, id, nil
 	}
-	return nil, fmt.Errorf("want an object or a JSON string, got %s", describe(v))
+	return nil, nil, fmt.Errorf("want an object or a JSON string, got %s", describe(v))
 }
 
 // mongoKeyValue decodes the value of a MongoDB message key's "id" field: the
 // document's _id rendered as extended JSON inside a string
-// ({"id":"{\"$oid\": \"596e…\"}"}, or {"id":"1004"} for a numeric _id).
-// A string that is not JSON is a plain string _id.
-func mongoKeyValue(v any) any {
+// ({"id":"{\"$oid\": \"596e…\"}"}, {"id":"1004"} for a numeric _id,
+// {"id":"\"1004\""} for a string one). A string that is not JSON is a plain
+// string _id. It returns the plain value and the _id as sent.
+func mongoKeyValue(v any) (plain, raw any) {
 	s, ok := v.(string)
 	if !ok {
-		return plainExt(v, 0)
+		return plainExt(deepCopy(v, 0), 0), v
 	}
 	parsed, err := parseJSON([]byte(s))
 	if err != nil {
-		return s
+		return s, s
 	}
-	return plainExt(parsed, 0)
+	return plainExt(deepCopy(parsed, 0), 0), parsed
 }
 
 // plainDoc applies plainExt to each field of a document but never to the
 // document itself: a document {"$oid": …} stays a document, it is not
-// collapsed into a string.
-func plainDoc(doc map[string]any) map[string]any {
+// collapsed into a string. It returns the _id as it was before (a copy):
+// plainExt turns an ObjectId into its hex string and the document key must
+// still tell the two apart (issue 10).
+func plainDoc(doc map[string]any) (map[string]any, any) {
+	id := deepCopy(doc["_id"], 0)
 	for k, v := range doc {
 		doc[k] = plainExt(v, 1)
 	}
-	return doc
+	return doc, id
+}
+
+// deepCopy copies a decoded JSON value, down to maxDepth.
+func deepCopy(v any, depth int) any {
+	if depth > maxDepth {
+		return v
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[k] = deepCopy(e, depth+1)
+		}
+		return m
+	case []any:
+		a := make([]any, len(v))
+		for i, e := range v {
+			a[i] = deepCopy(e, depth+1)
+		}
+		return a
+	}
+	return v
 }

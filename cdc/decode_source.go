@@ -77,12 +77,36 @@ func tableName(src map[string]any, kind, topic string) string {
 		ns = str("db") // unknown connector: db is the best namespace there is
 	}
 	if ns != "" && tbl != "" {
-		return ns + "." + tbl
+		return TableName(ns, tbl)
 	}
 	if parts := strings.Split(topic, "."); len(parts) >= 2 && parts[len(parts)-2] != "" && parts[len(parts)-1] != "" {
-		return parts[len(parts)-2] + "." + parts[len(parts)-1]
+		return TableName(parts[len(parts)-2], parts[len(parts)-1])
 	}
-	return tbl
+	if tbl == "" {
+		return ""
+	}
+	return TableName("", tbl)
+}
+
+var (
+	nsEscaper    = strings.NewReplacer("%", "%25", ".", "%2E", "/", "%2F")
+	tableEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+)
+
+// TableName is Change.Table for namespace ns (schema, MySQL database,
+// MongoDB database) and table (collection) name: "ns.table", with '%' and
+// '/' percent-escaped in both parts and '.' in the namespace, so the first
+// '.' always ends the namespace and different (ns, table) pairs never share
+// a name: schema "sales" + table "eu.orders" is "sales.eu.orders", schema
+// "sales.eu" + table "orders" is "sales%2Eeu.orders" (issue 10). Plain
+// names, and MongoDB's dotted collection names (a database name has no
+// dots), are unchanged. With no namespace the table's dots are escaped too.
+// Sources other than the decoder must build Change.Table with it.
+func TableName(ns, table string) string {
+	if ns == "" {
+		return nsEscaper.Replace(table)
+	}
+	return nsEscaper.Replace(ns) + "." + tableEscaper.Replace(table)
 }
 
 var errNoVersion = errors.New("no version")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strconv"
 	"time"
 )
 
@@ -133,7 +134,10 @@ func convertValue(v any, s map[string]any, depth int) (any, error) {
 	case "array":
 		items, _ := s["items"].(map[string]any)
 		a, ok := v.([]any)
-		if !ok || items == nil {
+		if !ok {
+			return nil, fmt.Errorf("array: want an array, got %s", describe(v))
+		}
+		if items == nil {
 			return v, nil
 		}
 		for i, e := range a {
@@ -149,6 +153,9 @@ func convertValue(v any, s map[string]any, depth int) (any, error) {
 		// as [[k,v]…] arrays, which are left alone.
 		vals, _ := s["values"].(map[string]any)
 		m, ok := v.(map[string]any)
+		if _, pairs := v.([]any); !ok && !pairs {
+			return nil, fmt.Errorf("map: want an object or an array of pairs, got %s", describe(v))
+		}
 		if !ok || vals == nil {
 			return v, nil
 		}
@@ -161,7 +168,54 @@ func convertValue(v any, s map[string]any, depth int) (any, error) {
 		}
 		return m, nil
 	}
-	return v, nil
+	return v, checkPrimitive(v, typ)
+}
+
+// checkPrimitive fails when v contradicts its Connect schema type, as Kafka
+// Connect's JsonConverter does ("Invalid type ... for schema type STRING"):
+// a number where the schema says string would otherwise be indexed as if
+// the source had written it.
+func checkPrimitive(v any, typ string) error {
+	bad := func() error { return fmt.Errorf("%s: want a %s, got %s", typ, typ, describe(v)) }
+	switch typ {
+	case "string":
+		if _, ok := v.(string); !ok {
+			return bad()
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return bad()
+		}
+	case "int8", "int16", "int32", "int64":
+		n, ok := v.(json.Number)
+		if !ok {
+			return bad()
+		}
+		bits, _ := strconv.Atoi(typ[3:])
+		if _, err := strconv.ParseInt(string(n), 10, bits); err != nil {
+			return fmt.Errorf("%s: %s is not an integer in range", typ, n)
+		}
+	case "float32", "float64":
+		switch f := v.(type) {
+		case json.Number:
+		case string:
+			// JSON has no NaN or infinity; Jackson writes them as strings.
+			if f != "NaN" && f != "Infinity" && f != "-Infinity" {
+				return bad()
+			}
+		default:
+			return bad()
+		}
+	case "bytes":
+		b, ok := v.(string)
+		if !ok {
+			return bad()
+		}
+		if _, err := base64.StdEncoding.DecodeString(b); err != nil {
+			return fmt.Errorf("bytes: %s is not base64", describe(v))
+		}
+	}
+	return nil
 }
 
 // decodeDecimal turns Connect's Decimal (base64 big-endian two's-complement

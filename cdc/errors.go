@@ -59,6 +59,7 @@ const (
 	reasonNotJSON   = "value is not JSON"
 	reasonNotObject = "value is not a JSON object"
 	reasonTooDeep   = "value is nested too deeply"
+	reasonBadText   = "value is not valid UTF-8 text"
 	reasonPayload   = "payload is not a JSON object"
 	reasonNoOp      = "envelope has no op"
 	reasonUnknownOp = "unknown op"

@@ -35,7 +35,7 @@ func ExampleDecoder_Decode() {
 	var de *cdc.DecodeError
 	fmt.Println(errors.As(err, &de) && de.Permanent(), err)
 	// Output:
-	// u public.articles 7 pg:000000000210b7a0 627
+	// u public.articles 7 pg:000000000210b7a0;ts=1570448151151 627
 	// Hello [body]
 	// true skip tombstone: not a row change
 	// true decode dbserver1.public.articles/0@44: unknown op: op "x"
