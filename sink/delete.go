@@ -20,8 +20,8 @@ import (
 // SearchText never return them. Outcome counts are always zero.
 func (s *Store) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (Outcome, error) {
 	id := DocID(table, key)
-	if table == "" || key == "" || v.IsZero() {
-		return Outcome{}, fmt.Errorf("delete %s: %w: table, key and version are required", id, ErrInvalidDocument)
+	if table == "" || key == "" || v.IsZero() || badTable(table) {
+		return Outcome{}, fmt.Errorf("delete %s: %w: table (a cdc.TableName, no \"/\"), key and version are required", id, ErrInvalidDocument)
 	}
 	var out Outcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -3,6 +3,7 @@ package sink
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -89,8 +90,14 @@ type Outcome struct {
 	edited bool // an update whose edit magnitude was recorded
 }
 
-// DocID is the document id the sink stores: table + "/" + key.
+// DocID is the document id the sink stores: table + "/" + key. Table is a
+// cdc.TableName, which escapes "/" (and keeps "schema.table" unambiguous),
+// so the first "/" ends the table and two (table, key) pairs never share an
+// id (issue 10); the key may hold "/" (composite keys escape theirs).
 func DocID(table, key string) string { return table + "/" + key }
+
+// badTable reports a table name that would make DocID ambiguous.
+func badTable(table string) bool { return strings.Contains(table, "/") }
 
 func (s *Store) checkDocument(id string, d Document) error {
 	bad := func(format string, args ...any) error {
@@ -99,6 +106,8 @@ func (s *Store) checkDocument(id string, d Document) error {
 	switch {
 	case d.Table == "" || d.Key == "":
 		return bad("table and key are required")
+	case badTable(d.Table):
+		return bad("table %q holds a \"/\": build it with cdc.TableName", d.Table)
 	case id != DocID(d.Table, d.Key):
 		return bad("id %q is not table/key %q", id, DocID(d.Table, d.Key))
 	case d.Version.IsZero():

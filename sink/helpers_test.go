@@ -30,7 +30,13 @@ func setup(t testing.TB) (*sink.Store, *testBundle) {
 	return s, &testBundle{pool: pool, schema: schema}
 }
 
-func ver(n uint64) cdc.Version { return cdc.Version{Kind: "pg", Parts: []uint64{n}} }
+// ver is a Postgres version committed at the time doc() gives every
+// document, as the decoder builds it (with the commit time).
+func ver(n uint64) cdc.Version {
+	return cdc.Version{Kind: "pg", Parts: []uint64{n}, TS: uint64(docTime.UnixMilli())}
+}
+
+var docTime = time.Unix(1700000000, 0).UTC()
 
 // vecFor gives each content hash a distinct, deterministic unit-ish vector.
 func vecFor(hash string) []float32 {
@@ -57,7 +63,7 @@ func chunks(hashes ...string) []sink.Chunk {
 func doc(key string, v uint64, cs []sink.Chunk) sink.Document {
 	return sink.Document{
 		Table: "public.articles", Key: key, Version: ver(v),
-		SourceTS: time.Unix(1700000000, 0).UTC(), Metadata: map[string]any{"lang": "en"},
+		SourceTS: docTime, Metadata: map[string]any{"lang": "en"},
 		Row: map[string]any{"id": key}, Chunks: cs,
 	}
 }
