@@ -2,13 +2,16 @@ package cdc
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -121,6 +124,20 @@ func (d *KafkaDeadLetters) Put(ctx context.Context, m Message, cause error) erro
 	return nil
 }
 
+// textOrBase64 returns b as text when it is valid UTF-8, else as base64;
+// both nil for nil b (a tombstone, a null key).
+func textOrBase64(b []byte) (text, b64 *string) {
+	if b == nil {
+		return nil, nil
+	}
+	s := string(b)
+	if utf8.Valid(b) {
+		return &s, nil
+	}
+	s = base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
 // FileDeadLetters appends dead letters to a JSON Lines file in kcat's -J
 // shape, which the file source reads back: fix the config, then replay the
 // file with `serve --once`.
@@ -138,28 +155,40 @@ func NewFileDeadLetters(path, version string) *FileDeadLetters {
 // Path is where dead letters go.
 func (d *FileDeadLetters) Path() string { return d.path }
 
-// Put appends one dead letter and syncs the file.
+// Put appends one dead letter and syncs the file. Key, value and header
+// values that are not valid UTF-8 cannot sit in a JSON string without being
+// changed (encoding/json writes U+FFFD), so they are written base64-encoded
+// as key_base64, payload_base64 and headers_base64 instead, which the file
+// source reads back byte for byte (issue 10).
 func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
+	hs := deadLetterHeaders(m, cause, d.version)
+	textual := !slices.ContainsFunc(hs, func(h Header) bool { return !utf8.Valid(h.Value) })
 	var flat []string
-	for _, h := range deadLetterHeaders(m, cause, d.version) {
-		flat = append(flat, h.Key, string(h.Value))
+	for _, h := range hs {
+		v := string(h.Value)
+		if !textual {
+			v = base64.StdEncoding.EncodeToString(h.Value)
+		}
+		flat = append(flat, h.Key, v)
 	}
 	line := struct {
-		Topic     string   `json:"topic"`
-		Partition int32    `json:"partition"`
-		Offset    int64    `json:"offset"`
-		Key       *string  `json:"key"`
-		Payload   *string  `json:"payload"`
-		Headers   []string `json:"headers"`
-	}{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Headers: flat}
-	if m.Key != nil {
-		s := string(m.Key)
-		line.Key = &s
+		Topic         string   `json:"topic"`
+		Partition     int32    `json:"partition"`
+		Offset        int64    `json:"offset"`
+		Key           *string  `json:"key"`
+		KeyB64        *string  `json:"key_base64,omitempty"`
+		Payload       *string  `json:"payload"`
+		PayloadB64    *string  `json:"payload_base64,omitempty"`
+		Headers       []string `json:"headers,omitempty"`
+		HeadersBase64 []string `json:"headers_base64,omitempty"`
+	}{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	if textual {
+		line.Headers = flat
+	} else {
+		line.HeadersBase64 = flat
 	}
-	if m.Value != nil {
-		s := string(m.Value)
-		line.Payload = &s
-	}
+	line.Key, line.KeyB64 = textOrBase64(m.Key)
+	line.Payload, line.PayloadB64 = textOrBase64(m.Value)
 	b, err := json.Marshal(line)
 	if err != nil {
 		return fmt.Errorf("encode dead letter: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // FileConfig configures the JSON Lines source.
@@ -115,20 +117,32 @@ type envelope struct {
 	Payload   json.RawMessage `json:"payload"` // kcat -J: the value as a string
 	Headers   json.RawMessage `json:"headers"`
 	TS        int64           `json:"ts"`
+	// Written by FileDeadLetters for bytes that are not UTF-8.
+	KeyB64     []byte   `json:"key_base64"`
+	PayloadB64 []byte   `json:"payload_base64"`
+	HeadersB64 []string `json:"headers_base64"`
 }
 
 var wrapperKeys = map[string]bool{
 	"topic": true, "partition": true, "offset": true, "key": true, "value": true,
 	"payload": true, "headers": true, "ts": true, "tstype": true, "broker": true, "timestamp": true,
+	"key_base64": true, "payload_base64": true, "headers_base64": true,
 }
 
 // ParseLine turns one line of a JSON Lines dump into a message. A line that
 // is not a recognised wrapper is taken as a bare value, bytes unchanged, so a
 // malformed line still reaches the decoder and is dead-lettered with its
 // reason instead of being dropped.
+//
+// A line that is not valid UTF-8 is always a bare value: encoding/json would
+// read its strings with U+FFFD in place of the bad bytes, and the decoder
+// must see (and dead-letter) the bytes as they are.
 func ParseLine(line []byte, lineNo int64) Message {
 	line = bytes.TrimRight(line, "\r\n")
 	m := Message{Offset: lineNo, Value: line}
+	if !utf8.Valid(line) {
+		return m
+	}
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(line, &probe) != nil || len(probe) == 0 {
 		return m
@@ -163,6 +177,22 @@ func ParseLine(line []byte, lineNo int64) Message {
 		w.Value = nullToNil(env.Value)
 	}
 	w.Headers = parseHeaders(env.Headers)
+	if env.KeyB64 != nil {
+		w.Key = env.KeyB64
+	}
+	if env.PayloadB64 != nil {
+		w.Value = env.PayloadB64
+	}
+	if env.HeadersB64 != nil {
+		w.Headers = nil
+		for i := 0; i+1 < len(env.HeadersB64); i += 2 {
+			v, err := base64.StdEncoding.DecodeString(env.HeadersB64[i+1])
+			if err != nil {
+				return m // not what FileDeadLetters wrote: let the decoder say so
+			}
+			w.Headers = append(w.Headers, Header{Key: env.HeadersB64[i], Value: v})
+		}
+	}
 	return w
 }
 
