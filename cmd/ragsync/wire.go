@@ -145,6 +145,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Tables:     cfg.pipelineTables(),
 		Workers:    cfg.Pipeline.Workers,
 		StallAfter: cfg.Pipeline.StallAfter,
+		Settings:   stallSettings(cfg),
 		Logger:     logger,
 		Registerer: reg,
 	}, pipeline.Stages{
@@ -157,6 +158,25 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Transient:   transient,
 		Fatal:       fatal,
 	})
+}
+
+// stallSettings names, per failing stage, what the stall summary tells the
+// operator to check.
+func stallSettings(cfg Config) map[string]string {
+	m := map[string]string{
+		pipeline.StageEmbedder: "embedder.base_url (is the embedding provider up and reachable?) and embedder.api_key",
+		pipeline.StageSink:     "postgres.url (is Postgres up and reachable?)",
+		pipeline.StageSource:   "source.kafka.brokers (is Kafka reachable?)",
+	}
+	if cfg.Embedder.Provider == embedder.ProviderHashing {
+		m[pipeline.StageEmbedder] = "embedder.provider (the offline embedder failed; see the error)"
+	}
+	if cfg.Source.Kind == "file" {
+		m[pipeline.StageDeadLetters] = "dlq.path (is its directory writable?)"
+	} else {
+		m[pipeline.StageDeadLetters] = "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)"
+	}
+	return m
 }
 
 // transient says which failures mean "a dependency is down, wait for it"
