@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,11 +100,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		dlqPath := cfg.DLQ.Path
-		if dlqPath == "" {
-			dlqPath = cfg.Source.File.Path + ".dlq.jsonl"
-		}
-		return src, cdc.NewFileDeadLetters(filepath.Clean(dlqPath), version), func() { src.Close() }, nil
+		return src, cdc.NewFileDeadLetters(fileDLQPath(cfg), version), func() { src.Close() }, nil
 	case "kafka":
 		k := cfg.Source.Kafka
 		src, err := cdc.NewKafkaSource(cdc.KafkaConfig{
