@@ -163,6 +163,12 @@ func loadConfig(path string, sets []string) (Config, error) {
 			return cfg, fmt.Errorf("read config: %w (pass --config with the path of your ragsync.yaml)", err)
 		}
 		expanded, _ := expandEnv(string(raw))
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(expanded), &doc); err == nil {
+			if err := unknownKeys(&doc); err != nil {
+				return cfg, fmt.Errorf("parse %s:\n%w", path, err)
+			}
+		}
 		dec := yaml.NewDecoder(strings.NewReader(expanded))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file means all defaults
@@ -319,6 +325,8 @@ func (c Config) validate(needSource bool) error {
 		case "file":
 			if c.Source.File.Path == "" {
 				add("source.file.path: set the JSON Lines file to replay")
+			} else if err := checkEventsFile(c.Source.File.Path); err != nil {
+				errs = append(errs, err)
 			}
 		case "postgres":
 			add("source.kind: postgres (logical replication) is not available in this version; use kafka or file")
@@ -383,7 +391,13 @@ func (c Config) chunkerConfig() chunker.Config {
 	}.WithDefaults()
 }
 
-func (c Config) embedderConfig() embedder.Config { return c.Embedder.WithDefaults() }
+func (c Config) embedderConfig() embedder.Config {
+	e := c.Embedder
+	if e.Provider == embedder.ProviderHashing {
+		e.Model = "" // the offline embedder has one model; warnings() says so
+	}
+	return e.WithDefaults()
+}
 
 func (c Config) frontDoorConfig() fallback.Config {
 	f := c.FrontDoor.Config
