@@ -125,9 +125,13 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	return printHits(cmd, hits, asJSON)
 }
 
+// hitJSON is one line of query --json: the front door protocol's result
+// fields (doc_id, table, key, position, text, score, metadata) plus rank.
 type hitJSON struct {
 	Rank     int            `json:"rank"`
 	DocID    string         `json:"doc_id"`
+	Table    string         `json:"table"`
+	Key      string         `json:"key"`
 	Position int            `json:"position"`
 	Score    float64        `json:"score"`
 	Text     string         `json:"text"`
@@ -139,7 +143,7 @@ func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
 				return err
 			}
 		}
