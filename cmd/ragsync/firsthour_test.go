@@ -290,3 +290,26 @@ func TestQueryJSONCarriesTableAndKey(t *testing.T) {
 	require.Equal(t, "public.articles", hit["table"])
 	require.Equal(t, "7", hit["key"])
 }
+
+// TestMigrateSaysWhatItDid: the first migrate applies migrations and says
+// so; the second has nothing to apply.
+func TestMigrateSaysWhatItDid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Postgres")
+	}
+	schema := fmt.Sprintf("test_i16_migrate_%d", time.Now().UnixNano()%1_000_000_000)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), pgtest.URL())
+		if err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			conn.Close(context.Background())
+		}
+	})
+	args := []string{"migrate", "--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema}
+	out, _, err := runCtx(t.Context(), args...)
+	require.NoError(t, err)
+	require.Regexp(t, `^schema `+schema+`: applied [1-9][0-9]* migration\(s\); it is now up to date\n$`, out)
+	out, _, err = runCtx(t.Context(), args...)
+	require.NoError(t, err)
+	require.Equal(t, "schema "+schema+" is up to date; nothing to apply\n", out)
+}

@@ -270,7 +270,10 @@ func warnUnvacuumed(ctx context.Context, st *sink.Store, logger *slog.Logger) {
 		return
 	}
 	for _, t := range tables {
-		logger.Warn("autovacuum does not cover this table: replaced and deleted chunks will pile up as dead rows in it and its HNSW index",
-			"table", t.Table, "fix", t.Fix)
+		msg := "autovacuum does not cover this table: replaced and deleted rows will pile up in it as dead rows"
+		if t.HNSW {
+			msg = "autovacuum does not cover this table: replaced and deleted chunks will pile up as dead rows in it and its HNSW index"
+		}
+		logger.Warn(msg, "table", t.Table, "fix", t.Fix)
 	}
 }
