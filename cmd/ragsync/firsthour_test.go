@@ -23,7 +23,7 @@ import (
 )
 
 // eventLines renders messages as {"topic","key","value"} lines.
-func eventLines(t *testing.T, msgs ...cdc.Message) string {
+func eventLines(t testing.TB, msgs ...cdc.Message) string {
 	t.Helper()
 	var b strings.Builder
 	for _, m := range msgs {
@@ -48,7 +48,7 @@ type fileWorld struct {
 	dir, events, cfg, schema string
 }
 
-func newFileWorld(t *testing.T, events string, extra string) fileWorld {
+func newFileWorld(t testing.TB, events string, extra string) fileWorld {
 	t.Helper()
 	_, schema := pgtest.Schema(t)
 	dir := t.TempDir()
