@@ -211,7 +211,7 @@ func setPath(cfg *Config, path, value string, underscores bool) error {
 		}
 		field, remaining, ok := matchField(v, rest, underscores)
 		if !ok {
-			return fmt.Errorf("unknown setting %q", path)
+			return unknownSetting(v, path, rest, underscores)
 		}
 		v = field
 		if remaining == "" {

@@ -124,3 +124,16 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// unknownSetting reports a --set path (or RAGSYNC_* name) that names no
+// setting; for --set it offers the closest key at the level that failed.
+func unknownSetting(v reflect.Value, path, rest string, underscores bool) error {
+	if underscores {
+		return fmt.Errorf("unknown setting %q", path)
+	}
+	key, _, _ := strings.Cut(rest, ".")
+	if s := closest(key, yamlFields(v.Type())); s != "" {
+		return fmt.Errorf("unknown setting %q; did you mean %s?", path, strings.TrimSuffix(path, rest)+s)
+	}
+	return fmt.Errorf("unknown setting %q", path)
+}
