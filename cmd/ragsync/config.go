@@ -93,6 +93,9 @@ type PipelineConfig struct {
 	Workers int `yaml:"workers"`
 	// StallAfter is how long a batch may be retried before /readyz fails.
 	StallAfter time.Duration `yaml:"stall_after"`
+	// StallLogInterval is how often a stall is summarised in the log
+	// (what fails, since when, the setting to check). Defaults to 30s.
+	StallLogInterval time.Duration `yaml:"stall_log_interval"`
 }
 
 // FrontDoorConfig is the Redis Stream query front door: enabled, plus every
@@ -373,6 +376,9 @@ func (c Config) validate(needSource bool) error {
 	}
 	if c.Pipeline.Workers < 0 {
 		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
+	}
+	if c.Pipeline.StallLogInterval < 0 {
+		add("pipeline.stall_log_interval: must be >= 0 (0 means the default, 30s)")
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

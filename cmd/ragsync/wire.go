@@ -141,8 +141,10 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Workers:    cfg.Pipeline.Workers,
 		StallAfter: cfg.Pipeline.StallAfter,
 		Settings:   stallSettings(cfg),
-		Logger:     logger,
-		Registerer: reg,
+		// StallLogInterval: 0 is the pipeline's default (30s).
+		StallLogInterval: cfg.Pipeline.StallLogInterval,
+		Logger:           logger,
+		Registerer:       reg,
 	}, pipeline.Stages{
 		Source:      src,
 		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
