@@ -174,7 +174,7 @@ func TestServeOnceStoppedBeforeDrainingExits5(t *testing.T) {
 }
 
 // countDocs counts the documents in schema, -1 before it is migrated.
-func countDocs(t *testing.T, schema string) int {
+func countDocs(t testing.TB, schema string) int {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), pgtest.URL())
 	require.NoError(t, err)

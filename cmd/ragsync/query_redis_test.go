@@ -34,6 +34,9 @@ func frontDoorWorld(t testing.TB) string {
 		cancel()
 		require.NoError(t, <-done)
 	})
+	// Both documents in the index first: an earlier query would cache an
+	// empty answer for frontdoor.negative_ttl (30s).
+	require.Eventually(t, func() bool { return countDocs(t, w.schema) == 2 }, 60*time.Second, 100*time.Millisecond)
 	require.Eventually(t, func() bool {
 		out, _, err := runCtx(t.Context(), "query", "--via", "redis", "--timeout", "2s", "--config", w.cfg, "tide pools")
 		return err == nil && strings.Contains(out, "public.articles/1")
