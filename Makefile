@@ -28,8 +28,8 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 
 bench: services bench-incremental bench-frontdoor bench-backlog bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, per-package Go benchmarks
 
-bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (-count 5; compare runs with benchstat)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink
+bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
 
 # The second run gives the Go process one core and leaves the other to Redis,
 # as a one-CPU container would (GOMAXPROCS follows the CPU limit).

@@ -47,7 +47,14 @@ func ErrorClass(err error) string {
 }
 
 // deadLetterHeaders returns the original headers followed by the reason.
+// __connect.errors.timestamp is the message's timestamp, or, for a message
+// that has none (a bare line of a file), the time it was dead-lettered:
+// the zero time would read as year 1.
 func deadLetterHeaders(m Message, cause error, version string) []Header {
+	ts := m.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
 	hs := append([]Header(nil), m.Headers...)
 	stage := "VALUE_CONVERTER"
 	var de *DecodeError
@@ -61,7 +68,7 @@ func deadLetterHeaders(m Message, cause error, version string) []Header {
 		Header{HeaderErrClass, []byte(ErrorClass(cause))},
 		Header{HeaderErrMessage, []byte(cause.Error())},
 		Header{HeaderErrStage, []byte(stage)},
-		Header{HeaderErrTimestamp, []byte(strconv.FormatInt(m.Timestamp.UnixMilli(), 10))},
+		Header{HeaderErrTimestamp, []byte(strconv.FormatInt(ts.UnixMilli(), 10))},
 		Header{HeaderVersion, []byte(version)},
 	)
 }
@@ -161,9 +168,22 @@ func (d *FileDeadLetters) Path() string { return d.path }
 // as key_base64, payload_base64 and headers_base64 instead, which the file
 // source reads back byte for byte (issue 10).
 func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
-	hs := deadLetterHeaders(m, cause, d.version)
+	b, err := fileLine(m, deadLetterHeaders(m, cause, d.version))
+	if err != nil {
+		return fmt.Errorf("encode dead letter: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return appendSynced(d.path, b)
+}
+
+// fileLine renders m with headers hs as one kcat -J line (no newline),
+// the shape ParseLine reads back. Key, value and header values that are
+// not valid UTF-8 go base64-encoded (key_base64, payload_base64,
+// headers_base64) so that they come back byte for byte.
+func fileLine(m Message, hs []Header) ([]byte, error) {
 	textual := !slices.ContainsFunc(hs, func(h Header) bool { return !utf8.Valid(h.Value) })
-	var flat []string
+	flat := []string{}
 	for _, h := range hs {
 		v := string(h.Value)
 		if !textual {
@@ -175,6 +195,7 @@ func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
 		Topic         string   `json:"topic"`
 		Partition     int32    `json:"partition"`
 		Offset        int64    `json:"offset"`
+		TS            int64    `json:"ts,omitempty"`
 		Key           *string  `json:"key"`
 		KeyB64        *string  `json:"key_base64,omitempty"`
 		Payload       *string  `json:"payload"`
@@ -187,25 +208,33 @@ func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
 	} else {
 		line.HeadersBase64 = flat
 	}
+	if !m.Timestamp.IsZero() {
+		line.TS = m.Timestamp.UnixMilli()
+	}
 	line.Key, line.KeyB64 = textOrBase64(m.Key)
 	line.Payload, line.PayloadB64 = textOrBase64(m.Value)
-	b, err := json.Marshal(line)
+	return json.Marshal(line)
+}
+
+// appendSynced appends lines (each without its newline) to path, creating
+// it, and syncs before returning so an acknowledged dead letter survives a
+// crash.
+func appendSynced(path string, lines ...[]byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("encode dead letter: %w", err)
+		return fmt.Errorf("open %s: %w", path, err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	f, err := os.OpenFile(d.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("open dead-letter file: %w", err)
+	var buf []byte
+	for _, l := range lines {
+		buf = append(append(buf, l...), '\n')
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	if _, err := f.Write(buf); err != nil {
 		f.Close()
-		return fmt.Errorf("write dead-letter file: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("sync dead-letter file: %w", err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return f.Close()
 }

@@ -150,7 +150,11 @@ func (c Config) Validate() error {
 	default:
 		add("embedder.provider: %q is not a provider, use %q or %q", c.Provider, ProviderOpenAI, ProviderHashing)
 	}
-	if c.Dimensions <= 0 {
+	switch {
+	case c.Dimensions > 0:
+	case c.Provider == ProviderHashing:
+		add("embedder.dimensions: must be > 0, got %d; the offline hashing embedder takes any size (default 384), the same for every run of one index", c.Dimensions)
+	default:
 		add("embedder.dimensions: must be > 0, set it to the model's output size (1536 for text-embedding-3-small), got %d", c.Dimensions)
 	}
 	if c.MaxBatchInputs < 1 || c.MaxBatchInputs > 2048 {

@@ -267,7 +267,8 @@ func (c *Client) read(ctx context.Context) {
 	}
 }
 
-// Close stops the reader (waiting at most Poll) and the sender (after the
+// Close stops the reader (at once: it wakes it with an entry on the reply
+// stream; at most Poll when that write fails) and the sender (after the
 // round trip it has in flight), and deletes the reply stream. Requests not
 // sent yet fail at once; searches in flight end with ErrNoReply when their
 // context ends; later ones fail.
@@ -280,12 +281,17 @@ func (c *Client) Close() error {
 	c.closed = true
 	running := c.running
 	c.mu.Unlock()
-	if running {
-		c.stop()
-		c.done.Wait()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if running {
+		c.stop()
+		// Wake the reader out of its blocking XREAD with an entry no
+		// request waits for: otherwise Close lasts up to Poll (and Redis
+		// rounds the block timeout up to its cron tick), which made a
+		// one-shot `ragsync query --via redis` take ~1.1 s on a cache hit.
+		_ = c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.replyTo, Values: []any{"wake", "1"}}).Err()
+		c.done.Wait()
+	}
 	if err := c.rdb.Del(ctx, c.replyTo).Err(); err != nil {
 		return fmt.Errorf("delete reply stream %s: %w", c.replyTo, err)
 	}

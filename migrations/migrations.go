@@ -32,25 +32,34 @@ const versionTable = "goose_db_version"
 // pool's settings; it runs the migrations over a short-lived copy of pool's
 // configuration whose search_path is "schema, public". A nil logger discards.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	_, err := Apply(ctx, pool, schema, logger)
+	return err
+}
+
+// Apply is Up, returning how many migrations it applied, so a command can
+// tell "applied" from "nothing to do".
+func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p, closeFn, err := newProvider(ctx, pool, schema)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer closeFn()
 	results, err := p.Up(ctx)
+	applied := 0
 	for _, r := range results {
 		if r.Error == nil {
+			applied++
 			logger.InfoContext(ctx, "migration applied", "schema", schema,
 				"version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("migrate schema %s: %w", schema, err)
+		return applied, fmt.Errorf("migrate schema %s: %w", schema, err)
 	}
-	return nil
+	return applied, nil
 }
 
 // newProvider prepares schema and returns a goose provider over it plus the

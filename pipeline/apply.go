@@ -84,8 +84,9 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	for i, c := range chunks {
 		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 	}
-	if err := p.embedMissing(ctx, &doc); err != nil {
-		return fmt.Errorf("embed %s: %w", id, err)
+	saved, err := p.embedMissing(ctx, &doc)
+	if err != nil {
+		return stageError{StageEmbedder, fmt.Errorf("embed %s: %w", id, err)}
 	}
 	start := time.Now()
 	out, err := p.st.Sink.Upsert(ctx, doc)
@@ -97,6 +98,14 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		p.metrics.lag.WithLabelValues(ch.Table).Set(time.Since(ch.SourceTS).Seconds())
 	}
 	p.countOutcome(op, out)
+	if out.Applied {
+		// Only a write that happened used its cached or reused vectors; a
+		// stale or duplicate change (a replay) saved nothing.
+		p.stats.add("chunks_cached", saved.cached)
+		p.stats.add("chunks_reused", saved.reused)
+		p.metrics.chunks.WithLabelValues("cached").Add(float64(saved.cached))
+		p.metrics.chunks.WithLabelValues("reused").Add(float64(saved.reused))
+	}
 	p.stats.add("chunks_inserted", out.Inserted)
 	p.stats.add("chunks_unchanged", out.Unchanged)
 	p.stats.add("chunks_moved", out.Moved)
@@ -136,8 +145,10 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 // embedding, near-duplicate reuse (see ReuseConfig) lets a chunk take a
 // stored vector of the same document whose origin text is similar enough,
 // by setting VectorHash. When the sink can list stored chunks it also
-// records the document's ssdeep hash and edit magnitude.
-func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
+// records the document's ssdeep hash and edit magnitude. It returns how many
+// distinct chunks took a cached or reused vector, which the caller counts
+// once the sink applied the document.
+func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedChunks, error) {
 	chunks := doc.Chunks
 	cfg := p.reuseConfig()
 	cs, hasStore := p.st.Sink.(ChunkStore)
@@ -145,12 +156,12 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 	if hasStore {
 		var err error
 		if stored, err = cs.StoredChunks(ctx, doc.ID); err != nil {
-			return err
+			return savedChunks{}, err
 		}
 		measureEdit(stored, doc)
 	}
 	if len(chunks) == 0 {
-		return nil
+		return savedChunks{}, nil
 	}
 	hashes := make([]string, 0, len(chunks))
 	for _, c := range chunks {
@@ -160,7 +171,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 	}
 	known, err := p.st.Sink.Vectors(ctx, hashes)
 	if err != nil {
-		return err
+		return savedChunks{}, err
 	}
 	var missing []int
 	for i, c := range chunks {
@@ -187,21 +198,18 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 			reused[c.Hash] = true
 		}
 	}
-	cached := len(hashes) - len(texts) - len(reused)
-	p.stats.add("chunks_cached", cached)
-	p.stats.add("chunks_reused", len(reused))
-	p.metrics.chunks.WithLabelValues("cached").Add(float64(cached))
-	p.metrics.chunks.WithLabelValues("reused").Add(float64(len(reused)))
+	saved := savedChunks{cached: len(hashes) - len(texts) - len(reused), reused: len(reused)}
 	if len(texts) == 0 {
-		return nil
+		return saved, nil
 	}
 	vecs, err := p.st.Embedder.Embed(ctx, texts)
 	if err != nil {
-		return err
+		return savedChunks{}, err
 	}
 	if len(vecs) != len(texts) {
-		return fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
+		return savedChunks{}, fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
 	}
+	// Counted here, not after the write: the API call was paid either way.
 	p.stats.add("chunks_embedded", len(texts))
 	p.metrics.chunks.WithLabelValues("embedded").Add(float64(len(texts)))
 	for i := range chunks {
@@ -209,8 +217,12 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 			chunks[i].Vector = vecs[n]
 		}
 	}
-	return nil
+	return saved, nil
 }
+
+// savedChunks counts a document's distinct chunks that needed no API call:
+// cached (content hash embedded before) and reused (near-duplicate).
+type savedChunks struct{ cached, reused int }
 
 func (p *Pipeline) table(name string) (TableConfig, bool) {
 	if len(p.cfg.Tables) == 0 {

@@ -39,6 +39,14 @@ type Config struct {
 	// being retried before Healthy reports false (for /readyz): a dependency
 	// down that long needs a human or a restart. Defaults to 5m.
 	StallAfter time.Duration
+	// StallLogInterval is how often a stall (a batch whose work is being
+	// retried) is summarised in the log: what fails, since when, which
+	// setting to check and what /readyz says. Defaults to 30s.
+	StallLogInterval time.Duration
+	// Settings names, per failing stage (StageEmbedder, StageSink,
+	// StageDeadLetters, StageSource), the settings to check, e.g.
+	// "embedder.base_url"; the stall summary prints it. Nil prints none.
+	Settings map[string]string
 	// Logger receives start/stop summaries and actionable warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -61,6 +69,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallAfter <= 0 {
 		c.StallAfter = 5 * time.Minute
+	}
+	if c.StallLogInterval <= 0 {
+		c.StallLogInterval = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -100,7 +111,9 @@ type Pipeline struct {
 	// progressing).
 	batchStart   atomic.Int64
 	batchRetries atomic.Int64
-	now          func() time.Time
+	// failing is the batch's latest retried failure, for the stall summary.
+	failing failureNote
+	now     func() time.Time
 }
 
 // New checks that every stage is present and builds a pipeline.
@@ -170,6 +183,8 @@ func (p *Pipeline) Stats() Snapshot { return p.stats.snapshot() }
 func (p *Pipeline) Run(ctx context.Context) error {
 	p.log.InfoContext(ctx, "pipeline started", "workers", p.cfg.Workers)
 	defer func() { p.log.InfoContext(ctx, "pipeline stopped", "stats", p.stats.snapshot().String()) }()
+	stopSummaries := p.summariseStalls(ctx)
+	defer stopSummaries()
 	for {
 		b, err := p.st.Source.Fetch(ctx)
 		if errors.Is(err, io.EOF) {
@@ -183,6 +198,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		start := time.Now()
 		p.batchRetries.Store(0)
+		p.failing.clear()
 		p.batchStart.Store(p.now().UnixNano())
 		if err := p.Process(ctx, b.Messages); err != nil {
 			if ctx.Err() != nil {
@@ -323,6 +339,7 @@ func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) err
 		}
 		p.metrics.retries.WithLabelValues(stage, cause).Inc()
 		p.stats.add("retries", 1)
+		p.failing.note(stageOf(stage, err), err, p.now())
 		p.batchRetries.Add(1)
 		if attempt == 1 || attempt%10 == 0 {
 			p.log.WarnContext(ctx, "retrying after failure", "step", stage, "attempt", attempt, "error", err)

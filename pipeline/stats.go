@@ -36,7 +36,9 @@ func (s Stats) snapshot() Snapshot {
 // "op_r", "op_t", "op_m" count changes by Debezium op; "applied", "stale",
 // "duplicate", "unmatched_table", "skipped_<reason>", "dead_lettered" count
 // outcomes; "chunks_embedded", "chunks_cached", "chunks_inserted",
-// "chunks_unchanged", "chunks_moved", "chunks_removed" count chunks;
+// "chunks_unchanged", "chunks_moved", "chunks_removed" count chunks
+// ("chunks_cached" and "chunks_reused" only of writes that were applied:
+// a stale or duplicate change saves nothing);
 // "retries" counts retried failures.
 type Snapshot map[string]int
 

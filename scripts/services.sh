@@ -86,6 +86,8 @@ ensure_pgvector() {
   fi
   local v; v=$(pg_version)
   local pgc=/usr/lib/postgresql/$v/bin/pg_config
+  # The build is silent and slow on a small machine: say what happens.
+  say "pgvector: not available for PostgreSQL $v; installing the build tools and building it from Debian's source package (once; several minutes on a small machine)..."
   add_deb_src
   apt_update
   if [ ! -f "$("$pgc" --includedir-server 2>/dev/null)/postgres.h" ] || ! dpkg -s dpkg-dev >/dev/null 2>&1; then
@@ -111,12 +113,15 @@ ensure_wal_level() {
     say "postgres: wal_level=logical"
     return 0
   fi
+  # Only reached when the value differs: say so before the restart, which
+  # disconnects every client of this server.
+  say "postgres: wal_level is $lvl, logical replication needs logical: setting it and RESTARTING PostgreSQL now (its clients are disconnected; this happens once)"
   psql_q "alter system set wal_level = logical" >/dev/null
   as_root pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main restart >/dev/null 2>&1 || true
   pg_isready -q -h "$PGHOST" -p "$PGPORT" || pg_start
   for _ in $(seq 1 30); do pg_isready -q -h "$PGHOST" -p "$PGPORT" && break; sleep 1; done
   [ "$(psql_q "show wal_level")" = logical ] || die "could not set wal_level=logical; set it in postgresql.conf and restart PostgreSQL"
-  say "postgres: wal_level was $lvl, set it to logical and restarted"
+  say "postgres: wal_level=logical after the restart"
 }
 
 ensure_databases() {

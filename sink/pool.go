@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgxvector "github.com/pgvector/pgvector-go/pgx"
 
@@ -32,7 +33,7 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 
 	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
+		return nil, connectError(safe, cfg.ConnConfig.Database, err)
 	}
 	err = migrations.EnsureVector(ctx, conn)
 	_ = conn.Close(ctx)
@@ -48,9 +49,26 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
+		return nil, connectError(safe, cfg.ConnConfig.Database, err)
 	}
 	return pool, nil
+}
+
+// connectError says what to fix for a failed connection: the server
+// answered and refused (no such database, authentication), or nobody
+// answered at all.
+func connectError(safe, database string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3D000": // invalid_catalog_name
+			return fmt.Errorf("connect postgres %s: %w (Postgres is running but has no database %q: create it, e.g. createdb %s, or fix postgres.url)", safe, err, database, database)
+		case "28P01", "28000": // invalid_password, invalid_authorization_specification
+			return fmt.Errorf("connect postgres %s: %w (Postgres refused the credentials: fix the user or password in postgres.url)", safe, err)
+		}
+		return fmt.Errorf("connect postgres %s: %w (fix postgres.url)", safe, err)
+	}
+	return fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
 }
 
 var (

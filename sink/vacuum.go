@@ -13,6 +13,9 @@ type Unvacuumed struct {
 	// Fix says what to change: the table's own storage parameter wins,
 	// because turning autovacuum on for the server would not cover it.
 	Fix string
+	// HNSW says the table has an HNSW index, whose dead entries pile up
+	// with the table's dead tuples.
+	HNSW bool
 }
 
 // Unvacuumed lists ragsync's tables that autovacuum skips: all of them when
@@ -27,7 +30,9 @@ func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
 	rows, err := s.pool.Query(ctx, "SELECT n.nspname || '.' || c.relname,"+
 		" coalesce((SELECT NOT o.option_value::bool FROM pg_options_to_table(c.reloptions) o"+
 		" WHERE o.option_name = 'autovacuum_enabled'), false),"+
-		" current_setting('autovacuum')::bool"+
+		" current_setting('autovacuum')::bool,"+
+		" EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am a ON a.oid = ic.relam"+
+		" WHERE i.indrelid = c.oid AND a.amname = 'hnsw')"+
 		" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"+
 		" WHERE n.nspname = $1 AND c.relname IN ('documents', 'chunks', 'embedding_cache') AND c.relkind = 'r'"+
 		" ORDER BY c.relname", s.cfg.Schema)
@@ -37,10 +42,11 @@ func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
 	type table struct {
 		name               string
 		tableOff, serverOn bool
+		hnsw               bool
 	}
 	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (table, error) {
 		var t table
-		err := r.Scan(&t.name, &t.tableOff, &t.serverOn)
+		err := r.Scan(&t.name, &t.tableOff, &t.serverOn, &t.hnsw)
 		return t, err
 	})
 	if err != nil {
@@ -50,9 +56,9 @@ func (s *Store) Unvacuumed(ctx context.Context) ([]Unvacuumed, error) {
 	for _, t := range tables {
 		switch {
 		case t.tableOff:
-			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER TABLE " + t.name + " RESET (autovacuum_enabled)"})
+			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER TABLE " + t.name + " RESET (autovacuum_enabled)", HNSW: t.hnsw})
 		case !t.serverOn:
-			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf()"})
+			out = append(out, Unvacuumed{Table: t.name, Fix: "ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf()", HNSW: t.hnsw})
 		}
 	}
 	return out, nil

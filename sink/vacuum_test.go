@@ -29,7 +29,7 @@ func TestUnvacuumed(t *testing.T) {
 	if serverOn {
 		require.Empty(t, got)
 	} else {
-		require.Equal(t, append([]sink.Unvacuumed{{Table: b.schema + ".chunks", Fix: serverFix}}, others()...), got)
+		require.Equal(t, append([]sink.Unvacuumed{{Table: b.schema + ".chunks", Fix: serverFix, HNSW: true}}, others()...), got)
 	}
 
 	for _, opt := range []string{"false", "off", "0", "no", "FALSE"} {
@@ -37,9 +37,16 @@ func TestUnvacuumed(t *testing.T) {
 		require.NoError(t, err)
 		got, err = s.Unvacuumed(ctx)
 		require.NoError(t, err)
-		chunks := sink.Unvacuumed{Table: b.schema + ".chunks", Fix: "ALTER TABLE " + b.schema + ".chunks RESET (autovacuum_enabled)"}
+		// Only chunks carries an HNSW index, so only its warning names one.
+		chunks := sink.Unvacuumed{Table: b.schema + ".chunks", Fix: "ALTER TABLE " + b.schema + ".chunks RESET (autovacuum_enabled)", HNSW: true}
 		require.Equal(t, append([]sink.Unvacuumed{chunks}, others()...), got, "autovacuum_enabled = %s", opt)
 		_, err = b.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.chunks RESET (autovacuum_enabled)", b.schema))
 		require.NoError(t, err)
 	}
+	_, err = b.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.documents SET (autovacuum_enabled = off)", b.schema))
+	require.NoError(t, err)
+	got, err = s.Unvacuumed(ctx)
+	require.NoError(t, err)
+	require.Contains(t, got, sink.Unvacuumed{Table: b.schema + ".documents", Fix: "ALTER TABLE " + b.schema + ".documents RESET (autovacuum_enabled)"},
+		"documents has no HNSW index")
 }

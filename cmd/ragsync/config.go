@@ -93,6 +93,9 @@ type PipelineConfig struct {
 	Workers int `yaml:"workers"`
 	// StallAfter is how long a batch may be retried before /readyz fails.
 	StallAfter time.Duration `yaml:"stall_after"`
+	// StallLogInterval is how often a stall is summarised in the log
+	// (what fails, since when, the setting to check). Defaults to 30s.
+	StallLogInterval time.Duration `yaml:"stall_log_interval"`
 }
 
 // FrontDoorConfig is the Redis Stream query front door: enabled, plus every
@@ -163,6 +166,12 @@ func loadConfig(path string, sets []string) (Config, error) {
 			return cfg, fmt.Errorf("read config: %w (pass --config with the path of your ragsync.yaml)", err)
 		}
 		expanded, _ := expandEnv(string(raw))
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(expanded), &doc); err == nil {
+			if err := unknownKeys(&doc); err != nil {
+				return cfg, fmt.Errorf("parse %s:\n%w", path, err)
+			}
+		}
 		dec := yaml.NewDecoder(strings.NewReader(expanded))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file means all defaults
@@ -205,7 +214,7 @@ func setPath(cfg *Config, path, value string, underscores bool) error {
 		}
 		field, remaining, ok := matchField(v, rest, underscores)
 		if !ok {
-			return fmt.Errorf("unknown setting %q", path)
+			return unknownSetting(v, path, rest, underscores)
 		}
 		v = field
 		if remaining == "" {
@@ -319,6 +328,8 @@ func (c Config) validate(needSource bool) error {
 		case "file":
 			if c.Source.File.Path == "" {
 				add("source.file.path: set the JSON Lines file to replay")
+			} else if err := checkEventsFile(c.Source.File.Path); err != nil {
+				errs = append(errs, err)
 			}
 		case "postgres":
 			add("source.kind: postgres (logical replication) is not available in this version; use kafka or file")
@@ -366,6 +377,9 @@ func (c Config) validate(needSource bool) error {
 	if c.Pipeline.Workers < 0 {
 		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
 	}
+	if c.Pipeline.StallLogInterval < 0 {
+		add("pipeline.stall_log_interval: must be >= 0 (0 means the default, 30s)")
+	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
 	default:
@@ -383,7 +397,13 @@ func (c Config) chunkerConfig() chunker.Config {
 	}.WithDefaults()
 }
 
-func (c Config) embedderConfig() embedder.Config { return c.Embedder.WithDefaults() }
+func (c Config) embedderConfig() embedder.Config {
+	e := c.Embedder
+	if e.Provider == embedder.ProviderHashing {
+		e.Model = "" // the offline embedder has one model; warnings() says so
+	}
+	return e.WithDefaults()
+}
 
 func (c Config) frontDoorConfig() fallback.Config {
 	f := c.FrontDoor.Config

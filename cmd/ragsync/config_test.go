@@ -63,9 +63,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		sets    []string
 		wantErr string
 	}{
-		{name: "unknown field", file: "embeder:\n  model: x\n", wantErr: "field embeder not found"},
+		{name: "unknown field", file: "embeder:\n  model: x\n", wantErr: "embeder (line 1): unknown setting"},
 		{name: "bad set syntax", sets: []string{"index"}, wantErr: "want path=value"},
-		{name: "unknown set path", sets: []string{"embedder.modle=x"}, wantErr: `unknown setting "embedder.modle"`},
+		{name: "unknown set path", sets: []string{"embedder.modle=x"}, wantErr: `unknown setting "embedder.modle"; did you mean embedder.model?`},
 		{name: "bad int", sets: []string{"chunker.target_tokens=lots"}, wantErr: "want an integer"},
 		{name: "bad duration", sets: []string{"embedder.timeout=10"}, wantErr: "want a duration"},
 		{name: "missing file", wantErr: "pass --config"},

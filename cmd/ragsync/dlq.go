@@ -25,11 +25,13 @@ func newDLQCmd(g *globals) *cobra.Command {
 		Short: "List, replay or purge dead letters",
 		Long: `dlq works on dead letters: with --frontdoor, the query front door's
 <prefix>:requests:dlq stream (requests that failed every delivery and were
-answered degraded); otherwise the CDC dead-letter topic <topic>.ragsync-dlq
-(messages that could not be decoded or applied).
+answered degraded); otherwise those of the configured source (messages that
+could not be decoded or applied): for source.kind kafka the dead-letter
+topic(s) dlq.topic or <topic>.ragsync-dlq, for source.kind file the file
+dlq.path or <source.file.path>.dlq.jsonl.
 
 Replay re-injects them — after you fixed the config or the dependency —
-and removes them from the dead-letter stream.`,
+once, without the error headers.`,
 		Example: `  ragsync dlq list --config ragsync.yaml
   ragsync dlq replay --config ragsync.yaml --frontdoor
   ragsync dlq purge --config ragsync.yaml --frontdoor`,
@@ -38,23 +40,50 @@ and removes them from the dead-letter stream.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "Print dead letters, oldest first",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "list") },
+		Long: `list prints dead letters oldest first, each with where it came from (topic,
+partition and offset; for a file source, the line) and why it failed (error
+class and message, from the __connect.errors.* headers). --frontdoor lists
+the front door's dead requests with their reason and attempts.
+
+Example:
+  ragsync dlq list --config ragsync.yaml -n 20
+  ragsync dlq list --config ragsync.yaml --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "list") },
 	}
 	list.Flags().IntVarP(&f.n, "n", "n", 100, "print at most this many")
 	list.Flags().BoolVar(&f.asJSON, "json", false, "print JSON lines")
 	cmd.AddCommand(list,
 		&cobra.Command{
 			Use:   "replay",
-			Short: "Re-inject every dead letter and remove it from the dead-letter stream",
-			Args:  cobra.NoArgs,
-			RunE:  func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "replay") },
+			Short: "Re-inject every dead letter once, without its error headers",
+			Long: `replay re-injects every dead letter once, as it was consumed (the error
+headers removed): a Kafka dead letter goes back to its original topic (a
+consumer group on the dead-letter topic remembers how far replay got), a
+file source's dead letters are appended to source.file.path and their file
+is emptied, --frontdoor puts requests back on <prefix>:requests (ids already
+answered are not answered twice). Fix the cause first: the config, the
+connector, or the dependency that was down.
+
+Example:
+  ragsync dlq replay --config ragsync.yaml
+  ragsync dlq replay --config ragsync.yaml --frontdoor`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "replay") },
 		},
 		&cobra.Command{
 			Use:   "purge",
 			Short: "Delete every dead letter",
-			Args:  cobra.NoArgs,
-			RunE:  func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "purge") },
+			Long: `purge deletes every dead letter: it deletes the records of the Kafka
+dead-letter topic(s), empties the file source's dead-letter file, or with
+--frontdoor deletes the front door's dead-letter stream entries. What is
+purged cannot be replayed.
+
+Example:
+  ragsync dlq purge --config ragsync.yaml
+  ragsync dlq purge --config ragsync.yaml --frontdoor`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return dlqRun(cmd, g, f, "purge") },
 		},
 	)
 	return cmd
@@ -66,6 +95,9 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 		return err
 	}
 	if !f.frontdoor {
+		if cfg.Source.Kind == "file" {
+			return fileDLQ(cmd, cfg, f, action)
+		}
 		return kafkaDLQ(cmd, cfg, f, action)
 	}
 	ctx := cmd.Context()

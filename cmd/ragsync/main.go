@@ -7,7 +7,7 @@ import (
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
-		os.Exit(1)
-	}
+	// Cobra has printed the error; the code tells scripts which kind
+	// (exitcode.go).
+	os.Exit(exitCode(newRootCmd().Execute()))
 }

@@ -34,10 +34,15 @@ several processes at once (a session lock serialises them).`,
 			}
 			defer pool.Close()
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false)
-			if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, logger); err != nil {
+			n, err := migrations.Apply(ctx, pool, cfg.Postgres.Schema, logger)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", cfg.Postgres.Schema)
+			if n == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date; nothing to apply\n", cfg.Postgres.Schema)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schema %s: applied %d migration(s); it is now up to date\n", cfg.Postgres.Schema, n)
 			return nil
 		},
 	}

@@ -26,6 +26,38 @@ func (p PurgeConfig) options() (sink.PurgeOptions, error) {
 	return sink.PurgeOptions{DocumentRetention: p.DocumentRetention, CacheRetention: p.CacheRetention}, errors.Join(errs...)
 }
 
+// effectiveRetention resolves the retentions a purge uses: 0 from the
+// config means the default.
+func effectiveRetention(opts sink.PurgeOptions) sink.PurgeOptions {
+	if opts.DocumentRetention == 0 {
+		opts.DocumentRetention = sink.DefaultDocumentRetention
+	}
+	if opts.CacheRetention == 0 {
+		opts.CacheRetention = sink.DefaultCacheRetention
+	}
+	return opts
+}
+
+// explicitRetention is a retention given on the command line, where 0
+// means "up to now": the sink reads 0 as its default, so now is the
+// smallest positive duration.
+func explicitRetention(d time.Duration) time.Duration { return max(d, time.Nanosecond) }
+
+// retentionText prints a retention, "0s" for now.
+func retentionText(d time.Duration) string {
+	if d <= time.Nanosecond {
+		return "0s"
+	}
+	return d.String()
+}
+
+func cacheRetentionText(opts sink.PurgeOptions) string {
+	if opts.KeepCache {
+		return "kept"
+	}
+	return retentionText(opts.CacheRetention)
+}
+
 func newPurgeCmd(g *globals) *cobra.Command {
 	var (
 		olderThan, cacheOlderThan time.Duration
@@ -56,16 +88,17 @@ Example:
 			if err = errors.Join(err, cfg.validate(false)); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
-			if cmd.Flags().Changed("older-than") {
-				opts.DocumentRetention = olderThan
-			}
-			if cmd.Flags().Changed("cache-older-than") {
-				opts.CacheRetention = cacheOlderThan
-			}
-			if opts.DocumentRetention < 0 || opts.CacheRetention < 0 {
+			if olderThan < 0 || cacheOlderThan < 0 {
 				return errors.New("--older-than and --cache-older-than must not be negative")
 			}
+			if cmd.Flags().Changed("older-than") {
+				opts.DocumentRetention = explicitRetention(olderThan)
+			}
+			if cmd.Flags().Changed("cache-older-than") {
+				opts.CacheRetention = explicitRetention(cacheOlderThan)
+			}
 			opts.KeepCache = keepCache
+			opts = effectiveRetention(opts)
 			ctx := cmd.Context()
 			ix, err := openIndex(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false), nil)
 			if err != nil {
@@ -79,16 +112,17 @@ Example:
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return json.NewEncoder(out).Encode(map[string]int64{
-					"documents": res.Documents, "chunks": res.Chunks, "cache_entries": res.CacheEntries})
+				return json.NewEncoder(out).Encode(map[string]any{
+					"documents": res.Documents, "chunks": res.Chunks, "cache_entries": res.CacheEntries,
+					"document_retention": retentionText(opts.DocumentRetention), "cache_retention": cacheRetentionText(opts)})
 			}
-			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s\n",
-				res.Documents, res.Chunks, res.CacheEntries, cfg.Index)
+			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s (documents deleted more than %s ago, cache entries unused for %s)\n",
+				res.Documents, res.Chunks, res.CacheEntries, cfg.Index, retentionText(opts.DocumentRetention), cacheRetentionText(opts))
 			return err
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", sink.DefaultDocumentRetention, "remove documents deleted longer ago than this (purge.document_retention)")
-	cmd.Flags().DurationVar(&cacheOlderThan, "cache-older-than", sink.DefaultCacheRetention, "remove cache entries unused for longer than this (purge.cache_retention)")
+	cmd.Flags().DurationVar(&olderThan, "older-than", sink.DefaultDocumentRetention, "remove documents deleted longer ago than this; 0s: every deleted document (default purge.document_retention)")
+	cmd.Flags().DurationVar(&cacheOlderThan, "cache-older-than", sink.DefaultCacheRetention, "remove cache entries unused for longer than this; 0s: every unused entry (default purge.cache_retention)")
 	cmd.Flags().BoolVar(&keepCache, "keep-cache", false, "leave the embedding cache alone")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counts as JSON")
 	return cmd

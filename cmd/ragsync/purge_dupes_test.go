@@ -15,13 +15,14 @@ func TestPurgeAndDupesCommands(t *testing.T) {
 
 	out, err := runCLI(t, "", append([]string{"purge", "--json"}, base...)...)
 	require.NoError(t, err, out)
-	var res map[string]int64
+	var res map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
-	require.Equal(t, map[string]int64{"documents": 0, "chunks": 0, "cache_entries": 0}, res)
+	require.Equal(t, map[string]any{"documents": 0.0, "chunks": 0.0, "cache_entries": 0.0,
+		"document_retention": "720h0m0s", "cache_retention": "2160h0m0s"}, res)
 
 	out, err = runCLI(t, "", append([]string{"purge", "--older-than", "1h"}, base...)...)
 	require.NoError(t, err)
-	require.Equal(t, "purged 0 documents (0 chunks) and 0 cache entries from index cli\n", out)
+	require.Equal(t, "purged 0 documents (0 chunks) and 0 cache entries from index cli (documents deleted more than 1h0m0s ago, cache entries unused for 2160h0m0s)\n", out)
 
 	out, err = runCLI(t, "", append([]string{"dupes"}, base...)...)
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,6 +96,9 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 		q.Filter[fallback.FilterTable] = table
 	}
 	fcfg := cfg.frontDoorConfig()
+	if err := checkFilters(q.Filter, fcfg.AllowedFilters); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
 	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
@@ -125,9 +129,30 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	return printHits(cmd, hits, asJSON)
 }
 
+// hitJSON is one line of query --json: the front door protocol's result
+// fields (doc_id, table, key, position, text, score, metadata) plus rank.
+// checkFilters refuses, before sending, the --filter keys the front door
+// would refuse, naming the setting that allows them.
+func checkFilters(filter map[string]any, allowed []string) error {
+	var refused []string
+	for k := range filter {
+		if !slices.Contains(allowed, k) {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	return fmt.Errorf("--filter %s: the front door only accepts the keys in frontdoor.allowed_filters (now: %s); add %s there and restart serve, or query without --via redis",
+		strings.Join(refused, ", "), strings.Join(allowed, ", "), strings.Join(refused, ", "))
+}
+
 type hitJSON struct {
 	Rank     int            `json:"rank"`
 	DocID    string         `json:"doc_id"`
+	Table    string         `json:"table"`
+	Key      string         `json:"key"`
 	Position int            `json:"position"`
 	Score    float64        `json:"score"`
 	Text     string         `json:"text"`
@@ -139,7 +164,7 @@ func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
 				return err
 			}
 		}

@@ -20,6 +20,8 @@ type globals struct {
 	// shortcuts for the settings people change most from the command line
 	postgresURL string
 	index       string
+	// warn receives configuration warnings (the command's stderr).
+	warn io.Writer
 }
 
 func newRootCmd() *cobra.Command {
@@ -34,6 +36,9 @@ the result to Postgres/pgvector in one transaction per document.
 Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
 		SilenceUsage: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			g.warn = cmd.ErrOrStderr()
+		},
 	}
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")
 	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override one setting by its YAML path, e.g. --set embedder.model=text-embedding-3-large (repeatable)")
@@ -62,7 +67,13 @@ func (g *globals) load() (Config, error) {
 	if g.index != "" {
 		sets = append(sets, "index="+g.index)
 	}
-	return loadConfig(g.configPath, sets)
+	cfg, err := loadConfig(g.configPath, sets)
+	if err == nil && g.warn != nil {
+		for _, w := range cfg.warnings() {
+			fmt.Fprintln(g.warn, "warning:", w)
+		}
+	}
+	return cfg, err
 }
 
 // newLogger builds the process logger: JSON for serve (machines read it),

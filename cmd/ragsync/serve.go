@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,14 +26,23 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var once bool
+	var once, lenient bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the sync pipeline (and /metrics, /healthz, /readyz)",
 		Long: `serve consumes change events from the configured source and keeps the index in
 sync until it is stopped (SIGINT/SIGTERM; a second signal exits at once).
-With --once and a file source it stops at the end of the file and prints a
-summary of what it did.`,
+
+With --once it drains the source and exits with a summary of what it did: a
+file source up to its end, a Kafka source up to the end offsets its group saw
+at start. The exit code says how the run ended (see the README's "Exit
+codes"): 0 drained with nothing dead-lettered, 3 finished with dead letters,
+4 nothing matched the configured tables, 5 stopped by a signal before
+draining, 1 failed. --lenient exits 0 for dead letters and unmatched tables.
+
+Without --once, a file source with follow: false also stops at the end of the
+file, unless the front door is enabled: then serve keeps answering queries
+until it is stopped.`,
 		Example: `  ragsync serve --config ragsync.yaml
   ragsync serve --config ragsync.yaml --set source.kind=file --set source.file.path=events.jsonl --once`,
 		Args: cobra.NoArgs,
@@ -46,23 +56,55 @@ summary of what it did.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			go func() {
-				// A second signal exits hard, for a drain that hangs.
-				<-ctx.Done()
-				c := make(chan os.Signal, 1)
-				signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-				<-c
-				os.Exit(130)
-			}()
-			return serve(ctx, cmd, cfg, once)
+			// The hard-stop watcher ends with serve: left running, it would
+			// turn any later SIGINT of the process (a test binary, a caller
+			// embedding the command) into exit 130.
+			done := make(chan struct{})
+			var watcher sync.WaitGroup
+			watcher.Add(1)
+			go func() { defer watcher.Done(); exitOnSecondSignal(ctx, done) }()
+			defer watcher.Wait()
+			defer close(done)
+			return serve(ctx, cmd, cfg, once, lenient)
 		},
 	}
-	cmd.Flags().BoolVar(&once, "once", false, "stop at the end of a file source and print a summary")
+	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
+	cmd.Flags().BoolVar(&lenient, "lenient", false, "with --once, exit 0 even with dead letters or when no change matched the configured tables")
 	return cmd
 }
 
-func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error {
+// exitOnSecondSignal exits the process at once on a signal that arrives
+// after ctx ended (the first signal started the drain), for a drain that
+// hangs. It returns when done is closed.
+func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+	case <-done:
+		return
+	}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(c)
+	select {
+	case <-c:
+		os.Exit(ExitHardStop)
+	case <-done:
+	}
+}
+
+func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
+	routeRedisLogs(logger)
+	// Bind before consuming: a port in use must fail at once, not after
+	// the source has been applied.
+	var ln net.Listener
+	if cfg.HTTP.Listen != "" && !once {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
+			return fmt.Errorf("http.listen %s: %w (choose a free address or set http.listen to empty to disable)", cfg.HTTP.Listen, err)
+		}
+		defer ln.Close()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -110,13 +152,26 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	g, gctx := errgroup.WithContext(ctx)
 	runCtx, cancelRun := context.WithCancel(gctx)
 	defer cancelRun()
+	var drained atomic.Bool
 	g.Go(func() error {
-		defer cancelRun() // the pipeline ending (--once) stops the HTTP server too
 		err := p.Run(runCtx)
 		if err != nil {
 			running.Store(false)
+			cancelRun()
+			return err
 		}
-		return err
+		// Run returns nil both at the end of the source and when stopped;
+		// only the first is a drain.
+		drained.Store(runCtx.Err() == nil)
+		if fd != nil && drained.Load() {
+			// A finite source (a file without follow) ended; the front door
+			// keeps answering until serve is stopped.
+			logger.Info("source drained; the front door keeps serving until serve is stopped")
+			<-runCtx.Done()
+			return nil
+		}
+		cancelRun() // the pipeline ending (--once) stops the HTTP server too
+		return nil
 	})
 	if !once {
 		g.Go(func() error { purgePeriodically(runCtx, st, purgeOpts, cfg.Purge.Interval, logger); return nil })
@@ -124,12 +179,8 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
-	if cfg.HTTP.Listen != "" && !once {
+	if ln != nil {
 		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, ready), ReadHeaderTimeout: 5 * time.Second}
-		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-		if err != nil {
-			return fmt.Errorf("http.listen %s: %w (choose a free address or set http.listen to empty to disable)", cfg.HTTP.Listen, err)
-		}
 		logger.Info("http listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -144,11 +195,17 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 			return srv.Shutdown(sctx)
 		})
 	}
-	err = g.Wait()
-	if once {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", p.Stats())
+	if err := g.Wait(); err != nil {
+		if once {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", p.Stats())
+		}
+		return err
 	}
-	return err
+	if !once {
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s\n", p.Stats())
+	return onceOutcome(p.Stats(), drained.Load(), lenient)
 }
 
 // purgePeriodically removes soft-deleted documents and unused cache entries
@@ -213,7 +270,10 @@ func warnUnvacuumed(ctx context.Context, st *sink.Store, logger *slog.Logger) {
 		return
 	}
 	for _, t := range tables {
-		logger.Warn("autovacuum does not cover this table: replaced and deleted chunks will pile up as dead rows in it and its HNSW index",
-			"table", t.Table, "fix", t.Fix)
+		msg := "autovacuum does not cover this table: replaced and deleted rows will pile up in it as dead rows"
+		if t.HNSW {
+			msg = "autovacuum does not cover this table: replaced and deleted chunks will pile up as dead rows in it and its HNSW index"
+		}
+		logger.Warn(msg, "table", t.Table, "fix", t.Fix)
 	}
 }

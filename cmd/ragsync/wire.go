@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,11 +100,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		dlqPath := cfg.DLQ.Path
-		if dlqPath == "" {
-			dlqPath = cfg.Source.File.Path + ".dlq.jsonl"
-		}
-		return src, cdc.NewFileDeadLetters(filepath.Clean(dlqPath), version), func() { src.Close() }, nil
+		return src, cdc.NewFileDeadLetters(fileDLQPath(cfg), version), func() { src.Close() }, nil
 	case "kafka":
 		k := cfg.Source.Kafka
 		src, err := cdc.NewKafkaSource(cdc.KafkaConfig{
@@ -145,8 +140,11 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Tables:     cfg.pipelineTables(),
 		Workers:    cfg.Pipeline.Workers,
 		StallAfter: cfg.Pipeline.StallAfter,
-		Logger:     logger,
-		Registerer: reg,
+		Settings:   stallSettings(cfg),
+		// StallLogInterval: 0 is the pipeline's default (30s).
+		StallLogInterval: cfg.Pipeline.StallLogInterval,
+		Logger:           logger,
+		Registerer:       reg,
 	}, pipeline.Stages{
 		Source:      src,
 		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
@@ -157,6 +155,25 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Transient:   transient,
 		Fatal:       fatal,
 	})
+}
+
+// stallSettings names, per failing stage, what the stall summary tells the
+// operator to check.
+func stallSettings(cfg Config) map[string]string {
+	m := map[string]string{
+		pipeline.StageEmbedder: "embedder.base_url (is the embedding provider up and reachable?) and embedder.api_key",
+		pipeline.StageSink:     "postgres.url (is Postgres up and reachable?)",
+		pipeline.StageSource:   "source.kafka.brokers (is Kafka reachable?)",
+	}
+	if cfg.Embedder.Provider == embedder.ProviderHashing {
+		m[pipeline.StageEmbedder] = "embedder.provider (the offline embedder failed; see the error)"
+	}
+	if cfg.Source.Kind == "file" {
+		m[pipeline.StageDeadLetters] = "dlq.path (is its directory writable?)"
+	} else {
+		m[pipeline.StageDeadLetters] = "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)"
+	}
+	return m
 }
 
 // transient says which failures mean "a dependency is down, wait for it"

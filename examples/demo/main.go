@@ -125,11 +125,17 @@ func run(bin, dir, pgURL, schema string) error {
 			stats["applied"], stats["op_c"], stats["op_u"], stats["op_d"], stats["skipped_tombstone"])
 		fmt.Printf("  chunks written %d, unchanged (kept, not re-embedded) %d, moved %d, removed %d\n",
 			stats["chunks_inserted"], stats["chunks_unchanged"], stats["chunks_moved"], stats["chunks_removed"])
-		fmt.Printf("  embedding calls: %d chunk texts sent to the embedder, %d reused by content hash\n\n",
-			stats["chunks_embedded"], stats["chunks_cached"])
+		// chunks_cached counts every chunk whose vector came from the cache,
+		// which includes the unchanged and moved ones above: count those
+		// once, and only the rest as new rows that took a cached vector.
+		newFromCache := max(0, stats["chunks_cached"]-stats["chunks_unchanged"]-stats["chunks_moved"])
+		fmt.Printf("  embedding: %d chunk texts sent to the embedder; no call for the %d unchanged and %d moved chunks, nor for %d new chunks whose text was embedded before (content hash)\n\n",
+			stats["chunks_embedded"], stats["chunks_unchanged"], stats["chunks_moved"], newFromCache)
 	}
 
 	fmt.Println("queries (ragsync query -k 3):")
+	fmt.Println("  Scores around 0.2 are normal here: the offline hashing embedder matches words, not meaning.")
+	fmt.Println("  The ranking is what to look at; a real embedding model scores relevant chunks higher.")
 	for _, q := range queries {
 		out, err := exec.Command(bin, "query", "--config", cfgPath, "-k", "3", "--json", q.Query).Output()
 		if err != nil {

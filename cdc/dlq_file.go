@@ -1,0 +1,125 @@
+package cdc
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// FileDLQList returns up to n dead letters of the file source's dead-letter
+// file (n <= 0: all), oldest first. A DeadLetter's Offset is its line in
+// that file and Timestamp the __connect.errors.timestamp header. A file that
+// does not exist holds no dead letters.
+func FileDLQList(path string, n int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := readDLQFile(path, func(m Message) bool {
+		out = append(out, fileDeadLetter(m))
+		return n <= 0 || len(out) < n
+	})
+	return out, err
+}
+
+// FileDLQReplay appends every dead letter of dlqPath to the source file
+// toPath without the reason headers — the message as it was read — and then
+// empties dlqPath, so a second replay adds nothing. A serve following toPath
+// picks them up; serve --once replays the whole file, where version fencing
+// makes the lines applied before no-ops. It returns how many it replayed.
+func FileDLQReplay(dlqPath, toPath string) (int, error) {
+	var lines [][]byte
+	var encErr error
+	err := readDLQFile(dlqPath, func(m Message) bool {
+		var hs []Header
+		for _, h := range m.Headers {
+			if !isReasonHeader(h.Key) {
+				hs = append(hs, h)
+			}
+		}
+		b, err := fileLine(m, hs)
+		if err != nil {
+			encErr = err
+			return false
+		}
+		lines = append(lines, b)
+		return true
+	})
+	if err = errors.Join(err, encErr); err != nil || len(lines) == 0 {
+		return 0, err
+	}
+	if err := appendSynced(toPath, lines...); err != nil {
+		return 0, fmt.Errorf("replay dead letters: %w", err)
+	}
+	if err := os.Truncate(dlqPath, 0); err != nil {
+		return len(lines), fmt.Errorf("replayed %d dead letters to %s but could not empty %s (delete it, or the next replay repeats them): %w", len(lines), toPath, dlqPath, err)
+	}
+	return len(lines), nil
+}
+
+// FileDLQPurge empties the dead-letter file and returns how many dead
+// letters it held.
+func FileDLQPurge(path string) (int, error) {
+	n := 0
+	if err := readDLQFile(path, func(Message) bool { n++; return true }); err != nil || n == 0 {
+		return 0, err
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// readDLQFile calls fn with each line's message, in order, until fn
+// returns false. A missing file has no lines.
+func readDLQFile(path string, fn func(Message) bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open dead-letter file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	// A dead letter carries the whole original value; Kafka's default
+	// message.max.bytes is 1 MiB, but a file source has no such cap.
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
+	var line int64
+	for sc.Scan() {
+		line++
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		m := ParseLine(sc.Bytes(), line)
+		m.Offset = line
+		if !fn(m) {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s line %d: %w", path, line+1, err)
+	}
+	return nil
+}
+
+// fileDeadLetter parses the reason headers of one dead-letter line.
+func fileDeadLetter(m Message) DeadLetter {
+	r := &kgo.Record{Partition: 0, Offset: m.Offset, Key: m.Key, Value: m.Value}
+	for _, h := range m.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	d := deadLetterOf(r)
+	for _, h := range m.Headers {
+		if h.Key == HeaderErrTimestamp {
+			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+				d.Timestamp = time.UnixMilli(ms)
+			}
+		}
+	}
+	return d
+}

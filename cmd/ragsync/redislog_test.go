@@ -1,0 +1,24 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRedisLogsAreJSON: go-redis's printf lines become slog records, so
+// serve's JSON log stays one JSON object a line.
+func TestRedisLogsAreJSON(t *testing.T) {
+	var buf bytes.Buffer
+	l := redisLogger{slog.New(slog.NewJSONHandler(&buf, nil)).With("stage", "redis")}
+	l.Printf(context.Background(), "redis: %s:%d: connection pool: %s\n", "127.0.0.1", 6379, "dial failed")
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
+	require.Equal(t, "redis: 127.0.0.1:6379: connection pool: dial failed", rec["msg"])
+	require.Equal(t, "redis", rec["stage"])
+	require.Equal(t, "WARN", rec["level"])
+}

@@ -1,0 +1,225 @@
+package tests
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeCommands returns the README's "Using it" commands in order, each
+// named by its subcommand plus the variant flags that change what it talks
+// to (--via redis, --frontdoor).
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	defer f.Close()
+	var names []string
+	inSection, inBlock := false, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "## "):
+			inSection = line == "## Using it"
+		case inSection && strings.HasPrefix(line, "```"):
+			if inBlock {
+				return names
+			}
+			inBlock = true
+		case inSection && inBlock:
+			rest, ok := strings.CutPrefix(line, "bin/ragsync ")
+			if !ok {
+				continue
+			}
+			cmd, _, _ := strings.Cut(rest, "#")
+			name := strings.Fields(cmd)[0]
+			if strings.Contains(cmd, "--via redis") {
+				name += " --via redis"
+			}
+			if strings.Contains(cmd, "--frontdoor") {
+				name += " --frontdoor"
+			}
+			names = append(names, name)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return names
+}
+
+// exitCodeOf is a finished command's exit status.
+func exitCodeOf(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "ragsync did not run: %v", err)
+	return ee.ExitCode()
+}
+
+// TestReadmeUsingIt walks the README's "Using it" commands in the README's
+// order, as a script would: the built binary, a config in a temp dir with its
+// own schema and Redis prefix, and for each command its exit code and the
+// key line of its output. A command added to the README without a step
+// here fails the test, so the two stay in step.
+func TestReadmeUsingIt(t *testing.T) {
+	e := newEnv(t, "")
+	events := filepath.Join(e.dir, "events.jsonl")
+	writeLines(t, events,
+		article{op: "c", id: 1, lsn: 100, title: "Kayaking", body: body(kayak...), tenant: "acme"}.line(),
+		article{op: "c", id: 2, lsn: 110, title: "Espresso", body: body(espresso...), tenant: "acme"}.line(),
+		article{op: "c", id: 3, lsn: 120, title: "Gone", body: "A document deleted at once.", tenant: "acme"}.line(),
+		article{op: "d", id: 3, lsn: 130}.line(),
+		`{"topic":"dbserver1.public.articles","key":{"id":9},"value":"{not json"}`,
+	)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "readme" + hex.EncodeToString(b[:])
+	writeConfigSource(t, e, fmt.Sprintf(`source:
+  kind: file
+  file:
+    path: %s
+frontdoor:
+  enabled: true
+  redis_url: %s
+  prefix: %s
+`, events, redisURL(), prefix))
+
+	// run returns the combined output and the exit code.
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, err := e.run(true, args...)
+		return out, exitCodeOf(t, err)
+	}
+	steps := map[string]func(t *testing.T){
+		"migrate": func(t *testing.T) {
+			out, code := run("migrate")
+			require.Equal(t, 0, code, out)
+			require.Regexp(t, `schema `+e.schema+`: applied [1-9][0-9]* migration\(s\); it is now up to date`, out)
+			out, code = run("migrate")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "schema "+e.schema+" is up to date; nothing to apply")
+		},
+		"serve": func(t *testing.T) {
+			out, code := run("serve", "--once")
+			require.Equal(t, 3, code, "dead letters exit 3: %s", out)
+			require.Regexp(t, `(?m)^.*applied=4 .*dead_lettered=1`, out)
+			require.Contains(t, out, "finished with 1 dead letter(s)")
+			out, code = run("serve", "--once", "--lenient")
+			require.Equal(t, 0, code, "--lenient: %s", out)
+			require.Contains(t, out, "duplicate=3", "a replay applies nothing again")
+			require.Contains(t, out, "stale=1", "the deleted document's create is older than its delete")
+			require.NotContains(t, out, "chunks_cached", "and uses no cached chunk")
+		},
+		"query": func(t *testing.T) {
+			out, code := run("query", "espresso grind size and water temperature", "-k", "5", "--tenant", "acme", "--table", "public.articles", "--json")
+			require.Equal(t, 0, code, out)
+			require.Regexp(t, `"doc_id":"public.articles/2","table":"public.articles","key":"2"`, out)
+			require.NotContains(t, out, "public.articles/3", "a deleted document never appears")
+		},
+		"query --via redis": func(t *testing.T) {
+			serve := exec.Command(bin, "serve", "--config", e.cfg)
+			var logs strings.Builder
+			serve.Stderr = &logs
+			require.NoError(t, serve.Start())
+			stopped := false
+			defer func() {
+				if !stopped {
+					_ = serve.Process.Kill()
+					_ = serve.Wait()
+				}
+				t.Logf("serve logs:\n%s", logs.String())
+			}()
+			var out string
+			require.Eventually(t, func() bool {
+				o, code := run("query", "--via", "redis", "--timeout", "3s", "espresso grind size and water temperature")
+				out = o
+				return code == 0 && strings.Contains(o, "public.articles/2")
+			}, 60*time.Second, 300*time.Millisecond, "the front door never answered (a finite file must not stop it): %s", out)
+			start := time.Now()
+			out, code := run("query", "--via", "redis", "espresso grind size and water temperature")
+			took := time.Since(start)
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "cached true")
+			t.Logf("query --via redis (a process, cache hit) took %s", took)
+			out, code = run("query", "--via", "redis", "--filter", "lang=en", "espresso")
+			require.Equal(t, 1, code)
+			require.Contains(t, out, "frontdoor.allowed_filters")
+
+			require.NoError(t, serve.Process.Signal(syscall.SIGTERM))
+			err := serve.Wait()
+			stopped = true
+			require.Equal(t, 0, exitCodeOf(t, err), "serve without --once exits 0 on SIGTERM")
+		},
+		"inspect": func(t *testing.T) {
+			out, code := run("inspect", events)
+			require.Equal(t, 1, code, "a message that fails to decode fails inspect: %s", out)
+			require.Contains(t, out, `"op":"c"`)
+			require.Contains(t, out, "1 message(s) failed to decode")
+		},
+		"dlq": func(t *testing.T) {
+			out, code := run("dlq", "list")
+			require.Equal(t, 0, code, out)
+			require.Regexp(t, regexp.QuoteMeta(events+".dlq.jsonl:")+`1  from dbserver1.public.articles line 5 .*ragsync.cdc.DecodeError`, out)
+			require.NotContains(t, out, "0001-01-01")
+			out, code = run("dlq", "replay")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "replayed 3 record(s) to the end of "+events, "each of the three serve runs dead-lettered the broken line")
+			out, code = run("dlq", "purge")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "purged 0 record(s)", "replay emptied the dead-letter file")
+		},
+		"dlq --frontdoor": func(t *testing.T) {
+			out, code := run("dlq", "list", "--frontdoor")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "no dead letters")
+		},
+		"bloom": func(t *testing.T) {
+			out, code := run("bloom", "rebuild")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "bloom filters rebuilt from 2 document(s)")
+		},
+		"purge": func(t *testing.T) {
+			out, code := run("purge")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "purged 0 documents")
+			out, code = run("purge", "--older-than", "0s")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "purged 1 documents")
+			require.Contains(t, out, "documents deleted more than 0s ago")
+		},
+		"dupes": func(t *testing.T) {
+			_, code := run("dupes", "--min-score", "80")
+			require.Equal(t, 0, code)
+		},
+		"version": func(t *testing.T) {
+			out, code := run("version")
+			require.Equal(t, 0, code)
+			require.Regexp(t, `^ragsync \S+`, out)
+		},
+	}
+	names := readmeCommands(t)
+	require.NotEmpty(t, names, "no commands found under the README's \"Using it\"")
+	for _, name := range names {
+		step, ok := steps[name]
+		require.True(t, ok, "README command %q has no step in TestReadmeUsingIt", name)
+		delete(steps, name)
+		if !t.Run(name, step) {
+			return // later commands build on earlier ones
+		}
+	}
+	require.Empty(t, steps, "steps for commands the README no longer lists")
+}
