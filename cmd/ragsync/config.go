@@ -364,7 +364,7 @@ func (c Config) validate(needSource bool) error {
 		}
 	}
 	if c.Pipeline.Workers < 0 {
-		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
+		add("pipeline.workers: must be >= 0 (0 means the default: 4, or 32 with provider openai)")
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

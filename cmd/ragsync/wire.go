@@ -143,7 +143,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	}
 	return pipeline.New(pipeline.Config{
 		Tables:     cfg.pipelineTables(),
-		Workers:    cfg.Pipeline.Workers,
+		Workers:    cfg.pipelineWorkers(),
 		StallAfter: cfg.Pipeline.StallAfter,
 		Logger:     logger,
 		Registerer: reg,
