@@ -89,14 +89,40 @@ func requireOwnVectors(t *testing.T, texts []string, got [][]float32) {
 	require.Equal(t, want, got)
 }
 
+// hold makes the fake API keep every request until release is closed.
+func hold(b *testBundle) chan struct{} {
+	release := make(chan struct{})
+	b.srv.SetHook(func(openaitest.Request) *openaitest.Fault {
+		<-release
+		return nil
+	})
+	return release
+}
+
+// callAllHeld is callAll with the API held until every call has queued, so
+// a backlog forms however slowly this machine schedules the callers.
+func callAllHeld(t *testing.T, co *embedder.Coalescer, release chan struct{}, docs [][]string) []callResult {
+	return callAllHeldAfter(t, co, release, docs, 0)
+}
+
+// callAllHeldAfter is callAllHeld when earlier calls are still waiting.
+func callAllHeldAfter(t *testing.T, co *embedder.Coalescer, release chan struct{}, docs [][]string, earlier int64) []callResult {
+	t.Helper()
+	done := make(chan []callResult)
+	go func() { done <- callAll(t.Context(), co, docs) }()
+	require.Eventually(t, func() bool { return co.Stats().Calls == earlier+int64(len(docs)) }, 10*time.Second, time.Millisecond)
+	close(release)
+	return <-done
+}
+
 func TestCoalescerSharesRequestsOnABacklog(t *testing.T) {
 	t.Parallel()
-	co, b := coalesced(t, 50*time.Millisecond, embedder.CoalesceConfig{MaxInFlight: 2, MaxBatchInputs: 64}, nil)
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 2, MaxBatchInputs: 64}, nil)
 	var docs [][]string
 	for d := range 100 {
 		docs = append(docs, docTexts(d, 4))
 	}
-	for _, r := range callAll(t.Context(), co, docs) {
+	for _, r := range callAllHeld(t, co, hold(b), docs) {
 		require.NoError(t, r.err)
 		requireOwnVectors(t, docs[r.doc], r.vecs)
 	}
@@ -120,7 +146,9 @@ func TestCoalescerSplitsCallsOverTheBatchLimits(t *testing.T) {
 	vecs, err := co.EmbedCounted(t.Context(), texts, tokens)
 	require.NoError(t, err)
 	requireOwnVectors(t, texts, vecs)
-	require.Equal(t, []int{5, 5, 2}, b.srv.BatchSizes())
+	sizes := b.srv.BatchSizes() // requests in flight answer in any order
+	slices.Sort(sizes)
+	require.Equal(t, []int{2, 5, 5}, sizes)
 }
 
 // A request that fails after its retries fails only the calls whose texts
@@ -192,8 +220,12 @@ func TestCoalescerRetries429(t *testing.T) {
 // other calls' texts go again without it.
 func TestCoalescerNarrowsPermanentErrorsToTheCulprit(t *testing.T) {
 	t.Parallel()
-	co, b := coalesced(t, 0, embedder.CoalesceConfig{Linger: 200 * time.Millisecond}, nil)
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 1}, nil)
+	release := make(chan struct{})
 	b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
+		if slices.Contains(r.Input, "gate") {
+			<-release // the three calls below queue behind it and leave together
+		}
 		for _, in := range r.Input {
 			if strings.Contains(in, "forbidden") {
 				return &openaitest.Fault{Status: http.StatusBadRequest}
@@ -201,8 +233,12 @@ func TestCoalescerNarrowsPermanentErrorsToTheCulprit(t *testing.T) {
 		}
 		return nil
 	})
+	gate := make(chan error)
+	go func() { _, err := co.Embed(t.Context(), []string{"gate"}); gate <- err }()
+	require.Eventually(t, func() bool { return b.srv.Requests.Load() == 1 }, 10*time.Second, time.Millisecond)
 	docs := [][]string{docTexts(0, 2), {"ok text", "forbidden text"}, docTexts(2, 3)}
-	results := callAll(t.Context(), co, docs)
+	results := callAllHeldAfter(t, co, release, docs, 1)
+	require.NoError(t, <-gate)
 	require.NoError(t, results[0].err)
 	requireOwnVectors(t, docs[0], results[0].vecs)
 	require.NoError(t, results[2].err)
@@ -210,7 +246,7 @@ func TestCoalescerNarrowsPermanentErrorsToTheCulprit(t *testing.T) {
 	var api *embedder.APIError
 	require.True(t, errors.As(results[1].err, &api), "%v", results[1].err)
 	require.True(t, api.Permanent())
-	require.Equal(t, int64(4), co.Stats().Requests, "one shared request, then each call's texts alone")
+	require.Equal(t, int64(5), co.Stats().Requests, "the gate, one shared request, then each call's texts alone")
 
 	// An empty text is refused before it joins anyone's request.
 	_, err := co.Embed(t.Context(), []string{"fine", ""})
@@ -223,18 +259,19 @@ func TestCoalescerNarrowsPermanentErrorsToTheCulprit(t *testing.T) {
 // serves the others, and a queued text whose caller left is never sent.
 func TestCoalescerCancellation(t *testing.T) {
 	t.Parallel()
-	co, b := coalesced(t, 300*time.Millisecond, embedder.CoalesceConfig{MaxInFlight: 1, Linger: 10 * time.Millisecond}, nil)
+	co, b := coalesced(t, time.Second, embedder.CoalesceConfig{MaxInFlight: 1, Linger: 10 * time.Millisecond}, nil)
 	ctxA, cancelA := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var errA, errB error
 	var vecsB [][]float32
 	wg.Go(func() { _, errA = co.Embed(ctxA, []string{"caller A"}) })
 	wg.Go(func() { vecsB, errB = co.Embed(t.Context(), []string{"caller B"}) })
-	time.Sleep(50 * time.Millisecond) // both are in the one request in flight
+	// A and B in flight, together or one queued behind the other.
+	require.Eventually(t, func() bool { return co.Stats().Calls == 2 && b.srv.Requests.Load() >= 1 }, 10*time.Second, time.Millisecond)
 	ctxC, cancelC := context.WithCancel(t.Context())
 	var errC error
 	wg.Go(func() { _, errC = co.Embed(ctxC, []string{"caller C"}) }) // queued: the only slot is busy
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return co.Stats().Calls == 3 }, 10*time.Second, time.Millisecond)
 	start := time.Now()
 	cancelA()
 	cancelC()
@@ -243,7 +280,7 @@ func TestCoalescerCancellation(t *testing.T) {
 	require.ErrorIs(t, errC, context.Canceled)
 	require.NoError(t, errB)
 	requireOwnVectors(t, []string{"caller B"}, vecsB)
-	require.Less(t, time.Since(start), 2*time.Second)
+	require.Less(t, time.Since(start), 5*time.Second)
 	for _, r := range b.srv.Served() {
 		require.NotContains(t, r.Input, "caller C", "a cancelled queued call is not sent")
 	}
@@ -251,13 +288,13 @@ func TestCoalescerCancellation(t *testing.T) {
 
 func TestCoalescerClose(t *testing.T) {
 	t.Parallel()
-	co, _ := coalesced(t, 200*time.Millisecond, embedder.CoalesceConfig{MaxInFlight: 1}, nil)
+	co, b := coalesced(t, 300*time.Millisecond, embedder.CoalesceConfig{MaxInFlight: 1}, nil)
 	var wg sync.WaitGroup
 	var first, queued error
 	wg.Go(func() { _, first = co.Embed(t.Context(), []string{"in flight"}) })
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return b.srv.Requests.Load() == 1 }, 10*time.Second, time.Millisecond)
 	wg.Go(func() { _, queued = co.Embed(t.Context(), []string{"queued"}) })
-	time.Sleep(30 * time.Millisecond)
+	require.Eventually(t, func() bool { return co.Stats().Calls == 2 }, 10*time.Second, time.Millisecond)
 	co.Close()
 	wg.Wait()
 	require.NoError(t, first, "a request in flight completes")
