@@ -39,6 +39,9 @@ type options struct {
 	rounds       int
 	adminURL     string
 	costs        bool
+	costDocs     int
+	costRounds   int
+	load         bool
 }
 
 func main() {
@@ -55,6 +58,9 @@ func main() {
 	flag.StringVar(&o.adminURL, "pg", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL of a database to connect to for creating the per-run databases")
 	flag.BoolVar(&o.costs, "costs", true, "also price the tsvector/GIN column, the cache row and the JSON row per chunk")
+	flag.IntVar(&o.costDocs, "cost-docs", 500, "documents of each -costs variant")
+	flag.IntVar(&o.costRounds, "cost-rounds", 3, "rounds of the -costs variants, alternated; medians are reported")
+	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -103,9 +109,12 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("raw limit: %d rows in %s over %d connections = %.0f rows/s (bare table, same HNSW index)\n",
 		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, raw.rate())
 	if o.costs {
-		if err := writeCosts(ctx, o, corpus); err != nil {
+		if err := writeCosts(ctx, o, newCorpus(min(o.costDocs, o.docs), o.docBytes)); err != nil {
 			return fmt.Errorf("costs: %w", err)
 		}
+	}
+	if !o.load {
+		return nil
 	}
 
 	bins := []struct{ name, path string }{{"new", o.bin}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -194,41 +195,56 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 				return err
 			}},
 	}
-	fmt.Printf("\nwhat each part of a chunk's write costs (%d documents, %d chunks, %d connections, one transaction per document):\n", len(docs), n, o.conns)
-	fmt.Println("| variant | chunks/s | wall ms/chunk | PG CPU ms/chunk | Δ wall ms/chunk | Δ PG CPU ms/chunk |")
-	fmt.Println("|---|---|---|---|---|---|")
-	var base timing
-	for i, v := range variants {
-		db, err := createDatabase(ctx, o.adminURL)
-		if err != nil {
-			return err
-		}
-		if err := execAll(ctx, db, v.ddl...); err != nil {
-			db.drop(ctx)
-			return err
-		}
-		t, err := insertAll(ctx, db, o.conns, docs, n, func(ctx context.Context, c *pgx.Conn, d docRows) error {
-			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-				if err := insertChunks(ctx, tx, d); err != nil {
-					return err
-				}
-				if v.extra != nil {
-					return v.extra(ctx, tx, d)
-				}
-				return nil
+	fmt.Printf("\nwhat each part of a chunk's write costs (%d documents, %d chunks, %d connections, one transaction per document, median of %d alternated rounds):\n",
+		len(docs), n, o.conns, o.costRounds)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	wall := make([][]float64, len(variants))
+	cpu := make([][]float64, len(variants))
+	for range o.costRounds {
+		for i, v := range variants {
+			db, err := createDatabase(ctx, o.adminURL)
+			if err != nil {
+				return err
+			}
+			if err := execAll(ctx, db, v.ddl...); err != nil {
+				db.drop(ctx)
+				return err
+			}
+			t, err := insertAll(ctx, db, o.conns, docs, n, func(ctx context.Context, c *pgx.Conn, d docRows) error {
+				return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+					if err := insertChunks(ctx, tx, d); err != nil {
+						return err
+					}
+					if v.extra != nil {
+						return v.extra(ctx, tx, d)
+					}
+					return nil
+				})
 			})
-		})
-		db.drop(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
+			db.drop(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.name, err)
+			}
+			wall[i] = append(wall[i], ms(t.elapsed)*float64(o.conns))
+			cpu[i] = append(cpu[i], ms(t.pgCPU))
 		}
-		if i == 0 {
-			base = t
-		}
-		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
-		fmt.Printf("| %s | %.0f | %.3f | %.3f | %+.3f | %+.3f |\n", v.name, t.rate(), ms(t.elapsed)*float64(o.conns), ms(t.pgCPU),
-			(ms(t.elapsed)-ms(base.elapsed))*float64(o.conns), ms(t.pgCPU)-ms(base.pgCPU))
+	}
+	fmt.Println("| variant | wall ms/chunk | PG CPU ms/chunk | Δ wall ms/chunk | Δ PG CPU ms/chunk | PG CPU ÷ first |")
+	fmt.Println("|---|---|---|---|---|---|")
+	w0, c0 := median(wall[0]), median(cpu[0])
+	for i, v := range variants {
+		w, c := median(wall[i]), median(cpu[i])
+		fmt.Printf("| %s | %.3f | %.3f | %+.3f | %+.3f | %.2f |\n", v.name, w, c, w-w0, c-c0, c/c0)
 	}
 	fmt.Println("(wall ms/chunk is connection-time: elapsed × connections ÷ chunks)")
 	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
