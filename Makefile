@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog lint services clean
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -56,6 +56,14 @@ bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# Loads 2,000 documents of ~4 KB through `serve --once` against the test
+# embedding server at each latency, beside the raw HNSW insert limit of the
+# same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
+# before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
+BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
+bench-throughput: services build ## issue 15: chunks/s vs raw HNSW inserts, CPU ms/chunk, requests/input, round trips/doc
+	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
 
 clean: ## remove build output
 	rm -rf bin

@@ -3,7 +3,9 @@ package chunker_test
 import (
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -31,9 +33,11 @@ func BenchmarkSplit(b *testing.B) {
 		b.Run(s, func(b *testing.B) {
 			c := mustNew(b, chunker.Config{Strategy: s})
 			b.SetBytes(int64(len(text)))
+			cpu := cpuTime(b)
 			for b.Loop() {
 				c.Split(text)
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -41,7 +45,24 @@ func BenchmarkSplit(b *testing.B) {
 func BenchmarkCountTokens(b *testing.B) {
 	text := longMarkdown(b)
 	b.SetBytes(int64(len(text)))
+	cpu := cpuTime(b)
 	for b.Loop() {
 		chunker.CountTokens(text)
 	}
+	reportCPU(b, cpu)
+}
+
+// cpuTime is the process's user+system CPU time. On a machine shared with
+// other work, wall time per op swings several-fold between runs; CPU time
+// per op (cpu-ns/op) is what a change to the chunker moves.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
 }

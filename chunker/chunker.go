@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Chunk is one piece of a document, ready to hash-diff and embed.
@@ -79,16 +80,18 @@ func (c *Chunker) Split(text string) []Chunk {
 	for _, end := range ends {
 		for start < end {
 			// The estimate adds up separately counted pieces; BPE merges
-			// across a join can differ, so verify the bound exactly and
-			// move trailing units to the next chunk if it is broken.
+			// across a join can differ, so the bound is checked against the
+			// exact count, and trailing units move to the next chunk if it
+			// is broken. est.exact composes that count from the pieces when
+			// every join is one whose effect it can price (issue 15: the
+			// chunker counted each text twice); otherwise it is counted.
 			j := end
-			s := text[units[start].start:units[j-1].end]
-			n := CountTokens(s)
+			n := est.count(start, j)
 			for n > c.cfg.MaxTokens && j > start+1 {
 				j--
-				s = text[units[start].start:units[j-1].end]
-				n = CountTokens(s)
+				n = est.count(start, j)
 			}
+			s := text[units[start].start:units[j-1].end]
 			chunks = append(chunks, Chunk{Position: len(chunks), Text: s, Hash: Hash(s), Tokens: n})
 			start = j
 		}
@@ -135,21 +138,47 @@ func (c *Chunker) units(text string) []unit {
 }
 
 // estimator gives an O(1) token estimate of units [i, j) joined with the
-// whitespace between them, from prefix sums of separately counted pieces.
+// whitespace between them, from prefix sums of separately counted pieces,
+// and the exact count of such a join where the joins allow (see junction).
 type estimator struct {
+	text  string
+	us    []unit
 	units []int // units[k] = tokens of units before k
 	gaps  []int // gaps[k] = tokens of gaps before unit k (gap k sits before unit k)
+	// fix[k] sums the corrections of the joins before unit k, and dirty[k]
+	// counts the joins among them whose correction is unknown.
+	fix, dirty []int
 }
 
 func newEstimator(text string, us []unit) estimator {
-	e := estimator{units: make([]int, len(us)+1), gaps: make([]int, len(us)+1)}
+	e := estimator{text: text, us: us, units: make([]int, len(us)+1), gaps: make([]int, len(us)+1),
+		fix: make([]int, len(us)+1), dirty: make([]int, len(us)+1)}
+	// Gaps and join pieces repeat ("\n\n", ".\n\n") and each count pays the
+	// tokenizer's fixed cost, so they are counted once per text.
+	memo := map[string]int{}
+	count := func(s string) int {
+		n, ok := memo[s]
+		if !ok {
+			n = CountTokens(s)
+			memo[s] = n
+		}
+		return n
+	}
 	for k, u := range us {
 		e.units[k+1] = e.units[k] + u.tokens
-		g := 0
+		g, fix, dirty := 0, 0, 0
 		if k > 0 {
-			g = CountTokens(text[us[k-1].end:u.start])
+			gap := text[us[k-1].end:u.start]
+			g = count(gap)
+			if d, ok := junction(text, us[k-1], u, count); ok {
+				fix = d
+			} else {
+				dirty = 1
+			}
 		}
 		e.gaps[k+1] = e.gaps[k] + g
+		e.fix[k+1] = e.fix[k] + fix
+		e.dirty[k+1] = e.dirty[k] + dirty
 	}
 	return e
 }
@@ -159,4 +188,75 @@ func (e estimator) tokens(i, j int) int {
 		return 0
 	}
 	return e.units[j] - e.units[i] + e.gaps[j] - e.gaps[i+1]
+}
+
+// count returns the exact token count of units [i, j) as they appear in
+// the text, composed from the pieces when every join inside is priced, and
+// counted otherwise.
+func (e estimator) count(i, j int) int {
+	if j-i == 1 {
+		return e.us[i].tokens
+	}
+	if e.dirty[j] == e.dirty[i+1] {
+		return e.tokens(i, j) + e.fix[j] - e.fix[i+1]
+	}
+	return CountTokens(e.text[e.us[i].start:e.us[j-1].end])
+}
+
+// junction returns how many tokens joining a, the gap after it and b costs
+// beyond their separate counts, when that can be known without counting the
+// join, and false otherwise.
+//
+// cl100k_base splits text with a regular expression before BPE, and BPE runs
+// within each piece, so a join changes the count only where the split
+// differs from the split of the parts. The expression has no look-behind,
+// so b splits the same after the gap. A gap of line breaks alone is one
+// piece (\s*[\r\n]+) and stays one if a ends with an ASCII letter or digit,
+// whose runs cannot take line breaks. If a ends with a run of ASCII
+// punctuation, " ?[^\s\p{L}\p{N}]+[\r\n]*" swallows the gap into that run's
+// piece: the correction is that piece's count minus the two separate ones.
+// Anything else (spaces in the gap, non-ASCII at an edge, no gap at all)
+// is left to an exact count. The chunker's tests compare every chunk's
+// Tokens with CountTokens of its text, on fuzzed and real input.
+func junction(text string, a, b unit, count func(string) int) (int, bool) {
+	gap := text[a.end:b.start]
+	if gap == "" || strings.Trim(gap, "\r\n") != "" || a.end <= a.start {
+		return 0, false
+	}
+	if c := text[b.start]; c <= ' ' || c >= 0x7f {
+		return 0, false
+	}
+	last := text[a.end-1]
+	switch {
+	case isASCIIAlnum(last):
+		return 0, true
+	case !isASCIIPunct(last):
+		return 0, false
+	}
+	r := a.end - 1
+	for r > a.start && isASCIIPunct(text[r-1]) {
+		r--
+	}
+	if r > a.start {
+		switch prev := text[r-1]; {
+		case prev == ' ':
+			r-- // " ?" takes one space into the piece
+		case prev >= 0x80 || (prev < ' ' && prev != '\t' && prev != '\n' && prev != '\r'):
+			// A non-ASCII symbol may belong to the run; a control
+			// character is neither space nor letter.
+			return 0, false
+		}
+	}
+	tail := text[r:a.end]
+	return count(tail+gap) - count(tail) - count(gap), true
+}
+
+func isASCIIAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// isASCIIPunct reports an ASCII byte that is neither space, letter, digit
+// nor control: the [^\s\p{L}\p{N}] class restricted to ASCII.
+func isASCIIPunct(c byte) bool {
+	return c > ' ' && c < 0x7f && !isASCIIAlnum(c)
 }

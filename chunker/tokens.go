@@ -24,6 +24,11 @@ func CountTokens(s string) int {
 	if s == "" {
 		return 0
 	}
+	return countPieces(s, countBPE)
+}
+
+// countBPE is the tokenizer's own count.
+func countBPE(s string) int {
 	n, err := cl100k().Count(s)
 	if err != nil {
 		// Count only fails on a regexp engine error; a byte count is an upper

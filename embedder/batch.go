@@ -1,23 +1,52 @@
 package embedder
 
-import "github.com/ragsync/ragsync/chunker"
+import (
+	"fmt"
+
+	"github.com/ragsync/ragsync/chunker"
+)
 
 // span is a batch: texts[start:end].
 type span struct{ start, end int }
 
 // batches cuts texts into consecutive runs of at most maxInputs texts and
-// maxTokens cl100k_base tokens. A text alone over maxTokens gets a batch of
-// its own: the API, not us, decides whether it is too long.
-func batches(texts []string, maxInputs, maxTokens int) []span {
+// maxTokens tokens, tokens[i] being the count of texts[i]. A text alone
+// over maxTokens gets a batch of its own: the API, not us, decides whether
+// it is too long.
+func batches(tokens []int, maxInputs, maxTokens int) []span {
 	var out []span
-	start, tokens := 0, 0
-	for i, t := range texts {
-		n := chunker.CountTokens(t)
-		if i > start && (i-start >= maxInputs || tokens+n > maxTokens) {
+	start, sum := 0, 0
+	for i, n := range tokens {
+		if i > start && (i-start >= maxInputs || sum+n > maxTokens) {
 			out = append(out, span{start, i})
-			start, tokens = i, 0
+			start, sum = i, 0
 		}
-		tokens += n
+		sum += n
 	}
-	return append(out, span{start, len(texts)})
+	return append(out, span{start, len(tokens)})
+}
+
+// counts returns the cl100k_base count of every text: the caller's when it
+// gave them (the chunker counted each chunk already, issue 15), else counted
+// here once.
+func counts(texts []string, tokens []int) ([]int, error) {
+	if tokens != nil {
+		if len(tokens) != len(texts) {
+			return nil, fmt.Errorf("%d token counts for %d texts", len(tokens), len(texts))
+		}
+		return tokens, nil
+	}
+	out := make([]int, len(texts))
+	for i, t := range texts {
+		out[i] = chunker.CountTokens(t)
+	}
+	return out, nil
+}
+
+func sum(ns []int) int {
+	s := 0
+	for _, n := range ns {
+		s += n
+	}
+	return s
 }

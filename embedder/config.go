@@ -80,6 +80,21 @@ type Config struct {
 	// permanently, so the change goes to the dead-letter topic). Defaults
 	// to "truncate".
 	OnTooLong string `yaml:"on_too_long"`
+	// Linger is how long serve lets the oldest text waiting for a request
+	// wait for texts of other documents, so that documents in flight share
+	// requests (see Coalescer); a full request goes at once. Provider
+	// openai only. Defaults to 20ms.
+	Linger time.Duration `yaml:"linger"`
+	// MaxRequestsInFlight bounds the requests serve has sent and not yet
+	// had answered; while all are busy, texts queue and leave together.
+	// Provider openai only. Defaults to 4.
+	MaxRequestsInFlight int `yaml:"max_requests_in_flight"`
+}
+
+// Coalesce returns the Coalescer settings of c.
+func (c Config) Coalesce() CoalesceConfig {
+	return CoalesceConfig{Linger: c.Linger, MaxInFlight: c.MaxRequestsInFlight,
+		MaxBatchInputs: c.MaxBatchInputs, MaxBatchTokens: c.MaxBatchTokens}
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -113,6 +128,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OnTooLong == "" {
 		c.OnTooLong = TooLongTruncate
+	}
+	if c.Linger == 0 {
+		c.Linger = 20 * time.Millisecond
+	}
+	if c.MaxRequestsInFlight == 0 {
+		c.MaxRequestsInFlight = 4
 	}
 	return c
 }
@@ -175,6 +196,12 @@ func (c Config) Validate() error {
 	if c.OnTooLong != TooLongTruncate && c.OnTooLong != TooLongDeadLetter {
 		add("embedder.on_too_long: %q is not %q or %q", c.OnTooLong, TooLongTruncate, TooLongDeadLetter)
 	}
+	if c.Linger < 0 || c.Linger > 10*time.Second {
+		add("embedder.linger: must be in (0, 10s], e.g. 20ms (it delays every document that waits for a vector), got %s", c.Linger)
+	}
+	if c.MaxRequestsInFlight < 1 || c.MaxRequestsInFlight > 256 {
+		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 4 (raise it only within the provider's rate limits), got %d", c.MaxRequestsInFlight)
+	}
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
@@ -196,6 +223,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("timeout", c.Timeout), slog.Int("max_retries", c.MaxRetries),
 		slog.Int("requests_per_minute", c.RequestsPerMinute), slog.Int("tokens_per_minute", c.TokensPerMinute),
 		slog.Int("max_input_tokens", c.MaxInputTokens), slog.String("on_too_long", c.OnTooLong),
+		slog.Duration("linger", c.Linger), slog.Int("max_requests_in_flight", c.MaxRequestsInFlight),
 	)
 }
 

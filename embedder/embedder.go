@@ -13,6 +13,10 @@ type Client interface {
 	// Dimensions() entries. An empty input returns an empty result without
 	// any request.
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	// EmbedCounted is Embed given the cl100k_base count of every text
+	// (tokens[i] counts texts[i]), which the client trusts instead of
+	// counting again; nil tokens means count them.
+	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
 	// Model names the model the vectors come from; with Dimensions it
 	// identifies which stored vectors are comparable.
 	Model() string

@@ -1,6 +1,7 @@
 package embedder
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 )
@@ -77,3 +78,6 @@ func (e *InputError) Error() string {
 
 // Permanent is always true.
 func (e *InputError) Permanent() bool { return true }
+
+// ErrClosed is returned by a Coalescer's calls after Close.
+var ErrClosed = errors.New("embedder: coalescer closed")

@@ -32,6 +32,11 @@ func (h *Hashing) Model() string { return HashingModel }
 // Dimensions returns the vector length.
 func (h *Hashing) Dimensions() int { return h.dims }
 
+// EmbedCounted is Embed; the vectors do not depend on token counts.
+func (h *Hashing) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return h.Embed(ctx, texts)
+}
+
 // Embed returns one unit-length vector per text; an empty text gives the
 // zero vector. It fails only on a cancelled ctx or dims < 1.
 func (h *Hashing) Embed(ctx context.Context, texts []string) ([][]float32, error) {

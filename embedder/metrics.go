@@ -29,3 +29,27 @@ func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 	}
 	return nil
 }
+
+// RegisterCoalescerMetrics exposes co's counters on reg:
+// ragsync_embedder_coalesced_calls_total (calls, one per document that
+// needed vectors), ragsync_embedder_coalesced_requests_total and
+// ragsync_embedder_coalesced_inputs_total; inputs ÷ requests is how full
+// requests leave.
+func RegisterCoalescerMetrics(reg prometheus.Registerer, co *Coalescer) error {
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	for _, c := range []prometheus.Collector{
+		counter("ragsync_embedder_coalesced_calls_total", "Embed calls (documents needing vectors) that queued texts for shared requests.",
+			func() float64 { return float64(co.calls.Load()) }),
+		counter("ragsync_embedder_coalesced_requests_total", "Shared requests sent to the embedding client, resends of narrowed failures included.",
+			func() float64 { return float64(co.requests.Load()) }),
+		counter("ragsync_embedder_coalesced_inputs_total", "Texts carried by shared requests.",
+			func() float64 { return float64(co.inputs.Load()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

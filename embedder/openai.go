@@ -10,8 +10,6 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
-
-	"github.com/ragsync/ragsync/chunker"
 )
 
 // OpenAI embeds texts through an OpenAI-compatible /embeddings endpoint. It
@@ -117,10 +115,17 @@ func (o *OpenAI) Stats() Stats {
 // interface{ Permanent() bool } with Permanent() == true; a cancelled ctx
 // returns an error that wraps ctx.Err().
 func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	return o.EmbedCounted(ctx, texts, nil)
+}
+
+// EmbedCounted is Embed with the cl100k_base count of every text, which it
+// trusts for batching, rate limits and max_input_tokens instead of counting
+// again; nil tokens are counted here.
+func (o *OpenAI) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
 	if len(texts) == 0 {
 		return [][]float32{}, nil
 	}
-	vecs, err := o.embed(ctx, texts)
+	vecs, err := o.embed(ctx, texts, tokens)
 	if err != nil {
 		o.stats.failures.Add(1)
 		return nil, fmt.Errorf("embed %d texts with %s: %w", len(texts), o.cfg.Model, err)
@@ -128,19 +133,23 @@ func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error)
 	return vecs, nil
 }
 
-func (o *OpenAI) embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (o *OpenAI) embed(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
 	for i, t := range texts {
 		if t == "" {
 			return nil, &InputError{Index: i, Reason: "empty text (the API rejects empty inputs)"}
 		}
 	}
-	texts, err := o.fitInputs(texts)
+	tokens, err := counts(texts, tokens)
+	if err != nil {
+		return nil, err
+	}
+	texts, tokens, err = o.fitInputs(texts, tokens)
 	if err != nil {
 		return nil, err
 	}
 	out := make([][]float32, len(texts))
-	for _, b := range batches(texts, o.cfg.MaxBatchInputs, o.cfg.MaxBatchTokens) {
-		vecs, err := o.embedSplitting(ctx, texts[b.start:b.end])
+	for _, b := range batches(tokens, o.cfg.MaxBatchInputs, o.cfg.MaxBatchTokens) {
+		vecs, err := o.embedSplitting(ctx, texts[b.start:b.end], tokens[b.start:b.end])
 		if err != nil {
 			return nil, fmt.Errorf("batch %d..%d: %w", b.start, b.end-1, err)
 		}
@@ -153,18 +162,18 @@ func (o *OpenAI) embed(ctx context.Context, texts []string) ([][]float32, error)
 // (our token count and the provider's differ, or its limits are lower than
 // configured), halves it and tries each half. A single input the API still
 // rejects keeps the permanent error, which dead-letters its change.
-func (o *OpenAI) embedSplitting(ctx context.Context, batch []string) ([][]float32, error) {
-	vecs, err := o.embedBatch(ctx, batch)
+func (o *OpenAI) embedSplitting(ctx context.Context, batch []string, tokens []int) ([][]float32, error) {
+	vecs, err := o.embedBatch(ctx, batch, sum(tokens))
 	if err == nil || len(batch) < 2 || !tooLarge(err) {
 		return vecs, err
 	}
 	o.stats.splits.Add(1)
 	half := len(batch) / 2
-	left, err := o.embedSplitting(ctx, batch[:half])
+	left, err := o.embedSplitting(ctx, batch[:half], tokens[:half])
 	if err != nil {
 		return nil, err
 	}
-	right, err := o.embedSplitting(ctx, batch[half:])
+	right, err := o.embedSplitting(ctx, batch[half:], tokens[half:])
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +206,7 @@ func tooLarge(err error) bool {
 
 // embedBatch sends one request, retrying transient failures with capped,
 // jittered exponential backoff, or as long as the server asks.
-func (o *OpenAI) embedBatch(ctx context.Context, batch []string) ([][]float32, error) {
-	tokens := 0
-	for _, t := range batch {
-		tokens += chunker.CountTokens(t)
-	}
+func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([][]float32, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err

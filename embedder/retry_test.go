@@ -86,7 +86,9 @@ func TestBatches(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, batches(tc.texts, tc.maxInputs, tc.maxTokens))
+			toks, err := counts(tc.texts, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, batches(toks, tc.maxInputs, tc.maxTokens))
 		})
 	}
 }

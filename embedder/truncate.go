@@ -35,28 +35,30 @@ func truncateTokens(s string, limit int) (string, error) {
 	return enc.Decode(ids[:limit])
 }
 
-// fitInputs applies MaxInputTokens: inputs over it are truncated (counted
-// in Stats.Truncated) or, with OnTooLong "dead_letter", fail permanently so
-// the pipeline dead-letters the change. texts is not modified.
-func (o *OpenAI) fitInputs(texts []string) ([]string, error) {
-	out := texts
+// fitInputs applies MaxInputTokens to texts whose counts are tokens:
+// inputs over it are truncated (counted in Stats.Truncated) or, with
+// OnTooLong "dead_letter", fail permanently so the pipeline dead-letters
+// the change. Neither slice is modified; the results are copies if needed.
+func (o *OpenAI) fitInputs(texts []string, tokens []int) ([]string, []int, error) {
+	out, outTokens := texts, tokens
 	for i, t := range texts {
-		n := chunker.CountTokens(t)
+		n := tokens[i]
 		if n <= o.cfg.MaxInputTokens {
 			continue
 		}
 		if o.cfg.OnTooLong == TooLongDeadLetter {
-			return nil, &InputError{Index: i, Reason: fmt.Sprintf("%d tokens, over embedder.max_input_tokens %d (embedder.on_too_long: dead_letter)", n, o.cfg.MaxInputTokens)}
+			return nil, nil, &InputError{Index: i, Reason: fmt.Sprintf("%d tokens, over embedder.max_input_tokens %d (embedder.on_too_long: dead_letter)", n, o.cfg.MaxInputTokens)}
 		}
 		cut, err := truncateTokens(t, o.cfg.MaxInputTokens)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if &out[0] == &texts[0] {
 			out = append([]string(nil), texts...)
+			outTokens = append([]int(nil), tokens...)
 		}
-		out[i] = cut
+		out[i], outTokens[i] = cut, chunker.CountTokens(cut)
 		o.stats.truncated.Add(1)
 	}
-	return out, nil
+	return out, outTokens, nil
 }

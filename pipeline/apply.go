@@ -183,6 +183,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 		missing = p.planReuse(cfg, stored, doc, missing)
 	}
 	var texts []string
+	var tokens []int
 	index := map[string]int{}
 	for _, i := range missing {
 		c := chunks[i]
@@ -191,6 +192,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 		}
 		index[c.Hash] = len(texts)
 		texts = append(texts, c.Text)
+		tokens = append(tokens, c.Tokens)
 	}
 	reused := map[string]bool{}
 	for _, c := range chunks {
@@ -202,7 +204,12 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 	if len(texts) == 0 {
 		return saved, nil
 	}
-	vecs, err := p.st.Embedder.Embed(ctx, texts)
+	var vecs [][]float32
+	if ce, ok := p.st.Embedder.(CountingEmbedder); ok {
+		vecs, err = ce.EmbedCounted(ctx, texts, tokens)
+	} else {
+		vecs, err = p.st.Embedder.Embed(ctx, texts)
+	}
 	if err != nil {
 		return savedChunks{}, err
 	}

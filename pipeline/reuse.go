@@ -108,6 +108,15 @@ func WithReuse(e Embedder, cfg ReuseConfig) (*ReuseEmbedder, error) {
 	return &ReuseEmbedder{Embedder: e, Reuse: cfg.withDefaults()}, nil
 }
 
+// EmbedCounted passes the counts on when the wrapped Embedder takes them,
+// so wrapping does not hide the capability.
+func (r *ReuseEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
+	if ce, ok := r.Embedder.(CountingEmbedder); ok {
+		return ce.EmbedCounted(ctx, texts, tokens)
+	}
+	return r.Embedder.Embed(ctx, texts)
+}
+
 // reuseConfig is the pipeline's reuse setting.
 func (p *Pipeline) reuseConfig() ReuseConfig {
 	if r, ok := p.st.Embedder.(*ReuseEmbedder); ok {

@@ -30,6 +30,14 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
+// CountingEmbedder is an Embedder that takes the chunker's token count of
+// every text (tokens[i] counts texts[i]) instead of counting again, which
+// was most of the CPU of a load (issue 15). The pipeline uses it when its
+// Embedder has it; ReuseEmbedder passes it through.
+type CountingEmbedder interface {
+	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
+}
+
 // Sink stores documents and their chunks.
 type Sink interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)

@@ -375,7 +375,7 @@ func (c Config) validate(needSource bool) error {
 		}
 	}
 	if c.Pipeline.Workers < 0 {
-		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
+		add("pipeline.workers: must be >= 0 (0 means the default: 4, or 32 with provider openai)")
 	}
 	if c.Pipeline.StallLogInterval < 0 {
 		add("pipeline.stall_log_interval: must be >= 0 (0 means the default, 30s)")

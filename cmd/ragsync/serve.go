@@ -141,7 +141,12 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		logger.Info("front door bloom filters rebuilt", "documents", n)
 		snk = bloomSink{Sink: st, bloom: fd.fd.Bloom()}
 	}
-	p, err := newPipeline(cfg, src, dlq, emb, snk, reg, logger)
+	pemb, stopEmb, err := pipelineEmbedder(cfg, emb, reg)
+	if err != nil {
+		return err
+	}
+	defer stopEmb()
+	p, err := newPipeline(cfg, src, dlq, pemb, snk, reg, logger)
 	if err != nil {
 		return err
 	}

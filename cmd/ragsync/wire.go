@@ -138,7 +138,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	}
 	return pipeline.New(pipeline.Config{
 		Tables:     cfg.pipelineTables(),
-		Workers:    cfg.Pipeline.Workers,
+		Workers:    cfg.pipelineWorkers(),
 		StallAfter: cfg.Pipeline.StallAfter,
 		Settings:   stallSettings(cfg),
 		// StallLogInterval: 0 is the pipeline's default (30s).

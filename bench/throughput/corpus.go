@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// corpus is the load: documents of distinct prose (ASCII, ~60-word
+// paragraphs from a 512-word vocabulary: identical vectors would make HNSW
+// measure its own pathology, see bench/backlog).
+type corpus struct {
+	titles, bodies []string
+	bytes          int
+}
+
+var vocabulary = func() []string {
+	onsets, vowels, codas := []string{"b", "d", "k", "l", "m", "r", "s", "t"}, []string{"a", "e", "i", "o", "u", "ai", "ou", "ea"}, []string{"n", "r", "s", "th", "l", "m", "x", "nd"}
+	var ws []string
+	for _, o := range onsets {
+		for _, v := range vowels {
+			for _, c := range codas {
+				ws = append(ws, o+v+c)
+			}
+		}
+	}
+	return ws
+}()
+
+func newCorpus(docs, size int) *corpus {
+	c := &corpus{}
+	for d := range docs {
+		rng := rand.New(rand.NewPCG(uint64(d), 15))
+		var b strings.Builder
+		for b.Len() < size {
+			if b.Len() > 0 {
+				b.WriteString("\n\n")
+			}
+			for w := range 60 {
+				if w > 0 {
+					b.WriteByte(' ')
+				}
+				b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
+				if w%12 == 11 {
+					b.WriteByte('.')
+				}
+			}
+			b.WriteByte('.')
+		}
+		title := fmt.Sprintf("Document %d", d)
+		c.titles = append(c.titles, title)
+		c.bodies = append(c.bodies, b.String())
+		c.bytes += len(title) + b.Len()
+	}
+	return c
+}
+
+// text is what serve renders with the table template below.
+func (c *corpus) text(d int) string { return "# " + c.titles[d] + "\n\n" + c.bodies[d] }
+
+const tableConfig = `tables:
+  - match: public.articles
+    id: [id]
+    text: "# {{title}}\n\n{{body}}"
+`
+
+// writeEvents writes one Debezium create event per document.
+func (c *corpus) writeEvents(dir string) (string, error) {
+	path := filepath.Join(dir, "events.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	w := bufio.NewWriter(f)
+	for d := range c.titles {
+		lsn := int64(1000 + d)
+		v, err := json.Marshal(map[string]any{
+			"op": "c", "ts_ms": 1700000000000 + lsn, "before": nil,
+			"after": map[string]any{"id": d, "title": c.titles[d], "body": c.bodies[d]},
+			"source": map[string]any{"connector": "postgresql", "db": "app", "schema": "public", "table": "articles",
+				"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000 + lsn},
+		})
+		if err != nil {
+			return "", err
+		}
+		w.Write(v)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return "", err
+	}
+	return path, f.Close()
+}

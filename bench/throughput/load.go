@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ragsync/ragsync/internal/openaitest"
+)
+
+// result is one load.
+type result struct {
+	name           string
+	latency        time.Duration
+	docs, chunks   int64
+	wall           time.Duration
+	cpu, pgCPU     time.Duration
+	requests       int64
+	inputs         int64
+	trips, xacts   int64
+	summaryOutcome string
+}
+
+func (r result) chunksPerSec() float64 { return float64(r.chunks) / r.wall.Seconds() }
+
+func (r result) perChunkMs(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(r.chunks)
+}
+
+func (r result) line(raw float64) string {
+	return fmt.Sprintf("%s latency=%s: %d docs, %d chunks in %s = %.0f chunks/s (%.2f of raw), CPU %.3f ms/chunk, PG CPU %.3f ms/chunk, %d requests for %d inputs, %.1f round trips/doc, %.2f tx/doc",
+		r.name, r.latency, r.docs, r.chunks, r.wall.Round(time.Millisecond), r.chunksPerSec(), r.chunksPerSec()/raw,
+		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), r.requests, r.inputs,
+		float64(r.trips)/float64(r.docs), float64(r.xacts)/float64(r.docs))
+}
+
+func (r result) row(raw float64) string {
+	return fmt.Sprintf("| %s | %s | %d | %d | %.1f | %.0f | %.2f | %.3f | %.3f | 1/%.1f | %.1f | %.2f |",
+		r.name, r.latency, r.docs, r.chunks, r.wall.Seconds(), r.chunksPerSec(), r.chunksPerSec()/raw,
+		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), float64(r.inputs)/float64(max(r.requests, 1)),
+		float64(r.trips)/float64(r.docs), float64(r.xacts)/float64(r.docs))
+}
+
+// tbShim lets openaitest.New, which takes a testing.TB to register the
+// server's shutdown, run in a program (as in bench/incremental): New calls
+// only Helper and Cleanup.
+type tbShim struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (s *tbShim) Helper()          {}
+func (s *tbShim) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+
+// loadOnce loads the events with bin into a fresh database.
+func loadOnce(ctx context.Context, o options, bin, events string, latency time.Duration) (result, error) {
+	var res result
+	db, err := createDatabase(ctx, o.adminURL)
+	if err != nil {
+		return res, err
+	}
+	defer db.drop(ctx)
+	u, err := url.Parse(db.url)
+	if err != nil {
+		return res, err
+	}
+	rl, err := newRelay(u.Host)
+	if err != nil {
+		return res, err
+	}
+	defer rl.close()
+	u.Host = rl.addr()
+
+	shim := &tbShim{}
+	srv := openaitest.New(shim, openaitest.Options{Dimensions: o.dims})
+	defer func() {
+		for i := len(shim.cleanups) - 1; i >= 0; i-- {
+			shim.cleanups[i]()
+		}
+	}()
+	if latency > 0 {
+		srv.SetHook(func(openaitest.Request) *openaitest.Fault { return &openaitest.Fault{Delay: latency} })
+	}
+
+	dir, err := os.MkdirTemp("", "throughput-run")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := filepath.Join(dir, "ragsync.yaml")
+	yaml := fmt.Sprintf(`source:
+  kind: file
+  file:
+    path: %s
+%sembedder:
+  provider: openai
+  base_url: %s
+  model: text-embedding-3-small
+  dimensions: %d
+  api_key: bench
+postgres:
+  url: %s
+  schema: ragsync
+index: throughput
+http:
+  listen: ""
+`, events, tableConfig, srv.URL, o.dims, u.String())
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		return res, err
+	}
+	// Migrations run before the load: serve applies them too, but their
+	// cost is not the write path's.
+	mig := exec.CommandContext(ctx, bin, "migrate", "--config", cfg)
+	if out, err := mig.CombinedOutput(); err != nil {
+		return res, fmt.Errorf("migrate: %w\n%s", err, out)
+	}
+	x0, err := db.xacts(ctx)
+	if err != nil {
+		return res, err
+	}
+	trips0 := rl.trips.Load()
+
+	stop := make(chan struct{})
+	pgCPU := db.backendCPU(ctx, stop)
+	cmd := exec.CommandContext(ctx, bin, "serve", "--once", "--config", cfg)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	res.wall = time.Since(start)
+	close(stop)
+	res.pgCPU = pgCPU()
+	if err != nil {
+		return res, fmt.Errorf("serve: %w\n%s", err, out.String())
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	res.trips = rl.trips.Load() - trips0
+	res.requests, res.inputs = srv.Requests.Load(), srv.Inputs.Load()
+	time.Sleep(1100 * time.Millisecond) // let exited backends' statistics land
+	x1, err := db.xacts(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.xacts = x1 - x0
+	conn, err := pgx.Connect(ctx, db.url)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM ragsync.documents), (SELECT count(*) FROM ragsync.chunks)").Scan(&res.docs, &res.chunks); err != nil {
+		return res, err
+	}
+	if res.docs == 0 || res.chunks == 0 {
+		return res, fmt.Errorf("nothing loaded: %s", out.String())
+	}
+	return res, nil
+}

@@ -1,0 +1,145 @@
+// Command throughput is the write-path benchmark users read (issue 15): it
+// loads N documents of ~4 KB through `ragsync serve --once` (file source)
+// against the in-process OpenAI-compatible test server with a configurable
+// reply latency, and measures in the same run the raw limit: parallel
+// single-row INSERTs of the same vectors into a bare table with the same
+// HNSW index, from the same number of connections. With -base-bin it runs
+// a second binary (e.g. main's) in alternation, for a before/after table.
+//
+//	go run ./bench/throughput -bin bin/ragsync [-base-bin /tmp/ragsync-main] [-docs 2000] [-latencies 0s,150ms]
+//
+// Per run it prints chunks/s, the ratio to the raw limit, the child's CPU
+// ms per chunk (getrusage), Postgres backends' CPU ms per chunk (from
+// /proc of the run's client backends, sampled), embedding requests per
+// input, and Postgres round trips and transactions per document: round
+// trips are client→server bursts counted by a TCP relay in front of
+// Postgres, transactions are pg_stat_database.xact_commit of a database
+// created for the run. With -costs it also prices, per chunk, what the
+// chunks table writes beyond the HNSW index (issue 15 item 4).
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+type options struct {
+	bin, baseBin string
+	docs         int
+	docBytes     int
+	latencies    []time.Duration
+	dims         int
+	conns        int
+	rounds       int
+	adminURL     string
+	costs        bool
+	costDocs     int
+	costRounds   int
+	load         bool
+}
+
+func main() {
+	var o options
+	var lat string
+	flag.StringVar(&o.bin, "bin", "bin/ragsync", "ragsync binary under test")
+	flag.StringVar(&o.baseBin, "base-bin", "", "baseline ragsync binary, run alternately with -bin (optional)")
+	flag.IntVar(&o.docs, "docs", 2000, "documents to load (the issue's larger load is -docs 20000)")
+	flag.IntVar(&o.docBytes, "doc-bytes", 4096, "approximate size of each document's text")
+	flag.StringVar(&lat, "latencies", "0s,150ms", "embedding server reply latencies, comma-separated")
+	flag.IntVar(&o.dims, "dims", 384, "embedding dimensions")
+	flag.IntVar(&o.conns, "conns", 2, "connections of the raw-limit INSERT run")
+	flag.IntVar(&o.rounds, "rounds", 1, "alternating rounds per latency")
+	flag.StringVar(&o.adminURL, "pg", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		"Postgres URL of a database to connect to for creating the per-run databases")
+	flag.BoolVar(&o.costs, "costs", true, "also price the tsvector/GIN column, the cache row and the JSON row per chunk")
+	flag.IntVar(&o.costDocs, "cost-docs", 500, "documents of each -costs variant")
+	flag.IntVar(&o.costRounds, "cost-rounds", 3, "rounds of the -costs variants, alternated; medians are reported")
+	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
+	flag.Parse()
+	for _, s := range strings.Split(lat, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "throughput: -latencies:", err)
+			os.Exit(2)
+		}
+		o.latencies = append(o.latencies, d)
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "throughput:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "throughput")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	corpus := newCorpus(o.docs, o.docBytes)
+	events, err := corpus.writeEvents(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("corpus: %d documents, %.1f KB each on average\n", o.docs, float64(corpus.bytes)/float64(o.docs)/1024)
+
+	raw, err := rawLimit(ctx, o, corpus)
+	if err != nil {
+		return fmt.Errorf("raw limit: %w", err)
+	}
+	fmt.Printf("raw limit: %d rows in %s over %d connections = %.0f rows/s (bare table, same HNSW index)\n",
+		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, raw.rate())
+	if o.costs {
+		if err := writeCosts(ctx, o, newCorpus(min(o.costDocs, o.docs), o.docBytes)); err != nil {
+			return fmt.Errorf("costs: %w", err)
+		}
+	}
+	if !o.load {
+		return nil
+	}
+
+	bins := []struct{ name, path string }{{"new", o.bin}}
+	if o.baseBin != "" {
+		bins = append([]struct{ name, path string }{{"base", o.baseBin}}, bins...)
+	}
+	var results []result
+	for _, lat := range o.latencies {
+		for r := 0; r < o.rounds; r++ {
+			for _, b := range bins {
+				res, err := loadOnce(ctx, o, b.path, events, lat)
+				if err != nil {
+					return fmt.Errorf("%s at %s: %w", b.name, lat, err)
+				}
+				res.name, res.latency = b.name, lat
+				results = append(results, res)
+				fmt.Println(res.line(raw.rate()))
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Println("| binary | latency | docs | chunks | wall s | chunks/s | ÷ raw | CPU ms/chunk | PG CPU ms/chunk | requests/input | round trips/doc | tx/doc |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Println(r.row(raw.rate()))
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/embedder"
+)
+
+func TestPipelineWorkersDefault(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	require.Equal(t, 4, cfg.pipelineWorkers(), "hashing: CPU-bound, 4")
+	cfg.Embedder = embedder.Config{Provider: "openai", Model: "m", Dimensions: 8, BaseURL: "http://127.0.0.1:1/v1"}
+	require.Equal(t, defaultRemoteWorkers, cfg.pipelineWorkers(), "remote: enough documents in flight to share requests")
+	cfg.Pipeline.Workers = 7
+	require.Equal(t, 7, cfg.pipelineWorkers(), "an explicit setting wins")
+}
+
+func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	h := embedder.NewHashing(8)
+	got, stop, err := pipelineEmbedder(cfg, h, nil)
+	require.NoError(t, err)
+	stop()
+	require.Same(t, h, got)
+
+	cfg.Embedder = embedder.Config{Provider: "openai", Model: "m", Dimensions: 8, BaseURL: "http://127.0.0.1:1/v1"}
+	o, err := embedder.NewOpenAI(cfg.Embedder)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	got, stop, err = pipelineEmbedder(cfg, o, reg)
+	require.NoError(t, err)
+	defer stop()
+	require.IsType(t, &embedder.Coalescer{}, got)
+	n, err := testutil.GatherAndCount(reg, "ragsync_embedder_coalesced_requests_total")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
