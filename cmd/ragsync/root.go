@@ -41,6 +41,7 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 	root.PersistentFlags().StringVar(&g.index, "index", "", "index name (index)")
 	root.AddCommand(
 		newServeCmd(g),
+		newBackfillCmd(g),
 		newQueryCmd(g),
 		newInspectCmd(g),
 		newMigrateCmd(g),
