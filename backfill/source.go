@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -431,10 +432,24 @@ func (s *Source) message(t *table, row []byte, now time.Time) (cdc.Message, erro
 	if err := json.Unmarshal(row, &after); err != nil {
 		return cdc.Message{}, fmt.Errorf("read %s: decode row: %w", t.Name, err)
 	}
-	key := make(map[string]any, len(t.ID))
-	for _, c := range t.ID {
-		key[c] = after[c]
+	// The key's fields in id-column order, as Debezium writes a primary
+	// key: the decoder builds the document key from them in that order.
+	var key bytes.Buffer
+	key.WriteByte('{')
+	for i, c := range t.ID {
+		if i > 0 {
+			key.WriteByte(',')
+		}
+		name, _ := json.Marshal(c)
+		val, err := json.Marshal(after[c])
+		if err != nil {
+			return cdc.Message{}, fmt.Errorf("encode %s key: %w", t.Name, err)
+		}
+		key.Write(name)
+		key.WriteByte(':')
+		key.Write(val)
 	}
+	key.WriteByte('}')
 	ms := now.UnixMilli()
 	v := map[string]any{
 		"op":     "r",
@@ -453,9 +468,5 @@ func (s *Source) message(t *table, row []byte, now time.Time) (cdc.Message, erro
 	if err != nil {
 		return cdc.Message{}, fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
-	k, err := json.Marshal(key)
-	if err != nil {
-		return cdc.Message{}, fmt.Errorf("encode %s key: %w", t.Name, err)
-	}
-	return cdc.Message{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: k, Value: val, Timestamp: now}, nil
+	return cdc.Message{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}, nil
 }
