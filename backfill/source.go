@@ -233,6 +233,17 @@ func (s *Source) Progress() Progress {
 	return s.prog
 }
 
+// Total is the number of rows table will read (a count, or pg_class's
+// estimate for huge tables), 0 for a table it does not read.
+func (s *Source) Total(table string) int64 {
+	for _, t := range s.tables {
+		if t.Name == table {
+			return t.total
+		}
+	}
+	return 0
+}
+
 // Position is the WAL position of the snapshot this run reads in, 0 before
 // the first Fetch.
 func (s *Source) Position() uint64 {

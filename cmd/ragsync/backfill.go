@@ -36,6 +36,7 @@ type backfillFlags struct {
 	dryRun    bool
 	price     float64
 	progress  string
+	debezium  debeziumFlags
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -58,7 +59,9 @@ writing, and prints what a real run would send to the embedding API.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
-  ragsync backfill --config ragsync.yaml --dry-run --price-per-million-tokens 0.02`,
+  ragsync backfill --config ragsync.yaml --dry-run --price-per-million-tokens 0.02
+  ragsync backfill --config ragsync.yaml --via debezium --signal-table public.debezium_signal
+  ragsync backfill --config ragsync.yaml --via debezium --signal-topic dbserver1.signals --stop`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -77,12 +80,15 @@ writing, and prints what a real run would send to the embedding API.`,
 			if cmd.Flags().Changed("price-per-million-tokens") {
 				cfg.Backfill.PricePerMillionTokens = f.price
 			}
-			bc, bErr := cfg.backfillConfig(f.tables, f.where, f.resume && !f.dryRun)
+			bc, bErr := cfg.backfillConfig(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
 			if err := errors.Join(cfg.validate(false), bErr); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if f.debezium.via != "" {
+				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
+			}
 			return runBackfill(ctx, cmd, cfg, bc, f)
 		},
 	}
@@ -96,6 +102,7 @@ writing, and prints what a real run would send to the embedding API.`,
 	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
+	f.debezium.register(cmd)
 	return cmd
 }
 
