@@ -83,10 +83,15 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	}
 	// The cast fixes the dimensions the HNSW index needs while the column
 	// stays untyped; the predicate keeps each index to its own rows.
-	_, err = tx.Exec(ctx, fmt.Sprintf(
-		"CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
-		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit()))
+	_, err = tx.Exec(ctx, s.hnswDDL())
 	return err
+}
+
+// hnswDDL creates the index's HNSW index if it is missing (Bulk drops it
+// for a first load and builds it at the end).
+func (s *Store) hnswDDL() string {
+	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
+		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit())
 }
 
 // hnswIndexName is the per-index HNSW index; Index is validated, so it needs
