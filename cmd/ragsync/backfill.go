@@ -17,13 +17,16 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
 )
 
 var (
 	_ pipeline.Source = (*backfill.Source)(nil)
 	_ pipeline.Sink   = (*backfill.DryRun)(nil)
+	_ pipeline.Sink   = (*sink.Bulk)(nil)
 )
 
 type backfillFlags struct {
@@ -36,6 +39,7 @@ type backfillFlags struct {
 	dryRun    bool
 	price     float64
 	progress  string
+	bulk      string
 	debezium  debeziumFlags
 }
 
@@ -102,6 +106,7 @@ writing, and prints what a real run would send to the embedding API.`,
 	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
+	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
 }
@@ -142,9 +147,33 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		dry = backfill.NewDryRun(ix.st, ix.emb.Dimensions())
 		emb, snk = dryEmbedder{DryRun: dry, id: ix.emb}, dry
 	}
+	var bulk *sink.Bulk
+	var source pipeline.Source = src
+	if !f.dryRun && f.bulk != "off" {
+		bulk, err = ix.st.BeginBulk(ctx)
+		switch {
+		case errors.Is(err, sink.ErrNotEmpty):
+			bulk = nil
+		case err != nil:
+			return err
+		default:
+			logger.Info("index is empty: bulk load, HNSW index built at the end")
+			snk = bulk
+			source = flushingSource{src, bulk}
+			defer func() {
+				// Also after an interruption: the index must be searchable.
+				start := time.Now()
+				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
+					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
+					return
+				}
+				logger.Info("HNSW index built", "seconds", time.Since(start).Seconds())
+			}()
+		}
+	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	p, err := newPipeline(cfg, src, nil, emb, snk, prometheus.NewRegistry(), logger)
+	p, err := newPipeline(cfg, source, nil, emb, snk, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}
@@ -189,6 +218,30 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
 	}
 	return nil
+}
+
+// flushingSource writes the bulk buffer before a batch's checkpoint.
+type flushingSource struct {
+	*backfill.Source
+	bulk *sink.Bulk
+}
+
+func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
+	b, err := s.Source.Fetch(ctx)
+	if err != nil {
+		return b, err
+	}
+	ack := b.Ack
+	b.Ack = func(ctx context.Context) error {
+		if err := s.bulk.Flush(ctx); err != nil {
+			return err
+		}
+		if ack != nil {
+			return ack(ctx)
+		}
+		return nil
+	}
+	return b, nil
 }
 
 // reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
