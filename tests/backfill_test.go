@@ -130,11 +130,26 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	out, err := exec.Command(bin, "backfill", "--config", cleanCfg, "--page-rows", fmt.Sprint(pageRows)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), fmt.Sprintf("backfill: %d rows read", rows))
+	require.Contains(t, string(out), "bulk load", "an empty index takes the bulk path")
+	require.Contains(t, string(out), "HNSW index built")
 	cleanInputs := w.srv.Inputs.Load()
 	want := w.documents(cleanSchema)
 	require.Len(t, want, rows)
+	var hnsw bool
+	require.NoError(t, w.conn.QueryRow(context.Background(),
+		"SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_hnsw_articles')", cleanSchema).Scan(&hnsw))
+	require.True(t, hnsw, "the bulk path builds the HNSW index at the end")
+
+	// The streaming path loads the same index.
+	streamCfg, streamSchema := w.config()
+	out, err = exec.Command(bin, "backfill", "--config", streamCfg, "--page-rows", fmt.Sprint(pageRows), "--bulk", "off").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "bulk load")
+	require.Equal(t, want, w.documents(streamSchema), "bulk and streaming paths store the same chunks")
+	cleanInputs = w.srv.Inputs.Load() - cleanInputs // the streaming run's own calls: its cache was empty too
 
 	cfg, schema := w.config()
+	before := w.srv.Inputs.Load()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	kills := 0
 	for attempt := 0; ; attempt++ {
@@ -188,7 +203,7 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	for id, h := range want {
 		require.Equal(t, h, got[id], "document %s differs from a clean run's", id)
 	}
-	sent := w.srv.Inputs.Load() - cleanInputs
+	sent := w.srv.Inputs.Load() - before
 	slack := int64(kills * pageRows * w.chunks)
 	t.Logf("%d SIGKILLs; inputs sent: clean run %d, killed and resumed %d (allowed up to %d more)", kills, cleanInputs, sent, slack)
 	require.GreaterOrEqual(t, sent, cleanInputs)
