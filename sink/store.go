@@ -78,7 +78,7 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if model != s.cfg.Model || dims != s.cfg.Dimensions {
-		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name (index:) and fill it with ragsync backfill",
+		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name (index:) and build it with ragsync reindex --to NAME (or ragsync backfill)",
 			ErrIndexMismatch, s.cfg.Index, model, dims, s.cfg.Model, s.cfg.Dimensions)
 	}
 	// The cast fixes the dimensions the HNSW index needs while the column

@@ -118,6 +118,25 @@ func (w *backfillWorld) documents(schema string) map[string]string {
 	return out
 }
 
+// progressed returns a channel closed extra after the schema's backfill
+// checkpoint moves past *last (which it then updates): the process being
+// killed has committed at least one page in this run.
+func (w *backfillWorld) progressed(schema string, last *int64, extra time.Duration) <-chan time.Time {
+	w.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var n int64
+		err := w.conn.QueryRow(context.Background(), "SELECT coalesce(max(rows_read), 0) FROM "+schema+".backfill_checkpoints").Scan(&n)
+		if err == nil && n > *last {
+			*last = n
+			return time.After(extra)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	w.t.Fatal("backfill made no progress in 2 minutes")
+	return nil
+}
+
 // TestBackfillSIGKILLResume kills `ragsync backfill` with SIGKILL at random
 // moments, at least five times, resuming each time. The final index equals
 // a clean run's, and the embedding inputs sent exceed a clean run's by at
@@ -152,6 +171,7 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	before := w.srv.Inputs.Load()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	kills := 0
+	var lastRows int64
 	for attempt := 0; ; attempt++ {
 		args := []string{"backfill", "--config", cfg, "--page-rows", fmt.Sprint(pageRows), "--rate", "120"}
 		if attempt > 0 {
@@ -172,7 +192,9 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 				b, _ := os.ReadFile(logPath)
 				require.NoError(t, err, "%s", b)
 				t.Logf("run %d finished before its kill", attempt)
-			case <-time.After(time.Duration(600+rng.IntN(900)) * time.Millisecond):
+			case <-w.progressed(schema, &lastRows, time.Duration(rng.IntN(400))*time.Millisecond):
+				// Mid-stream: a page was checkpointed in this run, and the
+				// kill lands at a random point after it.
 				require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 				err := <-done
 				f.Close()

@@ -222,7 +222,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 
 // flushingSource writes the bulk buffer before a batch's checkpoint.
 type flushingSource struct {
-	*backfill.Source
+	pipeline.Source
 	bulk *sink.Bulk
 }
 

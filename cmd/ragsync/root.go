@@ -42,6 +42,8 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 	root.AddCommand(
 		newServeCmd(g),
 		newBackfillCmd(g),
+		newReindexCmd(g),
+		newIndexCmd(g),
 		newQueryCmd(g),
 		newInspectCmd(g),
 		newMigrateCmd(g),
