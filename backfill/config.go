@@ -15,9 +15,9 @@ type Table struct {
 	// ID lists the document id columns, which must be unique and not null:
 	// pages are read in their order. Defaults to the table's primary key.
 	ID []string
-	// Where is an optional SQL condition on the table's columns (alias t),
-	// e.g. "t.updated_at > now() - interval '30 days'". Defaults to every
-	// row.
+	// Where is an optional SQL condition on the table's columns (by name,
+	// or qualified with the alias t), e.g. "updated_at > now() - interval
+	// '30 days'". Defaults to every row.
 	Where string
 }
 

@@ -99,7 +99,7 @@ writing, and prints what a real run would send to the embedding API.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.sourceURL, "source-url", "", "document database to read (backfill.source_url; default source.postgres.url)")
 	fl.StringArrayVar(&f.tables, "table", nil, "schema.table to backfill (repeatable; default every tables[].match that names one table)")
-	fl.StringVar(&f.where, "where", "", "SQL condition on the rows to read, columns as t.<name>")
+	fl.StringVar(&f.where, "where", "", "SQL condition on the rows to read, columns by name (with --via debezium: the additional-conditions filter)")
 	fl.BoolVar(&f.resume, "resume", false, "continue each table after its checkpoint instead of starting over")
 	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second (backfill.rate; 0 = no cap)")
 	fl.IntVar(&f.pageRows, "page-rows", 0, "rows per page and checkpoint (backfill.page_rows; default 500)")
@@ -255,7 +255,10 @@ func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.
 	switch mode {
 	case "bar":
 		total := src.Progress().Total
-		bar := progressbar.NewOptions64(max(total, -1),
+		if total <= 0 {
+			total = -1 // unknown: a spinner
+		}
+		bar := progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(w),
 			progressbar.OptionSetDescription("backfill"),
 			progressbar.OptionShowCount(),
