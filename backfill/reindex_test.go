@@ -20,7 +20,7 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 	v := func(n uint64) cdc.Version { return cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{n}} }
 	for i, id := range []string{"1", "2", "3"} {
 		_, err := st.Upsert(ctx, sink.Document{Table: "public.notes", Key: id, Version: v(uint64(10 + i)),
-			Row: map[string]any{"id": json.Number("1000000" + id), "body": "note " + id},
+			Row:    map[string]any{"id": json.Number("1000000" + id), "body": "note " + id},
 			Chunks: []sink.Chunk{{Position: 0, Hash: "h" + id, Text: "note " + id, Tokens: 2, Vector: make([]float32, 16)}}})
 		require.NoError(t, err)
 	}
