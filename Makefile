@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -50,6 +50,9 @@ bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, reca
 # Drains 200,000 events through `serve --once` (a separate process) from an
 # in-process kfake and fails if its peak RSS (VmHWM) exceeds the bound.
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
+bench-bulk: services ## issue 12: bulk load (COPY + one HNSW build) vs streaming upserts of the same 100k chunks, and their ratio
+	$(GO) run ./bench/bulk $(BENCH_BULK_FLAGS)
+
 bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
 

@@ -78,15 +78,20 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if model != s.cfg.Model || dims != s.cfg.Dimensions {
-		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name or run ragsync reindex",
+		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name (index:) and build it with ragsync reindex --to NAME (or ragsync backfill)",
 			ErrIndexMismatch, s.cfg.Index, model, dims, s.cfg.Model, s.cfg.Dimensions)
 	}
 	// The cast fixes the dimensions the HNSW index needs while the column
 	// stays untyped; the predicate keeps each index to its own rows.
-	_, err = tx.Exec(ctx, fmt.Sprintf(
-		"CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
-		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit()))
+	_, err = tx.Exec(ctx, s.hnswDDL())
 	return err
+}
+
+// hnswDDL creates the index's HNSW index if it is missing (Bulk drops it
+// for a first load and builds it at the end).
+func (s *Store) hnswDDL() string {
+	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
+		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit())
 }
 
 // hnswIndexName is the per-index HNSW index; Index is validated, so it needs

@@ -28,7 +28,7 @@ func TestNewRejectsOtherModelOrDimensions(t *testing.T) {
 		_, err := sink.New(ctx, b.pool, cfg)
 		require.ErrorIs(t, err, sink.ErrIndexMismatch, name)
 		require.ErrorContains(t, err, `model "test-model" with 4 dimensions`, name)
-		require.ErrorContains(t, err, "choose a new index name or run ragsync reindex", name)
+		require.ErrorContains(t, err, "build it with ragsync reindex --to NAME", name)
 	}
 
 	// A second index with other dimensions coexists in the same tables.

@@ -37,6 +37,7 @@ type Config struct {
 	Log       LogConfig       `yaml:"log"`
 	Reuse     ReuseConfig     `yaml:"reuse"`
 	Purge     PurgeConfig     `yaml:"purge"`
+	Backfill  BackfillConfig  `yaml:"backfill"`
 }
 
 type SourceConfig struct {

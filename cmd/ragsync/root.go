@@ -46,6 +46,9 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 	root.PersistentFlags().StringVar(&g.index, "index", "", "index name (index)")
 	root.AddCommand(
 		newServeCmd(g),
+		newBackfillCmd(g),
+		newReindexCmd(g),
+		newIndexCmd(g),
 		newQueryCmd(g),
 		newInspectCmd(g),
 		newMigrateCmd(g),

@@ -38,3 +38,13 @@ INSERT INTO public.articles (title, body, tenant, tags) VALUES
 ('Sharpening a Kitchen Knife',
  E'## Finding the angle\n\nMost Western kitchen knives are ground at about twenty degrees per side. Hold that angle steady and let the stone do the work.\n\n## Honing\n\nA steel does not remove metal; it straightens a rolled edge between sharpenings, so use it often and the stone rarely.',
  'acme', '{cooking,tools}');
+
+-- Debezium's signal table (signal.data.collection in connect/articles.json):
+-- `ragsync backfill --via debezium --signal-table public.debezium_signal`
+-- inserts execute-snapshot / stop-snapshot signals here. The connector reads
+-- them from the WAL, so the table is in its table.include.list.
+CREATE TABLE public.debezium_signal (
+    id   varchar(42) PRIMARY KEY,
+    type varchar(32) NOT NULL,
+    data varchar(2048)
+);

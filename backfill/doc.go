@@ -1,0 +1,16 @@
+// Package backfill reads the rows of document-database tables directly and
+// yields them as Debezium snapshot-read ("op":"r") messages, so that a
+// backfill goes through the same pipeline as streamed changes: the same
+// decoder, templates, chunking, embedding cache, near-duplicate reuse and
+// sink.
+//
+// Rows are read in pages by primary key (keyset, never OFFSET) inside one
+// REPEATABLE READ transaction; every row carries a version at the snapshot's
+// WAL position, chosen so that a streamed change committed after the snapshot
+// always wins over it, and a change committed before it never does (see
+// snapshot.go and docs/backfill.md for the argument). A checkpoint per table
+// in the index's schema lets a killed backfill resume.
+//
+// It must not chunk, embed or write to the index itself, and it does not
+// stream changes: that is the sources' job in package cdc.
+package backfill

@@ -1,0 +1,143 @@
+package backfill
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// store is the part of the sink a dry run reads: the fence, the cache and
+// the stored chunks for reuse. Writes never reach it.
+type store interface {
+	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
+	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
+	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
+	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
+	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
+	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
+}
+
+// DryRun stands in for the embedder and the sink of a pipeline, so that a
+// backfill reads, renders and chunks every row exactly as a real run would,
+// and counts what it would send to the embedding API after the cache,
+// without calling it or writing anything. Safe for concurrent use.
+type DryRun struct {
+	st   store
+	dims int
+
+	mu       sync.Mutex
+	known    map[string]bool // hashes a real run would have cached by now
+	estimate Estimate
+}
+
+// Estimate is what a backfill would cost.
+type Estimate struct {
+	Documents int64 // documents that would be written
+	Chunks    int64 // chunks of those documents
+	Texts     int64 // texts sent to the embedding API (after the cache)
+	Tokens    int64 // their cl100k_base tokens
+	Requests  int64 // embedding calls, before batching splits them
+}
+
+// NewDryRun wraps st; vectors it pretends to compute have dims dimensions.
+func NewDryRun(st store, dims int) *DryRun {
+	return &DryRun{st: st, dims: dims, known: map[string]bool{}}
+}
+
+// Estimate returns the counts so far.
+func (d *DryRun) Estimate() Estimate {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.estimate
+}
+
+// Embed counts texts and their tokens and returns zero vectors.
+func (d *DryRun) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	var tokens int64
+	for _, t := range texts {
+		tokens += int64(chunker.CountTokens(t))
+	}
+	d.mu.Lock()
+	d.estimate.Texts += int64(len(texts))
+	d.estimate.Tokens += tokens
+	d.estimate.Requests++
+	d.mu.Unlock()
+	vecs := make([][]float32, len(texts))
+	for i := range vecs {
+		vecs[i] = make([]float32, d.dims)
+	}
+	return vecs, nil
+}
+
+// Upsert counts the document and remembers its chunks' hashes, which a real
+// run would have cached from here on; nothing is written.
+func (d *DryRun) Upsert(_ context.Context, doc sink.Document) (sink.Outcome, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.estimate.Documents++
+	d.estimate.Chunks += int64(len(doc.Chunks))
+	for _, c := range doc.Chunks {
+		d.known[c.Hash] = true
+	}
+	return sink.Outcome{Applied: true, Inserted: len(doc.Chunks)}, nil
+}
+
+// Delete writes nothing.
+func (d *DryRun) Delete(context.Context, string, string, cdc.Version, time.Time) (sink.Outcome, error) {
+	return sink.Outcome{Applied: true}, nil
+}
+
+// Truncate writes nothing.
+func (d *DryRun) Truncate(context.Context, string, cdc.Version, time.Time) (int, error) {
+	return 0, nil
+}
+
+// Vectors answers from the real cache plus the hashes this dry run would
+// have embedded already.
+func (d *DryRun) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
+	got, err := d.st.Vectors(ctx, hashes)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range hashes {
+		if _, ok := got[h]; !ok && d.known[h] {
+			got[h] = make([]float32, d.dims)
+		}
+	}
+	return got, nil
+}
+
+// Document reads the stored document: the fence applies as in a real run.
+func (d *DryRun) Document(ctx context.Context, id string) (sink.StoredDocument, bool, error) {
+	return d.st.Document(ctx, id)
+}
+
+// StoredChunks reads the stored chunks, for near-duplicate reuse.
+func (d *DryRun) StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error) {
+	return d.st.StoredChunks(ctx, id)
+}
+
+// Cost is the estimate's price at pricePerMillion per million tokens.
+func (e Estimate) Cost(pricePerMillion float64) float64 {
+	return float64(e.Tokens) / 1e6 * pricePerMillion
+}
+
+// Duration is how long the embedding calls take at the given limits (0
+// means no limit): the slower of the request and the token budget.
+func (e Estimate) Duration(requestsPerMinute, tokensPerMinute int) time.Duration {
+	var minutes float64
+	if requestsPerMinute > 0 {
+		minutes = float64(e.Requests) / float64(requestsPerMinute)
+	}
+	if tokensPerMinute > 0 {
+		minutes = math.Max(minutes, float64(e.Tokens)/float64(tokensPerMinute))
+	}
+	return time.Duration(minutes * float64(time.Minute))
+}

@@ -1,0 +1,483 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/time/rate"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// table is a Table resolved against the source catalog.
+type table struct {
+	Table
+	schema, name string
+	ident        string   // quoted schema.table
+	types        []string // format_type of each id column
+	total        int64    // rows to read: count(*), or pg_class's estimate for huge tables
+	exact        bool     // total is a count, not an estimate
+	lastKey      []string // keyset position: id column values as text
+	done         bool
+	read         int64 // rows read in this table so far, this run and before
+}
+
+// Source yields the rows of the configured tables as Debezium snapshot-read
+// messages, one page per batch; a batch's Ack saves the table's checkpoint.
+// It is used by one pipeline goroutine; Progress may be called from any.
+type Source struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	cp     *Checkpoints
+	db     string
+	tables []*table
+	cur    int
+	snap   *snapshot
+	lim    *rate.Limiter
+
+	mu   sync.Mutex
+	prog Progress
+}
+
+// Progress is what a Source has done so far.
+type Progress struct {
+	Table      string // the table being read
+	Rows       int64  // rows read (all tables, this run)
+	Superseded int64  // rows skipped: changed after the snapshot, the stream carries them
+	Rechecked  int64  // rows whose xmax made them re-read outside the snapshot
+	Total      int64  // rows to read (all tables, this run; estimated for huge tables)
+	Exact      bool   // Total is a count
+	Position   string // WAL position of the snapshot, "X/Y"
+	Done       bool
+}
+
+// Open connects to the source, resolves every table's id columns and size,
+// and, with cfg.Resume, loads their checkpoints from cp (nil keeps none).
+// The caller closes the Source.
+func Open(ctx context.Context, cfg Config, cp *Checkpoints) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("backfill source url: %w", err)
+	}
+	// One connection holds the snapshot, one re-checks rows outside it.
+	pc.MaxConns = 2
+	pc.ConnConfig.RuntimeParams["application_name"] = "ragsync-backfill"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect source: %w", err)
+	}
+	s := &Source{cfg: cfg, pool: pool, cp: cp}
+	if cfg.Rate > 0 {
+		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.PageRows)
+	}
+	if err := s.init(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Source) init(ctx context.Context) error {
+	if err := s.pool.QueryRow(ctx, "SELECT current_database()").Scan(&s.db); err != nil {
+		return fmt.Errorf("connect source: %w (check --source-url)", err)
+	}
+	var errs []error
+	for _, t := range s.cfg.Tables {
+		tb, err := s.resolve(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.tables = append(s.tables, tb)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if s.cp != nil {
+		names := make([]string, len(s.tables))
+		for i, t := range s.tables {
+			names[i] = t.Name
+		}
+		if !s.cfg.Resume {
+			if err := s.cp.Reset(ctx, names); err != nil {
+				return err
+			}
+		} else {
+			for _, t := range s.tables {
+				c, ok, err := s.cp.Load(ctx, t.Name)
+				if err != nil {
+					return err
+				}
+				if ok {
+					t.lastKey, t.done, t.read = c.LastKey, c.Done, c.Rows
+					s.cfg.Logger.InfoContext(ctx, "resuming backfill", "table", t.Name, "after_key", strings.Join(c.LastKey, ","), "rows_before", c.Rows, "done", c.Done)
+				}
+			}
+		}
+	}
+	for _, t := range s.tables {
+		if !t.done {
+			s.prog.Total += max(t.total-t.read, 0)
+		}
+	}
+	s.prog.Exact = true
+	for _, t := range s.tables {
+		s.prog.Exact = s.prog.Exact && t.exact
+	}
+	return nil
+}
+
+// resolve finds t's id columns and their types, and checks its Where.
+func (s *Source) resolve(ctx context.Context, t Table) (*table, error) {
+	schema, name, _ := splitName(t.Name)
+	tb := &table{Table: t, schema: schema, name: name, ident: pgx.Identifier{schema, name}.Sanitize()}
+	var oid uint32
+	var reltuples float64
+	err := s.pool.QueryRow(ctx, "SELECT c.oid, c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+		schema, name).Scan(&oid, &reltuples)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("backfill table %s: no such table in database %s (check --table / tables[].match and --source-url)", t.Name, s.db)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backfill table %s: %w", t.Name, err)
+	}
+	if len(t.ID) == 0 {
+		rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+			FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+			WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)`, oid)
+		if err != nil {
+			return nil, fmt.Errorf("backfill table %s: read primary key: %w", t.Name, err)
+		}
+		for rows.Next() {
+			var col, typ string
+			if err := rows.Scan(&col, &typ); err != nil {
+				return nil, err
+			}
+			tb.ID, tb.types = append(tb.ID, col), append(tb.types, typ)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("backfill table %s: read primary key: %w", t.Name, err)
+		}
+		if len(tb.ID) == 0 {
+			return nil, fmt.Errorf("backfill table %s: no primary key, set tables[].id to unique not-null columns to page by", t.Name)
+		}
+	} else {
+		for _, col := range t.ID {
+			var typ string
+			err := s.pool.QueryRow(ctx, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped", oid, col).Scan(&typ)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("backfill table %s: id column %q does not exist (fix tables[].id)", t.Name, col)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("backfill table %s: %w", t.Name, err)
+			}
+			tb.types = append(tb.types, typ)
+		}
+	}
+	// A huge table is not counted: pg_class's estimate is good enough for
+	// an ETA and costs nothing.
+	if reltuples >= 1e6 {
+		tb.total = int64(reltuples)
+		if t.Where == "" {
+			return tb, nil
+		}
+	}
+	q := "SELECT count(*) FROM " + tb.ident + " t" + tb.whereSQL("WHERE")
+	if reltuples >= 1e6 {
+		q = "EXPLAIN " + q // checks Where without counting
+		_, err = s.pool.Exec(ctx, q)
+	} else {
+		err = s.pool.QueryRow(ctx, q).Scan(&tb.total)
+		tb.exact = true
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backfill table %s: %w (check --where)", t.Name, err)
+	}
+	return tb, nil
+}
+
+func (t *table) whereSQL(kw string) string {
+	if t.Where == "" {
+		return ""
+	}
+	return " " + kw + " (" + t.Where + ")"
+}
+
+// Close ends the snapshot and disconnects.
+func (s *Source) Close() {
+	if s.snap != nil {
+		s.snap.close(context.Background())
+		s.snap = nil
+	}
+	s.pool.Close()
+}
+
+// Progress returns what the source has read so far. Safe for concurrent use.
+func (s *Source) Progress() Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prog
+}
+
+// Total is the number of rows table will read (a count, or pg_class's
+// estimate for huge tables), 0 for a table it does not read.
+func (s *Source) Total(table string) int64 {
+	for _, t := range s.tables {
+		if t.Name == table {
+			return t.total
+		}
+	}
+	return 0
+}
+
+// Position is the WAL position of the snapshot this run reads in, 0 before
+// the first Fetch.
+func (s *Source) Position() uint64 {
+	if s.snap == nil {
+		return 0
+	}
+	return s.snap.position
+}
+
+// Fetch reads the next page. It returns io.EOF once every table is read.
+func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
+	for s.cur < len(s.tables) && s.tables[s.cur].done {
+		s.cur++
+	}
+	if s.cur >= len(s.tables) {
+		if s.snap != nil {
+			s.snap.close(ctx)
+			s.snap = nil
+		}
+		s.mu.Lock()
+		s.prog.Done = true
+		s.mu.Unlock()
+		return cdc.Batch{}, io.EOF
+	}
+	if s.snap == nil {
+		snap, err := begin(ctx, s.pool)
+		if err != nil {
+			return cdc.Batch{}, err
+		}
+		s.snap = snap
+		s.mu.Lock()
+		s.prog.Position = formatLSN(snap.position)
+		s.mu.Unlock()
+		s.cfg.Logger.InfoContext(ctx, "backfill snapshot taken", "lsn", formatLSN(snap.position), "snapshot", snap.name)
+	}
+	t := s.tables[s.cur]
+	s.mu.Lock()
+	s.prog.Table = t.Name
+	s.mu.Unlock()
+	msgs, last, err := s.page(ctx, t)
+	if err != nil {
+		return cdc.Batch{}, err
+	}
+	if last == nil {
+		// The table is read: its empty batch's Ack marks it done.
+		t.done = true
+		cp := Checkpoint{Table: t.Name, LastKey: t.lastKey, Position: formatLSN(s.snap.position), Rows: t.read, Done: true}
+		s.cfg.Logger.InfoContext(ctx, "backfill table read", "table", t.Name, "rows", t.read)
+		return cdc.Batch{Ack: s.ack(cp)}, nil
+	}
+	t.lastKey = last
+	cp := Checkpoint{Table: t.Name, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}
+	return cdc.Batch{Messages: msgs, Ack: s.ack(cp)}, nil
+}
+
+func (s *Source) ack(cp Checkpoint) func(context.Context) error {
+	if s.cp == nil {
+		return nil
+	}
+	return func(ctx context.Context) error { return s.cp.Save(ctx, cp) }
+}
+
+// page reads the next page of t and returns its messages and the page's
+// last key, nil when the table has no more rows.
+func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, error) {
+	cols := make([]string, len(t.ID))
+	for i, c := range t.ID {
+		cols[i] = "t." + pgx.Identifier{c}.Sanitize()
+	}
+	keyList := strings.Join(cols, ", ")
+	var b strings.Builder
+	b.WriteString("SELECT to_jsonb(t), t.xmin::text, t.xmax::text")
+	for _, c := range cols {
+		b.WriteString(", " + c + "::text")
+	}
+	b.WriteString(" FROM " + t.ident + " t WHERE true")
+	args := []any{}
+	if t.lastKey != nil {
+		b.WriteString(" AND (" + keyList + ") > (" + s.params(t, 1) + ")")
+		for _, k := range t.lastKey {
+			args = append(args, k)
+		}
+	}
+	b.WriteString(t.whereSQL("AND"))
+	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.cfg.PageRows)
+
+	rows, err := s.snap.tx.Query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
+	}
+	type rowRead struct {
+		row        []byte
+		xmin, xmax string
+		key        []string
+	}
+	var page []rowRead
+	for rows.Next() {
+		r := rowRead{key: make([]string, len(cols))}
+		dest := []any{&r.row, &r.xmin, &r.xmax}
+		for i := range r.key {
+			dest = append(dest, &r.key[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
+		}
+		page = append(page, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
+	}
+	if len(page) == 0 {
+		return nil, nil, nil
+	}
+	if s.lim != nil {
+		if err := s.lim.WaitN(ctx, len(page)); err != nil {
+			return nil, nil, err
+		}
+	}
+	now := time.Now()
+	msgs := make([]cdc.Message, 0, len(page))
+	var superseded, rechecked int64
+	for _, r := range page {
+		if r.xmax != "0" {
+			rechecked++
+			same, err := s.recheck(ctx, t, r.key, r.xmin)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !same {
+				superseded++
+				continue
+			}
+		}
+		m, err := s.message(t, r.row, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	t.read += int64(len(page))
+	s.mu.Lock()
+	s.prog.Rows += int64(len(page))
+	s.prog.Superseded += superseded
+	s.prog.Rechecked += rechecked
+	s.mu.Unlock()
+	return msgs, page[len(page)-1].key, nil
+}
+
+// params renders "$n::type, …" for t's id columns, starting at n.
+func (s *Source) params(t *table, n int) string {
+	ps := make([]string, len(t.types))
+	for i, typ := range t.types {
+		ps[i] = fmt.Sprintf("$%d::text::%s", n+i, typ)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// recheck decides a row that a transaction the snapshot does not see had
+// touched (xmax set) when it was read: locked it, or changed it, perhaps
+// writing before the snapshot position and committing after — then its
+// streamed change has a smaller LSN than the snapshot's and must still win.
+// FOR SHARE waits for any such transaction still running; then the row is
+// unchanged since the snapshot iff its current version has the same xmin
+// (a lock or an aborted change), and only then is the snapshot's copy
+// trusted. Otherwise the change committed after the snapshot, the stream
+// delivers it, and the row is skipped.
+func (s *Source) recheck(ctx context.Context, t *table, key []string, xmin string) (bool, error) {
+	cols := make([]string, len(t.ID))
+	for i, c := range t.ID {
+		cols[i] = "t." + pgx.Identifier{c}.Sanitize()
+	}
+	q := "SELECT t.xmin::text FROM " + t.ident + " t WHERE (" + strings.Join(cols, ", ") + ") = (" + s.params(t, 1) + ") FOR SHARE"
+	args := make([]any, len(key))
+	for i, k := range key {
+		args[i] = k
+	}
+	var cur string
+	err := s.pool.QueryRow(ctx, q, args...).Scan(&cur)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return false, fmt.Errorf("recheck %s: %w (the backfill user needs SELECT and UPDATE on the table to wait for concurrent writers with FOR SHARE: GRANT UPDATE ON %s TO <user>)", t.Name, err, t.ident)
+	}
+	if err != nil {
+		return false, fmt.Errorf("recheck %s: %w", t.Name, err)
+	}
+	return cur == xmin, nil
+}
+
+// message renders a row as the snapshot-read event a Debezium PostgreSQL
+// connector would emit (payload only), so the decoder treats it like one.
+func (s *Source) message(t *table, row []byte, now time.Time) (cdc.Message, error) {
+	var after map[string]any
+	if err := json.Unmarshal(row, &after); err != nil {
+		return cdc.Message{}, fmt.Errorf("read %s: decode row: %w", t.Name, err)
+	}
+	// The key's fields in id-column order, as Debezium writes a primary
+	// key: the decoder builds the document key from them in that order.
+	var key bytes.Buffer
+	key.WriteByte('{')
+	for i, c := range t.ID {
+		if i > 0 {
+			key.WriteByte(',')
+		}
+		name, _ := json.Marshal(c)
+		val, err := json.Marshal(after[c])
+		if err != nil {
+			return cdc.Message{}, fmt.Errorf("encode %s key: %w", t.Name, err)
+		}
+		key.Write(name)
+		key.WriteByte(':')
+		key.Write(val)
+	}
+	key.WriteByte('}')
+	ms := now.UnixMilli()
+	v := map[string]any{
+		"op":     "r",
+		"before": nil,
+		"after":  json.RawMessage(row),
+		"source": map[string]any{
+			"version": "ragsync-backfill", "connector": "postgresql", "name": s.cfg.Topic,
+			"db": s.db, "schema": t.schema, "table": t.name, "snapshot": "true",
+			// P - 1: above every change the snapshot sees, below every
+			// change written after the row was read (snapshot.go).
+			"lsn": s.snap.position - 1, "ts_ms": ms,
+		},
+		"ts_ms": ms,
+	}
+	val, err := json.Marshal(v)
+	if err != nil {
+		return cdc.Message{}, fmt.Errorf("encode %s row: %w", t.Name, err)
+	}
+	return cdc.Message{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}, nil
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+var (
+	_ pipeline.Source = (*backfill.Source)(nil)
+	_ pipeline.Sink   = (*backfill.DryRun)(nil)
+	_ pipeline.Sink   = (*sink.Bulk)(nil)
+)
+
+type backfillFlags struct {
+	sourceURL string
+	tables    []string
+	where     string
+	resume    bool
+	rate      float64
+	pageRows  int
+	dryRun    bool
+	price     float64
+	progress  string
+	bulk      string
+	debezium  debeziumFlags
+}
+
+func newBackfillCmd(g *globals) *cobra.Command {
+	var f backfillFlags
+	cmd := &cobra.Command{
+		Use:   "backfill",
+		Short: "Read the document database's tables into the index, beside live CDC",
+		Long: `backfill reads the rows of the configured tables (tables[].match, or --table)
+straight from the document database, page by page in primary-key order, in
+one consistent snapshot, and feeds them through the same pipeline as streamed
+changes: templates, chunking, the embedding cache, reuse and the sink. Every
+row carries a version at the snapshot's WAL position, so it can run while
+serve applies live changes: a change committed after the snapshot always
+wins, and a backfill never regresses a document (docs/backfill.md).
+
+A checkpoint per table is kept in the index's schema; --resume continues
+after Ctrl-C or a crash, and re-reading a page costs no embedding calls (the
+cache has its chunks). --dry-run reads and chunks without embedding or
+writing, and prints what a real run would send to the embedding API.`,
+		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
+  ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
+  ragsync backfill --config ragsync.yaml --resume --rate 200
+  ragsync backfill --config ragsync.yaml --dry-run --price-per-million-tokens 0.02
+  ragsync backfill --config ragsync.yaml --via debezium --signal-table public.debezium_signal
+  ragsync backfill --config ragsync.yaml --via debezium --signal-topic dbserver1.signals --stop`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if f.sourceURL != "" {
+				cfg.Backfill.SourceURL = f.sourceURL
+			}
+			if cmd.Flags().Changed("rate") {
+				cfg.Backfill.Rate = f.rate
+			}
+			if cmd.Flags().Changed("page-rows") {
+				cfg.Backfill.PageRows = f.pageRows
+			}
+			if cmd.Flags().Changed("price-per-million-tokens") {
+				cfg.Backfill.PricePerMillionTokens = f.price
+			}
+			bc, bErr := cfg.backfillConfig(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
+			if err := errors.Join(cfg.validate(false), bErr); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if f.debezium.via != "" {
+				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
+			}
+			return runBackfill(ctx, cmd, cfg, bc, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.sourceURL, "source-url", "", "document database to read (backfill.source_url; default source.postgres.url)")
+	fl.StringArrayVar(&f.tables, "table", nil, "schema.table to backfill (repeatable; default every tables[].match that names one table)")
+	fl.StringVar(&f.where, "where", "", "SQL condition on the rows to read, columns by name (with --via debezium: the additional-conditions filter)")
+	fl.BoolVar(&f.resume, "resume", false, "continue each table after its checkpoint instead of starting over")
+	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second (backfill.rate; 0 = no cap)")
+	fl.IntVar(&f.pageRows, "page-rows", 0, "rows per page and checkpoint (backfill.page_rows; default 500)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
+	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
+	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
+	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
+	f.debezium.register(cmd)
+	return cmd
+}
+
+// dryEmbedder counts instead of embedding, with the real client's identity.
+type dryEmbedder struct {
+	*backfill.DryRun
+	id embedder.Client
+}
+
+func (d dryEmbedder) Model() string   { return d.id.Model() }
+func (d dryEmbedder) Dimensions() int { return d.id.Dimensions() }
+
+func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
+	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
+	bc.Logger = logger
+	ix, err := openIndex(ctx, cfg, logger, nil)
+	if err != nil {
+		return err
+	}
+	defer ix.Close()
+	var cp *backfill.Checkpoints
+	if !f.dryRun {
+		cp = backfill.NewCheckpoints(ix.pool, cfg.Index)
+	}
+	src, err := backfill.Open(ctx, bc, cp)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+
+	var (
+		emb embedder.Client = ix.emb
+		snk pipeline.Sink   = ix.st
+		dry *backfill.DryRun
+	)
+	if f.dryRun {
+		dry = backfill.NewDryRun(ix.st, ix.emb.Dimensions())
+		emb, snk = dryEmbedder{DryRun: dry, id: ix.emb}, dry
+	}
+	var bulk *sink.Bulk
+	var source pipeline.Source = src
+	if !f.dryRun && f.bulk != "off" {
+		bulk, err = ix.st.BeginBulk(ctx)
+		switch {
+		case errors.Is(err, sink.ErrNotEmpty):
+			bulk = nil
+		case err != nil:
+			return err
+		default:
+			logger.Info("index is empty: bulk load, HNSW index built at the end")
+			snk = bulk
+			source = flushingSource{src, bulk}
+			defer func() {
+				// Also after an interruption: the index must be searchable.
+				start := time.Now()
+				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
+					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
+					return
+				}
+				logger.Info("HNSW index built", "seconds", time.Since(start).Seconds())
+			}()
+		}
+	}
+	// No dead-letter destination: a row that cannot be applied stops the
+	// backfill with the reason, and --resume retries from its page.
+	p, err := newPipeline(cfg, source, nil, emb, snk, prometheus.NewRegistry(), logger)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		reportProgress(cmd.ErrOrStderr(), f.progress, src, p, logger, done)
+	}()
+	runErr := p.Run(ctx)
+	close(done)
+	<-progressDone
+
+	pr := src.Progress()
+	st := p.Stats()
+	elapsed := time.Since(start)
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
+		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
+	fmt.Fprintf(out, "pipeline: %s\n", st)
+	if dry != nil {
+		e := dry.Estimate()
+		ec := cfg.embedderConfig()
+		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
+			e.Documents, e.Chunks, e.Texts, e.Tokens, e.Requests)
+		if cfg.Backfill.PricePerMillionTokens > 0 {
+			fmt.Fprintf(out, "dry run: estimated cost %.4f at %g per million tokens\n", e.Cost(cfg.Backfill.PricePerMillionTokens), cfg.Backfill.PricePerMillionTokens)
+		}
+		embedTime := e.Duration(ec.RequestsPerMinute, ec.TokensPerMinute)
+		readTime := time.Duration(0)
+		if cfg.Backfill.Rate > 0 {
+			readTime = time.Duration(float64(pr.Rows) / cfg.Backfill.Rate * float64(time.Second))
+		}
+		fmt.Fprintf(out, "dry run: estimated time at the configured limits: %s (embedding at %d requests/min, %d tokens/min: %s; reading at %g rows/s: %s; 0 = no limit)\n",
+			max(embedTime, readTime).Round(time.Second), ec.RequestsPerMinute, ec.TokensPerMinute, embedTime.Round(time.Second), cfg.Backfill.Rate, readTime.Round(time.Second))
+	}
+	if runErr != nil {
+		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", runErr)
+	}
+	if ctx.Err() != nil && !pr.Done {
+		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
+	}
+	return nil
+}
+
+// flushingSource writes the bulk buffer before a batch's checkpoint.
+type flushingSource struct {
+	pipeline.Source
+	bulk *sink.Bulk
+}
+
+func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
+	b, err := s.Source.Fetch(ctx)
+	if err != nil {
+		return b, err
+	}
+	ack := b.Ack
+	b.Ack = func(ctx context.Context) error {
+		if err := s.bulk.Flush(ctx); err != nil {
+			return err
+		}
+		if ack != nil {
+			return ack(ctx)
+		}
+		return nil
+	}
+	return b, nil
+}
+
+// reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
+func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
+	if mode == "auto" {
+		mode = "log"
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			mode = "bar"
+		}
+	}
+	switch mode {
+	case "bar":
+		total := src.Progress().Total
+		if total <= 0 {
+			total = -1 // unknown: a spinner
+		}
+		bar := progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("backfill"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("rows"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond),
+		)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			pr := src.Progress()
+			st := p.Stats()
+			bar.Describe(fmt.Sprintf("%s (%d chunks embedded)", pr.Table, st["chunks_embedded"]))
+			_ = bar.Set64(pr.Rows)
+			select {
+			case <-done:
+				_ = bar.Finish()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+			}
+		}
+	case "log":
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			pr := src.Progress()
+			st := p.Stats()
+			rate := float64(pr.Rows) / time.Since(start).Seconds()
+			eta := "unknown"
+			if rate > 0 && pr.Total > pr.Rows {
+				eta = time.Duration(float64(pr.Total-pr.Rows) / rate * float64(time.Second)).Round(time.Second).String()
+			}
+			logger.Info("backfill progress", "table", pr.Table, "rows", pr.Rows, "total", pr.Total, "total_exact", pr.Exact,
+				"rows_per_second", int(rate), "chunks_embedded", st["chunks_embedded"], "eta", eta)
+		}
+	default:
+		<-done
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ragsync/ragsync/backfill"
+)
+
+// BackfillConfig is the backfill section of ragsync.yaml (issue 12).
+type BackfillConfig struct {
+	// SourceURL is the document database a backfill reads. Defaults to
+	// source.postgres.url.
+	SourceURL string `yaml:"source_url"`
+	// PageRows is how many rows one page (one checkpoint) holds. Defaults
+	// to 500.
+	PageRows int `yaml:"page_rows"`
+	// Rate caps rows read per second; 0 means no cap. Defaults to 0.
+	Rate float64 `yaml:"rate"`
+	// PricePerMillionTokens is the embedding price --dry-run quotes its
+	// cost with, in your currency per million tokens. Defaults to 0 (no
+	// cost printed).
+	PricePerMillionTokens float64 `yaml:"price_per_million_tokens"`
+}
+
+// backfillConfig builds the backfill source's config: the tables named on
+// the command line, else every tables[].match that names one table.
+func (c Config) backfillConfig(tables []string, where string, resume, needURL bool) (backfill.Config, error) {
+	bc := backfill.Config{
+		URL:      c.Backfill.SourceURL,
+		PageRows: c.Backfill.PageRows,
+		Rate:     c.Backfill.Rate,
+		Resume:   resume,
+	}
+	if bc.URL == "" {
+		bc.URL = c.Source.Postgres.URL
+	}
+	ids := map[string][]string{}
+	for _, t := range c.Tables {
+		ids[t.Match] = t.ID
+	}
+	if len(tables) == 0 {
+		for _, t := range c.Tables {
+			if !isPattern(t.Match) {
+				tables = append(tables, t.Match)
+			}
+		}
+	}
+	for _, name := range tables {
+		bc.Tables = append(bc.Tables, backfill.Table{Name: name, ID: ids[name], Where: where})
+	}
+	var errs []error
+	check := bc
+	if !needURL && check.URL == "" {
+		check.URL = "unused" // a Kafka signal needs no document database
+	}
+	if err := check.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Backfill.PricePerMillionTokens < 0 {
+		errs = append(errs, fmt.Errorf("backfill.price_per_million_tokens: %v must be >= 0", c.Backfill.PricePerMillionTokens))
+	}
+	return bc, errors.Join(errs...)
+}
+
+func isPattern(s string) bool {
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[':
+			return true
+		}
+	}
+	return false
+}

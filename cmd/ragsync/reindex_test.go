@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
+)
+
+func TestReindexAndIndexCommands(t *testing.T) {
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	args := func(extra ...string) []string {
+		return append(extra, "--postgres-url", pgtest.URL(), "--set", "postgres.schema="+schema, "--set", "http.listen=",
+			"--set", "embedder.dimensions=16", "--set", "index=articles")
+	}
+	event := func(op string, id int, lsn int, body string) string {
+		after := fmt.Sprintf(`{"id":%d,"body":%q}`, id, body)
+		before := "null"
+		if op == "d" {
+			after, before = "null", fmt.Sprintf(`{"id":%d}`, id)
+		}
+		return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":%s,"after":%s,"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":%d}}}`,
+			id, op, before, after, lsn)
+	}
+	serve := func(lines ...string) {
+		path := filepath.Join(t.TempDir(), "events.jsonl")
+		require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+		out, err := runCLI(t, "", args("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+path)...)
+		require.NoError(t, err, out)
+	}
+	docs := func(index string) map[string]string {
+		rows, err := pool.Query(ctx, `SELECT d.id, d.version, d.deleted_at IS NULL, coalesce(string_agg(c.content_hash, ',' ORDER BY c.position), '')
+			FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
+			WHERE d.index_name = $1 GROUP BY d.id, d.version, d.deleted_at`, index)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var id, v, h string
+			var live bool
+			require.NoError(t, rows.Scan(&id, &v, &live, &h))
+			if !live {
+				h = "deleted"
+			}
+			out[id] = v + " " + h
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+
+	serve(event("c", 1, 10, "First note, about apples."), event("c", 2, 11, "Second note, about pears."),
+		event("c", 3, 12, "Third note, about plums."), event("d", 3, 13, ""))
+	out, err := runCLI(t, "", args("reindex", "--to", "articles_v2", "--dimensions", "32")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "reindex articles -> articles_v2 (hashing-v1, 32 dimensions): 3 documents")
+	require.Equal(t, docs("articles"), docs("articles_v2"), "same documents, versions, tombstones and chunks")
+	var dims int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT dimensions FROM indexes WHERE name = 'articles_v2'").Scan(&dims))
+	require.Equal(t, 32, dims)
+	var hnsw bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_hnsw_articles_v2')", schema).Scan(&hnsw))
+	require.True(t, hnsw)
+
+	// Changes to the old index after the first pass: a second pass applies
+	// exactly those.
+	serve(event("u", 1, 20, "First note, now about quinces."), event("d", 2, 21, ""))
+	out, err = runCLI(t, "", args("reindex", "--to", "articles_v2", "--dimensions", "32")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "applied=2", "the update and the new delete")
+	require.Contains(t, out, "duplicate=1", "the tombstone already there")
+	require.Equal(t, docs("articles"), docs("articles_v2"))
+
+	out, err = runCLI(t, "", args("index", "list", "--json")...)
+	require.NoError(t, err, out)
+	var infos []indexInfo
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var x indexInfo
+		require.NoError(t, json.Unmarshal([]byte(line), &x))
+		infos = append(infos, x)
+	}
+	require.Len(t, infos, 2)
+	require.Equal(t, "articles", infos[0].Name)
+	require.Equal(t, "live", infos[0].State)
+	require.Equal(t, int64(1), infos[0].Documents)
+	require.Equal(t, "articles_v2", infos[1].Name)
+	require.Equal(t, "built", infos[1].State)
+	require.Equal(t, 32, infos[1].Dimensions)
+	require.Positive(t, infos[1].HNSWBytes)
+
+	_, err = runCLI(t, "", args("index", "drop", "articles")...)
+	require.ErrorContains(t, err, "it is the configured index")
+	out, err = runCLI(t, "", args("index", "drop", "articles_v2")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "dropped index articles_v2 (3 documents)")
+	require.Empty(t, docs("articles_v2"))
+	_, err = runCLI(t, "", args("index", "drop", "articles_v2")...)
+	require.ErrorContains(t, err, `no index "articles_v2"`)
+}
+
+func TestReindexErrors(t *testing.T) {
+	_, schema := pgtest.Schema(t)
+	base := []string{"--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema, "--set", "index=articles"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to", "articles"}, "is the configured index itself"},
+		{[]string{"--to", "Bad-Name"}, "must be lower-case"},
+		{[]string{"--to", "v2", "--dimensions", "-3"}, "embedder.dimensions"},
+		{[]string{"--to", "v2"}, `index: "articles" does not exist`},
+	} {
+		_, err := runCLI(t, "", append(append([]string{"reindex"}, tc.args...), base...)...)
+		require.ErrorContains(t, err, tc.want, "%v", tc.args)
+	}
+}

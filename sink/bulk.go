@@ -1,0 +1,302 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// Bulk loads documents into an index that was empty when it began: the
+// index's HNSW index is dropped, buffered documents are written with COPY at
+// each Flush, and Finish builds the HNSW index once over every row, which
+// is several times faster than maintaining it insert by insert (issue 12;
+// `make bench-bulk`). Upsert only buffers: the caller must Flush before it
+// acknowledges the work. A document that exists when it is flushed (a
+// streamed change got there first) goes through the normal, version-fenced
+// Upsert instead. Safe for concurrent use.
+type Bulk struct {
+	s *Store
+
+	mu   sync.Mutex
+	buf  []Document
+	vecs map[string][]float32 // buffered vectors by cache key, so in-run repeats are not re-embedded
+}
+
+// BuildOptions tune Finish's HNSW build.
+type BuildOptions struct {
+	// MaintenanceWorkMem is the build's maintenance_work_mem: a graph that
+	// fits builds much faster. Defaults to "512MB".
+	MaintenanceWorkMem string
+	// ParallelWorkers is max_parallel_maintenance_workers for the build
+	// (pgvector ≥ 0.6 builds HNSW in parallel). Defaults to 2.
+	ParallelWorkers int
+}
+
+// ErrNotEmpty is returned by BeginBulk when the index already holds
+// documents: the bulk path is for a first load only.
+var ErrNotEmpty = errors.New("index is not empty")
+
+// BeginBulk starts a bulk load. It returns ErrNotEmpty when the index has
+// documents (deleted ones count: their versions fence).
+func (s *Store) BeginBulk(ctx context.Context) (*Bulk, error) {
+	var any bool
+	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.tDocs+" WHERE index_name = $1)", s.cfg.Index).Scan(&any); err != nil {
+		return nil, fmt.Errorf("begin bulk load: %w", err)
+	}
+	if any {
+		return nil, ErrNotEmpty
+	}
+	if _, err := s.pool.Exec(ctx, "DROP INDEX IF EXISTS "+pgx.Identifier{s.cfg.Schema, s.hnswIndexName()}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("begin bulk load: drop HNSW index: %w", err)
+	}
+	return &Bulk{s: s, vecs: map[string][]float32{}}, nil
+}
+
+// Upsert buffers d; Flush writes it.
+func (b *Bulk) Upsert(_ context.Context, d Document) (Outcome, error) {
+	if d.ID == "" {
+		d.ID = DocID(d.Table, d.Key)
+	}
+	if err := b.s.checkDocument(d.ID, d); err != nil {
+		return Outcome{}, fmt.Errorf("upsert %s: %w", d.ID, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, d)
+	for _, c := range d.Chunks {
+		if c.Vector != nil {
+			b.vecs[c.vectorKey()] = c.Vector
+		}
+	}
+	return Outcome{Applied: true, Inserted: len(d.Chunks)}, nil
+}
+
+// Delete goes to the store.
+func (b *Bulk) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (Outcome, error) {
+	return b.s.Delete(ctx, table, key, v, ts)
+}
+
+// Truncate goes to the store.
+func (b *Bulk) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
+	return b.s.Truncate(ctx, table, v, ts)
+}
+
+// Vectors answers from the cache and the buffered vectors.
+func (b *Bulk) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
+	got, err := b.s.Vectors(ctx, hashes)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range hashes {
+		if v, ok := b.vecs[h]; ok {
+			got[h] = v
+		}
+	}
+	return got, nil
+}
+
+// Document reads the store.
+func (b *Bulk) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
+	return b.s.Document(ctx, id)
+}
+
+// StoredChunks reads the store.
+func (b *Bulk) StoredChunks(ctx context.Context, id string) ([]StoredChunk, error) {
+	return b.s.StoredChunks(ctx, id)
+}
+
+// Flush writes the buffered documents, their chunks and new cache entries
+// in one transaction with COPY.
+func (b *Bulk) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	docs := b.buf
+	b.buf = nil
+	vecs := b.vecs
+	b.mu.Unlock()
+	if len(docs) == 0 {
+		return nil
+	}
+	// A document buffered twice keeps its newest version.
+	latest := map[string]Document{}
+	for _, d := range docs {
+		if cur, ok := latest[d.ID]; !ok || cur.Version.Compare(d.Version) < 0 {
+			latest[d.ID] = d
+		}
+	}
+	var conflicts []Document
+	err := pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
+		conflicts = conflicts[:0]
+		return b.write(ctx, tx, latest, vecs, &conflicts)
+	})
+	if err != nil {
+		b.mu.Lock()
+		b.buf = append(docs, b.buf...) // retried by the next Flush
+		b.mu.Unlock()
+		return fmt.Errorf("bulk flush of %d documents: %w", len(latest), err)
+	}
+	// Flushed vectors are in the cache now: keep the buffer small.
+	b.mu.Lock()
+	for _, d := range docs {
+		for _, c := range d.Chunks {
+			delete(b.vecs, c.vectorKey())
+		}
+	}
+	b.mu.Unlock()
+	for _, d := range conflicts {
+		if _, err := b.s.Upsert(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, vecs map[string][]float32, conflicts *[]Document) error {
+	s := b.s
+	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE ragsync_bulk_docs (LIKE "+s.tDocs+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(docs))
+	for id := range docs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ragsync_bulk_docs"},
+		[]string{"index_name", "id", "source_table", "doc_key", "version", "source_ts", "metadata", "tenant", "row"},
+		pgx.CopyFromSlice(len(ids), func(i int) ([]any, error) {
+			d := docs[ids[i]]
+			return []any{s.cfg.Index, d.ID, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS), jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row)}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy documents: %w", err)
+	}
+	rows, err := tx.Query(ctx, "INSERT INTO "+s.tDocs+" SELECT * FROM ragsync_bulk_docs ON CONFLICT (index_name, id) DO NOTHING RETURNING id")
+	if err != nil {
+		return fmt.Errorf("insert documents: %w", err)
+	}
+	inserted := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert documents: %w", err)
+	}
+
+	// Vectors the chunks do not carry come from this load or the cache.
+	var need []string
+	for _, id := range ids {
+		for _, c := range docs[id].Chunks {
+			if c.Vector == nil && vecs[c.vectorKey()] == nil {
+				need = append(need, c.vectorKey())
+			}
+		}
+	}
+	cached, err := s.vectors(ctx, tx, need)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		docID string
+		c     Chunk
+		vec   []float32
+	}
+	var chunkRows []row
+	newCache := map[string]Chunk{}
+	for _, id := range ids {
+		d := docs[id]
+		if !inserted[id] {
+			*conflicts = append(*conflicts, d)
+			continue
+		}
+		for _, c := range d.Chunks {
+			v := c.Vector
+			if v == nil {
+				if v = vecs[c.vectorKey()]; v == nil {
+					v = cached[c.vectorKey()]
+				}
+			}
+			if v == nil {
+				return fmt.Errorf("%s chunk %d: %w", id, c.Position, ErrMissingVector)
+			}
+			chunkRows = append(chunkRows, row{id, c, v})
+			if c.Vector != nil {
+				if _, ok := newCache[c.vectorKey()]; !ok {
+					newCache[c.vectorKey()] = c
+				}
+			}
+		}
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.cfg.Schema, "chunks"},
+		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", "embedding"},
+		pgx.CopyFromSlice(len(chunkRows), func(i int) ([]any, error) {
+			r := chunkRows[i]
+			return []any{s.cfg.Index, r.docID, int32(r.c.Position), r.c.Hash, r.c.vectorKey(), r.c.Text, int32(r.c.Tokens), pgvector.NewVector(r.vec)}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy chunks: %w", err)
+	}
+	if len(newCache) == 0 {
+		return nil
+	}
+	// In key order, like Upsert, so concurrent writers cannot deadlock.
+	keys := make([]string, 0, len(newCache))
+	for k := range newCache {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	cvecs := make([]pgvector.Vector, len(keys))
+	ctexts := make([]*string, len(keys))
+	for i, k := range keys {
+		c := newCache[k]
+		cvecs[i] = pgvector.NewVector(c.Vector)
+		if k == c.Hash {
+			ctexts[i] = &c.Text
+		}
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding, text)"+
+		" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
+		" ON CONFLICT (model, dimensions, content_hash) DO NOTHING",
+		s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
+	if err != nil {
+		return fmt.Errorf("cache vectors: %w", err)
+	}
+	return nil
+}
+
+// Finish flushes and builds the index's HNSW index over every row with opts.
+// The index then takes streamed changes the usual way.
+func (b *Bulk) Finish(ctx context.Context, opts BuildOptions) error {
+	if err := b.Flush(ctx); err != nil {
+		return err
+	}
+	if opts.MaintenanceWorkMem == "" {
+		opts.MaintenanceWorkMem = "512MB"
+	}
+	if opts.ParallelWorkers <= 0 {
+		opts.ParallelWorkers = 2
+	}
+	return pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
+		// SET LOCAL: the settings end with the build's transaction.
+		if _, err := tx.Exec(ctx, "SELECT set_config('maintenance_work_mem', $1, true), set_config('max_parallel_maintenance_workers', $2, true)",
+			opts.MaintenanceWorkMem, fmt.Sprint(opts.ParallelWorkers)); err != nil {
+			return fmt.Errorf("build HNSW index: %w (check maintenance_work_mem %q)", err, opts.MaintenanceWorkMem)
+		}
+		if _, err := tx.Exec(ctx, b.s.hnswDDL()); err != nil {
+			return fmt.Errorf("build HNSW index: %w", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,92 @@
+package sink_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/sink"
+)
+
+func hnswExists(t *testing.T, b *testBundle) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_hnsw_articles')", b.schema).Scan(&ok))
+	return ok
+}
+
+func TestBulkLoadsAnEmptyIndexThenBuildsHNSW(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	require.True(t, hnswExists(t, b))
+	bulk, err := s.BeginBulk(ctx)
+	require.NoError(t, err)
+	require.False(t, hnswExists(t, b), "the HNSW index is built after the load, not maintained during it")
+
+	_, err = bulk.Upsert(ctx, doc("1", 10, chunks("a", "b")))
+	require.NoError(t, err)
+	// A chunk whose vector the caller did not carry: known from this load.
+	shared := chunks("b", "c")
+	shared[0].Vector = nil
+	_, err = bulk.Upsert(ctx, doc("2", 10, shared))
+	require.NoError(t, err)
+	_, found, err := s.Document(ctx, sink.DocID("public.articles", "1"))
+	require.NoError(t, err)
+	require.False(t, found, "Upsert only buffers")
+	got, err := bulk.Vectors(ctx, []string{"b", "z"})
+	require.NoError(t, err)
+	require.Contains(t, got, "b")
+	require.NotContains(t, got, "z")
+
+	require.NoError(t, bulk.Flush(ctx))
+	require.Equal(t, []chunkRow{{0, "a", ""}, {1, "b", ""}}, stripXmin(chunkRows(t, b, sink.DocID("public.articles", "1"))))
+	require.Equal(t, []chunkRow{{0, "b", ""}, {1, "c", ""}}, stripXmin(chunkRows(t, b, sink.DocID("public.articles", "2"))))
+	cached, err := s.Vectors(ctx, []string{"a", "b", "c"})
+	require.NoError(t, err)
+	require.Len(t, cached, 3, "bulk-loaded vectors enter the embedding cache")
+
+	// A document a streamed change wrote meanwhile keeps the fenced path:
+	// the newer stored version wins over the buffered older one.
+	_, err = s.Upsert(ctx, doc("3", 50, chunks("n")))
+	require.NoError(t, err)
+	_, err = bulk.Upsert(ctx, doc("3", 20, chunks("o")))
+	require.NoError(t, err)
+	require.NoError(t, bulk.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1}))
+	require.Equal(t, []chunkRow{{0, "n", ""}}, stripXmin(chunkRows(t, b, sink.DocID("public.articles", "3"))))
+	require.True(t, hnswExists(t, b))
+	hits, err := s.Search(ctx, vecFor("c"), sink.Query{K: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{sink.DocID("public.articles", "2") + "#1"}, hitIDs(hits))
+
+	_, err = s.BeginBulk(ctx)
+	require.ErrorIs(t, err, sink.ErrNotEmpty)
+}
+
+func TestBulkErrors(t *testing.T) {
+	s, _ := setup(t)
+	ctx := context.Background()
+	bulk, err := s.BeginBulk(ctx)
+	require.NoError(t, err)
+	missing := chunks("m")
+	missing[0].Vector = nil
+	_, err = bulk.Upsert(ctx, doc("1", 1, missing))
+	require.NoError(t, err)
+	require.ErrorIs(t, bulk.Flush(ctx), sink.ErrMissingVector)
+	_, err = bulk.Upsert(ctx, sink.Document{Table: "public.articles", Key: "x"})
+	require.Error(t, err, "a document without a version is refused at once")
+	require.ErrorIs(t, bulk.Finish(ctx, sink.BuildOptions{}), sink.ErrMissingVector, "a failed document stays buffered, so Finish fails too")
+
+	s2, _ := setup(t)
+	bulk2, err := s2.BeginBulk(ctx)
+	require.NoError(t, err)
+	require.ErrorContains(t, bulk2.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "lots"}), `check maintenance_work_mem "lots"`)
+}
+
+func stripXmin(rows []chunkRow) []chunkRow {
+	for i := range rows {
+		rows[i].Xmin = ""
+	}
+	return rows
+}
