@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/glaslos/ssdeep v0.4.0
+	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pgvector/pgvector-go v0.3.0
