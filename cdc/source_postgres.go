@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,10 @@ type PostgresConfig struct {
 	// crash during the load resumes it and a finished load is not redone.
 	// Nil keeps it in memory (every process start with a new slot loads).
 	LoadState LoadState
+	// StopAtEnd makes Fetch return io.EOF once every change committed
+	// before the source's WAL position at start is handed over and
+	// acknowledged (serve --once). Defaults to false: stream for ever.
+	StopAtEnd bool
 	// BatchSize is the most changes handed over at once. Defaults to 512.
 	BatchSize int
 	// StatusInterval is how often the standby status (the confirmed LSN)
@@ -138,6 +143,7 @@ type PostgresSource struct {
 	reconnect atomic.Int64
 	metrics   slotMetrics
 	pkeys     map[string][]string // "schema.table" → primary key columns
+	stopAt    pglogrepl.LSN       // with StopAtEnd: the WAL position at start
 }
 
 type fetched struct {
@@ -245,9 +251,7 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 	if st.load != nil {
 		if err := s.initialLoad(ctx, st); err != nil {
 			st.close()
-			if ctx.Err() == nil {
-				s.out <- fetched{err: fmt.Errorf("initial load: %w", err)}
-			}
+			s.fail(ctx, fmt.Errorf("initial load: %w", err))
 			return
 		}
 	}
@@ -268,9 +272,13 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errStopAtEnd) {
+			s.fail(ctx, io.EOF)
+			return
+		}
 		if perm := (*slotError)(nil); errors.As(err, &perm) {
 			s.health.set(perm.Error())
-			s.out <- fetched{err: err}
+			s.fail(ctx, err)
 			return
 		}
 		s.reconnect.Add(1)
@@ -281,6 +289,14 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// fail hands err to Fetch, unless the source is closing.
+func (s *PostgresSource) fail(ctx context.Context, err error) {
+	select {
+	case s.out <- fetched{err: err}:
+	case <-ctx.Done():
 	}
 }
 

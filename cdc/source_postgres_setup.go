@@ -59,6 +59,15 @@ func (s *PostgresSource) setup(ctx context.Context) (res *setupResult, err error
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.db); err != nil {
 		return nil, fmt.Errorf("read source database name: %w", err)
 	}
+	if s.cfg.StopAtEnd {
+		var at string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&at); err != nil {
+			return nil, fmt.Errorf("read the source's WAL position: %w", err)
+		}
+		if s.stopAt, err = pglogrepl.ParseLSN(at); err != nil {
+			return nil, fmt.Errorf("read the source's WAL position: %w", err)
+		}
+	}
 	if err := s.checkSource(ctx, conn); err != nil {
 		return nil, err
 	}

@@ -78,6 +78,12 @@ func (s *PostgresSource) stream(ctx context.Context, conn *pgconn.PgConn, start 
 			}
 			acked = pglogrepl.LSN(s.acked.Load())
 		}
+		if s.cfg.StopAtEnd && len(st.ready) == 0 && s.unacked.Load() == 0 && st.tx == nil && len(st.streams) == 0 && st.walEnd >= s.stopAt {
+			_ = pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+				WALWritePosition: acked, WALFlushPosition: acked, WALApplyPosition: acked,
+			})
+			return errStopAtEnd
+		}
 		if acked > confirmed || !time.Now().Before(nextStatus) {
 			confirmed = max(confirmed, acked)
 			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
@@ -142,6 +148,9 @@ func (s *PostgresSource) stream(ctx context.Context, conn *pgconn.PgConn, start 
 		}
 	}
 }
+
+// errStopAtEnd ends streaming for StopAtEnd.
+var errStopAtEnd = errors.New("caught up")
 
 // classify turns the server's slot errors into slotError (reconnecting
 // will not help) with the fix.

@@ -77,7 +77,21 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	defer ix.Close()
 	emb, st, pool := ix.emb, ix.st, ix.pool
 	warnUnvacuumed(ctx, st, logger)
-	src, dlq, closeSrc, err := newSource(cfg, once, logger)
+	var (
+		src      pipeline.Source
+		dlq      pipeline.DeadLetters
+		closeSrc func()
+		pgSrc    *cdc.PostgresSource
+	)
+	if cfg.Source.Kind == "postgres" {
+		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, reg, logger)
+		src, closeSrc = pgSrc, func() {}
+		if pgSrc != nil {
+			closeSrc = pgSrc.Close
+		}
+	} else {
+		src, dlq, closeSrc, err = newSource(cfg, once, logger)
+	}
 	if err != nil {
 		return err
 	}
@@ -125,7 +139,11 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
 	if cfg.HTTP.Listen != "" && !once {
-		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, ready), ReadHeaderTimeout: 5 * time.Second}
+		handler := httpHandler(reg, pool.Ping, ready)
+		if pgSrc != nil {
+			handler = slotReadyz(pgSrc, handler)
+		}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			return fmt.Errorf("http.listen %s: %w (choose a free address or set http.listen to empty to disable)", cfg.HTTP.Listen, err)
