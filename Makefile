@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog lint services clean
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-pgsource lint services clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-pgsource bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, slot vs Kafka, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink
@@ -52,6 +52,12 @@ bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, reca
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
 bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
+
+# The same changes drained from a replication slot and from kfake, each by
+# `serve --once`, alternating runs; medians and their ratio.
+BENCH_PGSOURCE_FLAGS ?= -events 20000 -runs 3
+bench-pgsource: services build ## issue 13: events/s from a Postgres slot into the sink vs the same changes through kfake
+	$(GO) run ./bench/pgsource -bin $(BIN) $(BENCH_PGSOURCE_FLAGS)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
