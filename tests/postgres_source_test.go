@@ -136,7 +136,7 @@ func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, ops int) {
 				t.Errorf("writer: commit: %v", err)
 			}
 		}
-		time.Sleep(time.Duration(rnd.IntN(8)) * time.Millisecond)
+		time.Sleep(time.Duration(20+rnd.IntN(20)) * time.Millisecond)
 	}
 }
 
@@ -172,7 +172,7 @@ func TestPostgresSourceKill(t *testing.T) {
 	r := pgtest.Replication(t)
 	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
 	// Rows before the first start: the first runs (and kills) do the load.
-	for id := range 300 {
+	for id := range 60 {
 		r.Exec(t, fmt.Sprintf(`INSERT INTO %s.articles VALUES ($1, $2, $3)`, r.Schema), id, fmt.Sprintf("Doc %d", id), "seed row "+faultWords[id%len(faultWords)])
 	}
 	e := pgSourceEnv(t, r, r.Slot)
@@ -180,12 +180,12 @@ func TestPostgresSourceKill(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	writing := make(chan struct{})
-	go func() { defer wg.Done(); defer close(writing); pgWriter(t, r, 11, 2500) }()
+	go func() { defer wg.Done(); defer close(writing); pgWriter(t, r, 11, 800) }()
 	rnd := rand.New(rand.NewPCG(5, 5))
 	kills, whileWriting := 0, 0
 	for kills < 12 {
 		p := e.startServe(fmt.Sprintf("serve-%d", kills))
-		time.Sleep(time.Duration(300+rnd.IntN(2500)) * time.Millisecond)
+		time.Sleep(time.Duration(1000+rnd.IntN(4000)) * time.Millisecond)
 		select {
 		case <-writing:
 		default:
@@ -196,7 +196,7 @@ func TestPostgresSourceKill(t *testing.T) {
 	}
 	wg.Wait()
 	final := e.startServe("serve-final")
-	waitSlotCaughtUp(t, r, r.Slot, 5*time.Minute)
+	waitSlotCaughtUp(t, r, r.Slot, 15*time.Minute)
 	stopServe(t, final)
 	got := liveIndex(t, e.schema)
 
