@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -71,7 +72,7 @@ func (s *PostgresSource) setup(ctx context.Context) (res *setupResult, err error
 	if err := s.checkSource(ctx, conn); err != nil {
 		return nil, err
 	}
-	slot, err := readSlot(ctx, conn, s.cfg.Slot)
+	slot, err := s.waitSlotFree(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +108,7 @@ func (s *PostgresSource) setup(ctx context.Context) (res *setupResult, err error
 			// neither loses nor doubles a row.
 			action = "EXPORT_SNAPSHOT"
 		}
+		s.log.Info("creating replication slot; this waits for transactions running on the source to finish")
 		created, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
 			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
 		if err != nil {
@@ -229,10 +231,37 @@ func (s *PostgresSource) createPublication(ctx context.Context, conn *pgx.Conn) 
 	return nil
 }
 
+// waitSlotFree returns the slot (nil if absent) once no connection holds
+// it. After a crash the old walsender keeps the slot until it notices its
+// client is gone, which can take up to wal_sender_timeout, or until a slot
+// creation it was waiting in gives up; a new process waits for that rather
+// than failing.
+func (s *PostgresSource) waitSlotFree(ctx context.Context, conn *pgx.Conn) (*slotRow, error) {
+	wait := 200 * time.Millisecond
+	for logged := false; ; {
+		slot, err := readSlot(ctx, conn, s.cfg.Slot)
+		if err != nil || slot == nil || slot.activePID == 0 {
+			return slot, err
+		}
+		if !logged {
+			s.log.Warn("replication slot is in use by another connection; waiting for it to be released (a previous ragsync's walsender exits within wal_sender_timeout; if another ragsync streams from this slot, give this one its own source.postgres.slot)",
+				"pid", slot.activePID)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("replication slot %q is in use by pid %d: %w", s.cfg.Slot, slot.activePID, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
 // slotRow is a row of pg_replication_slots.
 type slotRow struct {
 	plugin, database, walStatus string
 	confirmed                   pglogrepl.LSN
+	activePID                   int32
 }
 
 // readSlot returns the slot, or nil if it does not exist.
@@ -240,8 +269,9 @@ func readSlot(ctx context.Context, conn *pgx.Conn, name string) (*slotRow, error
 	var r slotRow
 	var confirmed *string
 	var plugin, database, walStatus *string
-	err := conn.QueryRow(ctx, `SELECT plugin, database, wal_status, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, name).
-		Scan(&plugin, &database, &walStatus, &confirmed)
+	var pid *int32
+	err := conn.QueryRow(ctx, `SELECT plugin, database, wal_status, confirmed_flush_lsn::text, active_pid FROM pg_replication_slots WHERE slot_name = $1`, name).
+		Scan(&plugin, &database, &walStatus, &confirmed, &pid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -255,6 +285,9 @@ func readSlot(ctx context.Context, conn *pgx.Conn, name string) (*slotRow, error
 		return *p
 	}
 	r.plugin, r.database, r.walStatus = deref(plugin), deref(database), deref(walStatus)
+	if pid != nil {
+		r.activePID = *pid
+	}
 	if confirmed != nil {
 		if r.confirmed, err = pglogrepl.ParseLSN(*confirmed); err != nil {
 			return nil, fmt.Errorf("read replication slot %q: %w", name, err)
