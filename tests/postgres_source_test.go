@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,9 +82,11 @@ func liveIndex(t *testing.T, schema string) []string {
 	return out
 }
 
-// pgWriter changes the source table at random: small transactions of
-// inserts, updates and deletes, one 10k-row transaction and one truncate.
-func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, ops int) {
+// pgWriter changes the source table at random in small transactions of
+// inserts, updates and deletes until the third-to-last kill, with one
+// 10k-row transaction after kill 3 and one truncate after kill 6, so that
+// kills land before, in and after both.
+func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, kills *atomic.Int64) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	if err != nil {
@@ -105,11 +108,14 @@ func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, ops int) {
 			t.Errorf("writer: %s: %v", sql, err)
 		}
 	}
-	for i := range ops {
+	bulk, truncated := false, false
+	for kills.Load() < 9 {
 		switch {
-		case i == ops/3:
+		case !bulk && kills.Load() >= 3:
+			bulk = true
 			exec(fmt.Sprintf(`INSERT INTO %s SELECT g, 'Bulk '||g, 'bulk row '||g FROM generate_series(100000, 110000) g`, tbl))
-		case i == 2*ops/3:
+		case !truncated && kills.Load() >= 6:
+			truncated = true
 			exec(fmt.Sprintf(`TRUNCATE %s`, tbl))
 		default:
 			tx, err := conn.Begin(ctx)
@@ -138,6 +144,24 @@ func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, ops int) {
 		}
 		time.Sleep(time.Duration(20+rnd.IntN(20)) * time.Millisecond)
 	}
+}
+
+// progress renders how far a run got: the slot's confirmed position and
+// what the index holds.
+func progress(t *testing.T, r *pgtest.Replica, schema string) string {
+	t.Helper()
+	var confirmed *string
+	var docs int
+	var maxVersion *string
+	_ = r.Conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", r.Slot).Scan(&confirmed)
+	_ = r.Conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*), max(version) FROM %s.documents", pgx.Identifier{schema}.Sanitize())).Scan(&docs, &maxVersion)
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	return fmt.Sprintf("%s %d %s", str(confirmed), docs, str(maxVersion))
 }
 
 // waitSlotCaughtUp waits until slot confirmed the source's current WAL.
@@ -180,12 +204,21 @@ func TestPostgresSourceKill(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	writing := make(chan struct{})
-	go func() { defer wg.Done(); defer close(writing); pgWriter(t, r, 11, 800) }()
+	var killCount atomic.Int64
+	go func() { defer wg.Done(); defer close(writing); pgWriter(t, r, 11, &killCount) }()
 	rnd := rand.New(rand.NewPCG(5, 5))
 	kills, whileWriting := 0, 0
 	for kills < 12 {
+		before := progress(t, r, e.schema)
 		p := e.startServe(fmt.Sprintf("serve-%d", kills))
-		time.Sleep(time.Duration(1000+rnd.IntN(4000)) * time.Millisecond)
+		// Kill at a random moment after this process made progress (it
+		// must get past start-up, and on a loaded machine that takes a
+		// while), so that kills land in the load, the stream, the bulk
+		// transaction and the truncate rather than always in start-up.
+		for i := 0; i < 600 && progress(t, r, e.schema) == before; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rnd.IntN(2000)) * time.Millisecond)
 		select {
 		case <-writing:
 		default:
@@ -193,6 +226,7 @@ func TestPostgresSourceKill(t *testing.T) {
 		}
 		kill(t, p)
 		kills++
+		killCount.Store(int64(kills))
 	}
 	wg.Wait()
 	final := e.startServe("serve-final")
