@@ -97,9 +97,24 @@ type LoadState interface {
 	LoadDone(ctx context.Context, slot string) (bool, error)
 	MarkLoadDone(ctx context.Context, slot string) error
 	ForgetLoad(ctx context.Context, slot string) error
+	// LoadProgress returns where an unfinished load of slot stopped (zero:
+	// from the start) and SaveLoadProgress records it.
+	LoadProgress(ctx context.Context, slot string) (LoadProgress, error)
+	SaveLoadProgress(ctx context.Context, slot string, p LoadProgress) error
 }
 
-type memoryLoadState struct{ done sync.Map }
+type memoryLoadState struct{ done, progress sync.Map }
+
+func (m *memoryLoadState) LoadProgress(_ context.Context, slot string) (LoadProgress, error) {
+	p, _ := m.progress.Load(slot)
+	lp, _ := p.(LoadProgress)
+	return lp, nil
+}
+
+func (m *memoryLoadState) SaveLoadProgress(_ context.Context, slot string, p LoadProgress) error {
+	m.progress.Store(slot, p)
+	return nil
+}
 
 func (m *memoryLoadState) LoadDone(_ context.Context, slot string) (bool, error) {
 	_, ok := m.done.Load(slot)
@@ -113,6 +128,7 @@ func (m *memoryLoadState) MarkLoadDone(_ context.Context, slot string) error {
 
 func (m *memoryLoadState) ForgetLoad(_ context.Context, slot string) error {
 	m.done.Delete(slot)
+	m.progress.Delete(slot)
 	return nil
 }
 

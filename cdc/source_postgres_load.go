@@ -3,6 +3,8 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -57,16 +59,35 @@ func (s *PostgresSource) planLoad(ctx context.Context, conn *pgx.Conn, snapshot 
 
 // initialLoad reads every published table in the plan's snapshot and hands
 // the rows over as op "r" changes versioned at the plan's LSN: below every
-// streamed change, so the stream always wins. The last batch's Ack records
-// the load as done; until then a restart loads again.
+// streamed change, so the stream always wins. Tables with a primary key are
+// read in key order, and each batch's Ack records the last key it carried,
+// so a load cut short resumes after it instead of starting over: the rows
+// before it were loaded, and whatever happened to them since is streamed.
+// The last batch's Ack records the load as done.
 func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error {
 	l := st.load
 	defer func() { l.close(); st.load = nil }()
 	start := time.Now()
 	total := 0
+	from, err := s.cfg.LoadState.LoadProgress(ctx, s.cfg.Slot)
+	if err != nil {
+		return fmt.Errorf("read progress: %w", err)
+	}
+	if from.Table != "" {
+		s.log.Info("initial load resumes", "table", from.Table, "after_key", strings.Join(from.Key, ","))
+	}
 	var msgs []Message
 	for _, t := range l.tables {
-		n, err := s.loadTable(ctx, l, t[0], t[1], &msgs)
+		name := t[0] + "." + t[1]
+		var after []string
+		switch {
+		case from.Table == "":
+		case name < from.Table:
+			continue // loaded before the interruption
+		case name == from.Table:
+			after = from.Key
+		}
+		n, err := s.loadTable(ctx, l, t[0], t[1], after, &msgs)
 		if err != nil {
 			return err
 		}
@@ -90,18 +111,26 @@ func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error
 	return nil
 }
 
-// loadTable reads one table through a cursor, in text format so values
-// decode exactly as pgoutput's do.
-func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, table string, msgs *[]Message) (int, error) {
+// LoadProgress is how far an interrupted initial load got: every row of the
+// tables sorting before Table ("schema.table") and of Table up to primary
+// key Key (the key columns' text) is in the sink.
+type LoadProgress struct {
+	Table string
+	Key   []string
+}
+
+// loadTable reads one table in text format, so values decode exactly as
+// pgoutput's do: by primary key pages after the key after (nil: from the
+// start) when the table has one, else through a cursor, whole.
+func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, table string, after []string, msgs *[]Message) (int, error) {
 	name := pgx.Identifier{schema, table}.Sanitize()
-	if _, err := l.tx.Exec(ctx, "DECLARE ragsync_load NO SCROLL CURSOR FOR SELECT * FROM "+name); err != nil {
-		return 0, fmt.Errorf("read %s: %w", name, err)
-	}
 	keys := s.pkeys[schema+"."+table]
 	var rel *pgRelation
 	n := 0
-	for {
-		rr := l.conn.PgConn().ExecParams(ctx, "FETCH 1000 FROM ragsync_load", nil, nil, nil, nil)
+	// page reads one page and queues its rows; it returns the row count
+	// and the last row's key text.
+	page := func(sql string, args [][]byte) (int, []string, error) {
+		rr := l.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
 		if rel == nil {
 			rel = &pgRelation{schema: schema, table: table}
 			for _, fd := range rr.FieldDescriptions() {
@@ -109,42 +138,105 @@ func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, tab
 			}
 		}
 		got := 0
+		var last []string
 		for rr.NextRow() {
 			got++
 			row := make(map[string]any, len(rel.cols))
+			last = make([]string, len(keys)) // in key order, for the next page's WHERE
 			for i, raw := range rr.Values() {
+				c := rel.cols[i]
 				if raw == nil {
-					row[rel.cols[i].name] = nil
+					row[c.name] = nil
 					continue
 				}
-				row[rel.cols[i].name] = pgValueOrText(rel.cols[i].oid, string(raw))
+				if k := slices.Index(keys, c.name); k >= 0 {
+					last[k] = string(raw)
+				}
+				row[c.name] = pgValueOrText(c.oid, string(raw))
 			}
 			m, err := pgMessage(s.db, s.cfg.Slot, pgRow{op: OpRead, rel: rel, after: row, lsn: l.at}, l.at, 0, time.Now(), true)
 			if err != nil {
 				rr.Close()
-				return n, err
+				return got, nil, err
 			}
 			*msgs = append(*msgs, m)
 		}
 		if _, err := rr.Close(); err != nil {
-			return n, fmt.Errorf("read %s: %w", name, err)
+			return got, nil, fmt.Errorf("read %s: %w", name, err)
 		}
-		n += got
-		for len(*msgs) >= s.cfg.BatchSize {
-			b := append([]Message(nil), (*msgs)[:s.cfg.BatchSize]...)
-			*msgs = append((*msgs)[:0:0], (*msgs)[s.cfg.BatchSize:]...)
-			if !s.emit(ctx, s.batch(b, 0, nil)) {
-				return n, ctx.Err()
+		return got, last, nil
+	}
+	flush := func(progress *LoadProgress) bool {
+		for len(*msgs) >= s.cfg.BatchSize || (progress != nil && len(*msgs) > 0) {
+			k := min(len(*msgs), s.cfg.BatchSize)
+			b := append([]Message(nil), (*msgs)[:k]...)
+			*msgs = append((*msgs)[:0:0], (*msgs)[k:]...)
+			var hook func(context.Context) error
+			if progress != nil && len(*msgs) == 0 {
+				p := *progress
+				hook = func(ctx context.Context) error { return s.cfg.LoadState.SaveLoadProgress(ctx, s.cfg.Slot, p) }
+			}
+			if !s.emit(ctx, s.batch(b, 0, hook)) {
+				return false
 			}
 		}
+		return true
+	}
+
+	if len(keys) == 0 {
+		if _, err := l.tx.Exec(ctx, "DECLARE ragsync_load NO SCROLL CURSOR FOR SELECT * FROM "+name); err != nil {
+			return 0, fmt.Errorf("read %s: %w", name, err)
+		}
+		for {
+			got, _, err := page("FETCH 1000 FROM ragsync_load", nil)
+			n += got
+			if err != nil {
+				return n, err
+			}
+			if !flush(nil) {
+				return n, ctx.Err()
+			}
+			if got == 0 {
+				break
+			}
+		}
+		if _, err := l.tx.Exec(ctx, "CLOSE ragsync_load"); err != nil {
+			return n, fmt.Errorf("read %s: %w", name, err)
+		}
+		return n, nil
+	}
+
+	cols := make([]string, len(keys))
+	params := make([]string, len(keys))
+	for i, k := range keys {
+		cols[i] = pgx.Identifier{k}.Sanitize()
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	order := strings.Join(cols, ", ")
+	for {
+		// The key's text goes back as untyped parameters: the server reads
+		// them as the columns' types, whatever those are.
+		sql := fmt.Sprintf("SELECT * FROM %s ORDER BY %s LIMIT %d", name, order, s.cfg.BatchSize)
+		var args [][]byte
+		if after != nil {
+			sql = fmt.Sprintf("SELECT * FROM %s WHERE (%s) > (%s) ORDER BY %s LIMIT %d", name, order, strings.Join(params, ", "), order, s.cfg.BatchSize)
+			for _, a := range after {
+				args = append(args, []byte(a))
+			}
+		}
+		got, last, err := page(sql, args)
+		n += got
+		if err != nil {
+			return n, err
+		}
 		if got == 0 {
-			break
+			return n, nil
+		}
+		after = slices.Clone(last)
+		if !flush(&LoadProgress{Table: schema + "." + table, Key: after}) {
+			return n, ctx.Err()
 		}
 	}
-	if _, err := l.tx.Exec(ctx, "CLOSE ragsync_load"); err != nil {
-		return n, fmt.Errorf("read %s: %w", name, err)
-	}
-	return n, nil
 }
 
 func contains(xs []string, x string) bool {

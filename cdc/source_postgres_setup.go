@@ -125,6 +125,11 @@ func (s *PostgresSource) setup(ctx context.Context) (res *setupResult, err error
 				return res, err
 			}
 			keepConn = true
+			// A new slot loads everything, whatever an old slot of the same
+			// name recorded.
+			if err := s.cfg.LoadState.ForgetLoad(ctx, s.cfg.Slot); err != nil {
+				return res, fmt.Errorf("reset initial load state of slot %q: %w", s.cfg.Slot, err)
+			}
 		}
 		return res, nil
 	}

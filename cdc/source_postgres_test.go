@@ -388,16 +388,21 @@ func TestDropSlot(t *testing.T) {
 	cfg.LoadState = state
 	s := b.source(t, cfg)
 	b.fetch(t, s, 1, true)
-	require.Eventually(t, func() bool { d, _ := state.LoadDone(t.Context(), b.r.Slot); return d }, 10*time.Second, 20*time.Millisecond)
+	last, err := s.Fetch(t.Context()) // the load's closing batch records it done
+	require.NoError(t, err)
+	require.Empty(t, last.Messages)
+	require.NoError(t, last.Ack(t.Context()))
+	done, _ := state.LoadDone(t.Context(), b.r.Slot)
+	require.True(t, done)
 
-	err := cdc.DropSlot(t.Context(), cfg)
+	err = cdc.DropSlot(t.Context(), cfg)
 	require.ErrorContains(t, err, "stop `ragsync serve` first")
 	s.Close()
 	require.Eventually(t, func() bool { return cdc.DropSlot(t.Context(), cfg) == nil }, 10*time.Second, 100*time.Millisecond)
 	st, err := cdc.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
 	require.NoError(t, err)
 	require.False(t, st.Exists)
-	done, _ := state.LoadDone(t.Context(), b.r.Slot)
+	done, _ = state.LoadDone(t.Context(), b.r.Slot)
 	require.False(t, done, "the load is forgotten with the slot")
 	require.ErrorContains(t, cdc.DropSlot(t.Context(), cfg), "does not exist")
 
@@ -408,8 +413,9 @@ func TestDropSlot(t *testing.T) {
 }
 
 type countingLoadState struct {
-	mu   sync.Mutex
-	done map[string]bool
+	mu       sync.Mutex
+	done     map[string]bool
+	progress map[string]cdc.LoadProgress
 }
 
 func (c *countingLoadState) LoadDone(_ context.Context, slot string) (bool, error) {
@@ -428,45 +434,60 @@ func (c *countingLoadState) MarkLoadDone(_ context.Context, slot string) error {
 	return nil
 }
 
+func (c *countingLoadState) LoadProgress(_ context.Context, slot string) (cdc.LoadProgress, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.progress[slot], nil
+}
+
+func (c *countingLoadState) SaveLoadProgress(_ context.Context, slot string, p cdc.LoadProgress) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.progress == nil {
+		c.progress = map[string]cdc.LoadProgress{}
+	}
+	c.progress[slot] = p
+	return nil
+}
+
 func (c *countingLoadState) ForgetLoad(_ context.Context, slot string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.done, slot)
+	delete(c.progress, slot)
 	return nil
 }
 
-// TestPostgresSourceResumesAnInterruptedLoad: a load cut short (its batches
-// never acknowledged) runs again at the next start, on a fresh snapshot
-// versioned at the slot's confirmed position, below every change streamed
-// after it, so the rows changed meanwhile still end in their last state.
+// TestPostgresSourceResumesAnInterruptedLoad: a load cut short runs again
+// at the next start, after the last primary key acknowledged, on a fresh
+// snapshot versioned at the slot's confirmed position, below every change
+// streamed after it, so rows changed meanwhile still end in their last
+// state and no row is loaded twice.
 func TestPostgresSourceResumesAnInterruptedLoad(t *testing.T) {
 	b := pgSetup(t)
-	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a'),(2,'two','b'),(3,'three','c')`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a'),(2,'two','b'),(3,'three','c'),(4,'four','d')`, b.table()))
 	cfg := b.config()
 	cfg.InitialLoad = true
 	cfg.BatchSize = 2
+	cfg.LoadState = &countingLoadState{}
 	s, err := cdc.NewPostgresSource(t.Context(), cfg)
 	require.NoError(t, err)
-	first := b.fetch(t, s, 2, false)
-	require.Equal(t, cdc.OpRead, first[0].Op)
-	s.Close() // "crash": the load's batches were never acknowledged
+	first := b.fetch(t, s, 2, true) // rows 1 and 2, acknowledged
+	require.Equal(t, []string{"1", "2"}, []string{first[0].DocKey, first[1].DocKey})
+	s.Close() // "crash" before rows 3 and 4 were acknowledged
 
 	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET body = 'A2' WHERE id = 1`, b.table()))
-	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s WHERE id = 2`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s WHERE id = 3`, b.table()))
 	s = b.source(t, cfg)
-	got := b.fetch(t, s, 4, true) // rows 1 and 3 loaded, then the update and the delete
-	state := map[string]cdc.Change{}
-	for _, ch := range got {
-		if cur, ok := state[ch.DocKey]; ok && cur.Version.Compare(ch.Version) > 0 {
-			continue // what the sink's fencing does
-		}
-		state[ch.DocKey] = ch
-	}
+	got := b.fetch(t, s, 3, true) // row 4 loaded, then the update and the delete
 	require.Equal(t, cdc.OpRead, got[0].Op)
-	require.Equal(t, "A2", state["1"].After["body"])
-	require.Equal(t, cdc.OpDelete, state["2"].Op)
-	require.Equal(t, "c", state["3"].After["body"])
-	for _, ch := range got[2:] {
+	require.Equal(t, "4", got[0].DocKey, "the load resumes after the acknowledged key 2, and row 3 is gone")
+	require.Equal(t, cdc.OpUpdate, got[1].Op)
+	require.Equal(t, "A2", got[1].After["body"])
+	require.Equal(t, cdc.OpDelete, got[2].Op)
+	require.Equal(t, "3", got[2].DocKey)
+	for _, ch := range got[1:] {
 		require.Positive(t, ch.Version.Compare(got[0].Version), "streamed changes sort after the reload")
+		require.Positive(t, ch.Version.Compare(first[0].Version), "and after the first load")
 	}
 }

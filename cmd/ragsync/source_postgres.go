@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,17 +58,36 @@ type loadState struct{ pool *pgxpool.Pool }
 
 func (l loadState) LoadDone(ctx context.Context, slot string) (bool, error) {
 	var done bool
-	err := l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM source_loads WHERE slot = $1)", slot).Scan(&done)
+	err := l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM source_loads WHERE slot = $1 AND done_at IS NOT NULL)", slot).Scan(&done)
 	return done, err
 }
 
 func (l loadState) MarkLoadDone(ctx context.Context, slot string) error {
-	_, err := l.pool.Exec(ctx, "INSERT INTO source_loads (slot) VALUES ($1) ON CONFLICT (slot) DO UPDATE SET done_at = now()", slot)
+	_, err := l.pool.Exec(ctx, "INSERT INTO source_loads (slot, done_at) VALUES ($1, now()) ON CONFLICT (slot) DO UPDATE SET done_at = now()", slot)
 	return err
 }
 
 func (l loadState) ForgetLoad(ctx context.Context, slot string) error {
 	_, err := l.pool.Exec(ctx, "DELETE FROM source_loads WHERE slot = $1", slot)
+	return err
+}
+
+func (l loadState) LoadProgress(ctx context.Context, slot string) (cdc.LoadProgress, error) {
+	var p cdc.LoadProgress
+	var table *string
+	err := l.pool.QueryRow(ctx, "SELECT progress_table, progress_key FROM source_loads WHERE slot = $1 AND done_at IS NULL", slot).Scan(&table, &p.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return cdc.LoadProgress{}, nil
+	}
+	if table != nil {
+		p.Table = *table
+	}
+	return p, err
+}
+
+func (l loadState) SaveLoadProgress(ctx context.Context, slot string, p cdc.LoadProgress) error {
+	_, err := l.pool.Exec(ctx, `INSERT INTO source_loads (slot, progress_table, progress_key) VALUES ($1, $2, $3)
+ON CONFLICT (slot) DO UPDATE SET progress_table = excluded.progress_table, progress_key = excluded.progress_key`, slot, p.Table, p.Key)
 	return err
 }
 
