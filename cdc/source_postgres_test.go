@@ -53,7 +53,9 @@ func (b *pgBundle) source(t *testing.T, cfg cdc.PostgresConfig) *cdc.PostgresSou
 // fetch decodes changes until n arrived, acknowledging each batch when ack.
 func (b *pgBundle) fetch(t *testing.T, s *cdc.PostgresSource, n int, ack bool) []cdc.Change {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	// Generous: the walsender decodes every database's WAL, and on a
+	// shared, loaded server that can take minutes.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var out []cdc.Change
 	for len(out) < n {
@@ -335,13 +337,13 @@ func TestPostgresSourceSlotRetention(t *testing.T) {
 	s = b.source(t, cfg)
 	require.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), "max_retained_wal_bytes")
-	}, 10*time.Second, 50*time.Millisecond, "the warning fires")
+	}, 60*time.Second, 50*time.Millisecond, "the warning fires")
 	require.GreaterOrEqual(t, metricValue(t, reg, "ragsync_source_slot_retained_wal_bytes"), float64(stopped))
 
 	b.fetch(t, s, 3000, true)
 	// restart_lsn moves at the next running-transactions record, which the
 	// server logs every 15s while there is activity: keep some.
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for i := 10000; metricValue(t, reg, "ragsync_source_slot_retained_wal_bytes") >= float64(stopped)/2; i++ {
 		if time.Now().After(deadline) {
 			var restart, confirmed string
@@ -490,4 +492,29 @@ func TestPostgresSourceResumesAnInterruptedLoad(t *testing.T) {
 		require.Positive(t, ch.Version.Compare(got[0].Version), "streamed changes sort after the reload")
 		require.Positive(t, ch.Version.Compare(first[0].Version), "and after the first load")
 	}
+}
+
+// TestPostgresSourceAnswersKeepalivesWhileThePipelineIsBusy: with a
+// wal_sender_timeout of 2s and no status of its own for 60s, the source
+// keeps the connection only by answering the server's reply requests, and
+// must do so while a batch sits unacknowledged in a slow pipeline.
+func TestPostgresSourceAnswersKeepalivesWhileThePipelineIsBusy(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.URL = pgtest.URL() + "&options=-c%20wal_sender_timeout%3D2s"
+	cfg.StatusInterval = time.Minute
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	batch, err := s.Fetch(ctx)
+	require.NoError(t, err)
+	time.Sleep(7 * time.Second) // "embedding": over three wal_sender_timeouts
+	require.NoError(t, batch.Ack(ctx))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2,'two','b')`, b.table()))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, "2", got[0].DocKey)
+	require.Zero(t, metricValue(t, reg, "ragsync_source_reconnects_total"), "the walsender never timed out")
 }
