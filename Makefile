@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-pgsource bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, slot vs Kafka, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -55,6 +55,12 @@ bench-bulk: services ## issue 12: bulk load (COPY + one HNSW build) vs streaming
 
 bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
+
+# The same changes drained from a replication slot and from kfake, each by
+# `serve --once`, alternating runs; medians and their ratio.
+BENCH_PGSOURCE_FLAGS ?= -events 20000 -runs 3
+bench-pgsource: services build ## issue 13: events/s from a Postgres slot into the sink vs the same changes through kfake
+	$(GO) run ./bench/pgsource -bin $(BIN) $(BENCH_PGSOURCE_FLAGS)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -57,10 +57,20 @@ func (d *DryRun) Estimate() Estimate {
 }
 
 // Embed counts texts and their tokens and returns zero vectors.
-func (d *DryRun) Embed(_ context.Context, texts []string) ([][]float32, error) {
+func (d *DryRun) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	return d.EmbedCounted(ctx, texts, nil)
+}
+
+// EmbedCounted is Embed trusting the chunker's counts (tokens[i] counts
+// texts[i]; nil: count them), as the real client does.
+func (d *DryRun) EmbedCounted(_ context.Context, texts []string, counts []int) ([][]float32, error) {
 	var tokens int64
-	for _, t := range texts {
-		tokens += int64(chunker.CountTokens(t))
+	for i, t := range texts {
+		if counts != nil {
+			tokens += int64(counts[i])
+		} else {
+			tokens += int64(chunker.CountTokens(t))
+		}
 	}
 	d.mu.Lock()
 	d.estimate.Texts += int64(len(texts))

@@ -11,6 +11,12 @@
 // changes, heartbeats) come back as a *SkipError; malformed ones as a
 // *DecodeError, which is permanent and names the message's coordinates.
 //
+// Sources hand over batches of messages with an acknowledgement: a Kafka
+// consumer group, a JSON Lines file, and PostgresSource, which streams a
+// logical replication slot (pgoutput) itself and renders each row change as
+// the Debezium PostgreSQL connector's envelope, so the same Decoder (wrapped
+// in PostgresDecoder for the commit-ordered version) reads all three.
+//
 // The package must not know about chunks, embeddings or vectors: it stops at
 // the row. What a document's text is, and whether to embed it, is decided
 // downstream.

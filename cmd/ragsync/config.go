@@ -65,9 +65,10 @@ type FileSourceConfig struct {
 }
 
 type PostgresSourceConfig struct {
-	URL         string `yaml:"url"`
-	Publication string `yaml:"publication"`
-	Slot        string `yaml:"slot"`
+	URL                   string `yaml:"url"`
+	Publication           string `yaml:"publication"`
+	Slot                  string `yaml:"slot"`
+	PostgresSourceOptions `yaml:",inline"`
 }
 
 type TableConfig struct {
@@ -333,7 +334,7 @@ func (c Config) validate(needSource bool) error {
 				errs = append(errs, err)
 			}
 		case "postgres":
-			add("source.kind: postgres (logical replication) is not available in this version; use kafka or file")
+			errs = append(errs, c.validatePostgresSource()...)
 		default:
 			add("source.kind: %q is not one of kafka, file, postgres", c.Source.Kind)
 		}

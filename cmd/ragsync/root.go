@@ -56,6 +56,7 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		newBloomCmd(g),
 		newDupesCmd(g),
 		newPurgeCmd(g),
+		newSlotCmd(g),
 		newVersionCmd(),
 	)
 	return root

@@ -119,7 +119,21 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	defer ix.Close()
 	emb, st, pool := ix.emb, ix.st, ix.pool
 	warnUnvacuumed(ctx, st, logger)
-	src, dlq, closeSrc, err := newSource(cfg, once, logger)
+	var (
+		src      pipeline.Source
+		dlq      pipeline.DeadLetters
+		closeSrc func()
+		pgSrc    *cdc.PostgresSource
+	)
+	if cfg.Source.Kind == "postgres" {
+		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, reg, logger)
+		src, closeSrc = pgSrc, func() {}
+		if pgSrc != nil {
+			closeSrc = pgSrc.Close
+		}
+	} else {
+		src, dlq, closeSrc, err = newSource(cfg, once, logger)
+	}
 	if err != nil {
 		return err
 	}
@@ -185,7 +199,11 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
 	if ln != nil {
-		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, ready), ReadHeaderTimeout: 5 * time.Second}
+		handler := httpHandler(reg, pool.Ping, ready)
+		if pgSrc != nil {
+			handler = slotReadyz(pgSrc, handler)
+		}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		logger.Info("http listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

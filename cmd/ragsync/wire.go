@@ -147,7 +147,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Registerer:       reg,
 	}, pipeline.Stages{
 		Source:      src,
-		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
+		Decoder:     newDecoder(cfg),
 		Splitter:    ch,
 		Embedder:    reusing,
 		Sink:        st,

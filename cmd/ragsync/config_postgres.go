@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// PostgresSourceOptions are the source.postgres settings beyond url,
+// publication and slot (issue 13), inlined into PostgresSourceConfig.
+type PostgresSourceOptions struct {
+	// InitialLoad reads the published tables into the index when the slot
+	// is created (in the slot's exported snapshot, so no row is lost or
+	// doubled between the load and the stream). Defaults to true.
+	InitialLoad *bool `yaml:"initial_load"`
+	// MaxRetainedWALBytes is how much WAL the slot may hold on the source
+	// before every slot check logs a warning. Defaults to 1073741824
+	// (1 GiB); -1 disables the warning.
+	MaxRetainedWALBytes int `yaml:"max_retained_wal_bytes"`
+	// BatchSize is the most changes handed to the pipeline at once.
+	// Defaults to 512.
+	BatchSize int `yaml:"batch_size"`
+	// StatusInterval is how often the confirmed position is reported when
+	// the server does not ask sooner; keep it well below the server's
+	// wal_sender_timeout. Defaults to 10s.
+	StatusInterval time.Duration `yaml:"status_interval"`
+	// HealthInterval is how often the slot's retained WAL and status are
+	// read. Defaults to 15s.
+	HealthInterval time.Duration `yaml:"health_interval"`
+	// ApplicationName names ragsync's connections on the source
+	// (pg_stat_activity, pg_stat_replication). Defaults to "ragsync".
+	ApplicationName string `yaml:"application_name"`
+}
+
+// pgName is what ragsync accepts as a slot or publication name: Postgres
+// allows only these characters in slot names, and the publication name is
+// passed inside a quoted plugin option.
+var pgName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// validatePostgresSource checks source.postgres for kind postgres.
+func (c Config) validatePostgresSource() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	p := c.Source.Postgres
+	if p.URL == "" {
+		add("source.postgres.url: set the URL of the source (document) database, e.g. postgres://app@db:5432/app")
+	}
+	for _, f := range []struct{ path, v string }{{"source.postgres.slot", p.Slot}, {"source.postgres.publication", p.Publication}} {
+		if f.v != "" && !pgName.MatchString(f.v) {
+			add("%s: %q must be lower-case letters, digits and underscores, e.g. ragsync", f.path, f.v)
+		}
+	}
+	if p.MaxRetainedWALBytes < -1 {
+		add("source.postgres.max_retained_wal_bytes: %d must be -1 (no warning), 0 (default 1 GiB) or a size in bytes", p.MaxRetainedWALBytes)
+	}
+	if p.BatchSize < 0 {
+		add("source.postgres.batch_size: %d must be > 0, or 0 for the default 512", p.BatchSize)
+	}
+	if p.StatusInterval < 0 || p.StatusInterval > 5*time.Minute {
+		add("source.postgres.status_interval: %s must be between 0 (default 10s) and 5m, and below the server's wal_sender_timeout", p.StatusInterval)
+	}
+	if p.HealthInterval < 0 {
+		add("source.postgres.health_interval: %s must not be negative", p.HealthInterval)
+	}
+	return errs
+}
+
+// postgresSourceConfig builds the source's config; state records finished
+// initial loads (nil: in memory).
+func (c Config) postgresSourceConfig(state cdc.LoadState, logger *slog.Logger, reg prometheus.Registerer) cdc.PostgresConfig {
+	p := c.Source.Postgres
+	load := p.InitialLoad == nil || *p.InitialLoad
+	maxWAL := int64(p.MaxRetainedWALBytes)
+	switch maxWAL {
+	case 0:
+		maxWAL = 1 << 30
+	case -1:
+		maxWAL = 0
+	}
+	var tables []string
+	for _, t := range c.Tables {
+		tables = append(tables, t.Match)
+	}
+	return cdc.PostgresConfig{
+		URL:                 p.URL,
+		Publication:         p.Publication,
+		Slot:                p.Slot,
+		Tables:              tables,
+		InitialLoad:         load,
+		LoadState:           state,
+		BatchSize:           p.BatchSize,
+		StatusInterval:      p.StatusInterval,
+		HealthInterval:      p.HealthInterval,
+		MaxRetainedWALBytes: maxWAL,
+		ApplicationName:     p.ApplicationName,
+		Logger:              logger,
+		Registerer:          reg,
+	}
+}

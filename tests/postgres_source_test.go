@@ -1,0 +1,254 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
+)
+
+// pgSourceEnv is an env whose source is a table of a pgtest.Replica,
+// streamed through slot.
+func pgSourceEnv(t *testing.T, r *pgtest.Replica, slot string) *env {
+	t.Helper()
+	e := newEnv(t, "")
+	cfg := fmt.Sprintf(`source:
+  kind: postgres
+  postgres:
+    url: %s
+    slot: %s
+    publication: %s
+    application_name: %s
+    status_interval: 1s
+    health_interval: 1s
+dlq:
+  path: %s
+tables:
+  - match: %s.articles
+    id: [id]
+    text: "# {{title}}\n\n{{body}}"
+chunker:
+  strategy: greedy
+  target_tokens: 30
+  min_tokens: 10
+  max_tokens: 120
+embedder:
+  provider: hashing
+  dimensions: 256
+postgres:
+  url: %s
+  schema: %s
+index: articles
+http:
+  listen: ""
+`, pgtest.URL(), slot, r.Publication, r.App, filepath.Join(e.dir, "dlq.jsonl"), r.Schema, pgtest.URL(), e.schema)
+	require.NoError(t, os.WriteFile(e.cfg, []byte(cfg), 0o644))
+	return e
+}
+
+// liveIndex renders the live documents and their chunks, without versions:
+// a streamed index and a fresh load of the same rows version differently
+// (commit LSNs vs the load's snapshot point) but must hold the same text.
+func liveIndex(t *testing.T, schema string) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	s := pgx.Identifier{schema}.Sanitize()
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT c.doc_id, c.position, c.content_hash, c.text FROM %s.chunks c
+		JOIN %s.documents d ON d.id = c.doc_id WHERE d.deleted_at IS NULL ORDER BY 1, 2`, s, s))
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var id, h, text string
+		var pos int
+		require.NoError(t, rows.Scan(&id, &pos, &h, &text))
+		out = append(out, fmt.Sprintf("chunk %s#%d %s %q", id, pos, h, text))
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// pgWriter changes the source table at random in small transactions of
+// inserts, updates and deletes until the third-to-last kill, with one
+// 10k-row transaction after kill 3 and one truncate after kill 6, so that
+// kills land before, in and after both.
+func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, kills *atomic.Int64) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	rnd := rand.New(rand.NewPCG(seed, seed))
+	tbl := r.Schema + ".articles"
+	para := func() string {
+		ws := make([]string, 8+rnd.IntN(20))
+		for i := range ws {
+			ws[i] = faultWords[rnd.IntN(len(faultWords))]
+		}
+		return strings.Join(ws, " ") + "."
+	}
+	exec := func(sql string, args ...any) {
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Errorf("writer: %s: %v", sql, err)
+		}
+	}
+	bulk, truncated := false, false
+	for kills.Load() < 9 {
+		switch {
+		case !bulk && kills.Load() >= 3:
+			bulk = true
+			exec(fmt.Sprintf(`INSERT INTO %s SELECT g, 'Bulk '||g, 'bulk row '||g FROM generate_series(100000, 110000) g`, tbl))
+		case !truncated && kills.Load() >= 6:
+			truncated = true
+			exec(fmt.Sprintf(`TRUNCATE %s`, tbl))
+		default:
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			for range 1 + rnd.IntN(4) {
+				id := rnd.IntN(400)
+				var q string
+				switch rnd.IntN(10) {
+				case 0, 1:
+					q = fmt.Sprintf(`DELETE FROM %s WHERE id = $1`, tbl)
+					_, err = tx.Exec(ctx, q, id)
+				default:
+					q = fmt.Sprintf(`INSERT INTO %s VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, tbl)
+					_, err = tx.Exec(ctx, q, id, fmt.Sprintf("Doc %d", id), para()+"\n\n"+para())
+				}
+				if err != nil {
+					t.Errorf("writer: %s: %v", q, err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Errorf("writer: commit: %v", err)
+			}
+		}
+		time.Sleep(time.Duration(20+rnd.IntN(20)) * time.Millisecond)
+	}
+}
+
+// progress renders how far a run got: the slot's confirmed position and
+// what the index holds.
+func progress(t *testing.T, r *pgtest.Replica, schema string) string {
+	t.Helper()
+	var confirmed *string
+	var docs int
+	var maxVersion *string
+	_ = r.Conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", r.Slot).Scan(&confirmed)
+	_ = r.Conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*), max(version) FROM %s.documents", pgx.Identifier{schema}.Sanitize())).Scan(&docs, &maxVersion)
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	return fmt.Sprintf("%s %d %s", str(confirmed), docs, str(maxVersion))
+}
+
+// waitSlotCaughtUp waits until slot confirmed the source's current WAL.
+func waitSlotCaughtUp(t *testing.T, r *pgtest.Replica, slot string, limit time.Duration) {
+	t.Helper()
+	var s string
+	require.NoError(t, r.Conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s))
+	end, err := pglogrepl.ParseLSN(s)
+	require.NoError(t, err)
+	deadline := time.Now().Add(limit)
+	for {
+		var c *string
+		require.NoError(t, r.Conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&c))
+		if c != nil {
+			if lsn, err := pglogrepl.ParseLSN(*c); err == nil && lsn >= end {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "slot %s did not catch up with %s in %s", slot, end, limit)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPostgresSourceKill SIGKILLs serve (source.kind postgres) at random
+// moments while a writer inserts, updates, deletes, truncates and commits a
+// 10k-row transaction; the index must end equal to a fresh load of the
+// table's final state, with nothing dead-lettered.
+func TestPostgresSourceKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kill test: long; skipped under -short")
+	}
+	r := pgtest.Replication(t)
+	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
+	// Rows before the first start: the first runs (and kills) do the load.
+	for id := range 60 {
+		r.Exec(t, fmt.Sprintf(`INSERT INTO %s.articles VALUES ($1, $2, $3)`, r.Schema), id, fmt.Sprintf("Doc %d", id), "seed row "+faultWords[id%len(faultWords)])
+	}
+	e := pgSourceEnv(t, r, r.Slot)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	writing := make(chan struct{})
+	var killCount atomic.Int64
+	go func() { defer wg.Done(); defer close(writing); pgWriter(t, r, 11, &killCount) }()
+	rnd := rand.New(rand.NewPCG(5, 5))
+	kills, whileWriting := 0, 0
+	for kills < 12 {
+		before := progress(t, r, e.schema)
+		p := e.startServe(fmt.Sprintf("serve-%d", kills))
+		// Kill at a random moment after this process made progress (it
+		// must get past start-up, and on a loaded machine that takes a
+		// while), so that kills land in the load, the stream, the bulk
+		// transaction and the truncate rather than always in start-up.
+		for i := 0; i < 600 && progress(t, r, e.schema) == before; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rnd.IntN(2000)) * time.Millisecond)
+		select {
+		case <-writing:
+		default:
+			whileWriting++
+		}
+		kill(t, p)
+		kills++
+		killCount.Store(int64(kills))
+	}
+	wg.Wait()
+	final := e.startServe("serve-final")
+	waitSlotCaughtUp(t, r, r.Slot, 15*time.Minute)
+	stopServe(t, final)
+	got := liveIndex(t, e.schema)
+
+	// The reference: a new slot whose initial load reads the final rows.
+	ref := r.Slot + "_ref"
+	t.Cleanup(func() {
+		_, _ = r.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", ref)
+	})
+	fresh := pgSourceEnv(t, r, ref)
+	fresh.run(false, "serve", "--once")
+	want := liveIndex(t, fresh.schema)
+
+	var rows int
+	require.NoError(t, r.Conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*) FROM %s.articles", r.Schema)).Scan(&rows))
+	t.Logf("postgres kill: %d SIGKILLs (%d while writing), %d rows at the end, %d chunks", kills, whileWriting, rows, len(want))
+	require.GreaterOrEqual(t, whileWriting, 5, "kills must land while the writer runs")
+	require.Positive(t, rows)
+	requireSameIndex(t, want, got)
+	_, err := os.Stat(filepath.Join(e.dir, "dlq.jsonl"))
+	require.True(t, os.IsNotExist(err), "no dead letters")
+}
