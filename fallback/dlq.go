@@ -79,6 +79,7 @@ func (f *FrontDoor) handleDeadLetter(ctx context.Context, msg redis.XMessage, _ 
 		f.ack(ctx, stream, msg.ID)
 		return
 	}
+	r.OrigEntry = fieldString(msg.Values, fieldDLQEntry)
 	if err != nil {
 		f.finish(ctx, stream, r, reply{Status: StatusError, Reason: err.Error(), Source: SourceNone}, outcomeInvalid, start)
 		return
@@ -99,22 +100,25 @@ func withoutDeadline(values map[string]any) map[string]any {
 }
 
 // degrade builds the answer when the real search cannot be used: the last
-// good answer for the key, else a full-text search (no embedding needed),
-// else an error carrying both reasons.
+// good answer for the key, less every document since deleted or moved out
+// of the request's tenant (see liveHits), else a full-text search (no
+// embedding needed), else an error carrying both reasons.
 func (f *FrontDoor) degrade(ctx context.Context, r request, ck cacheKeys, reason string) reply {
-	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Bytes(); err == nil {
-		return reply{Status: StatusDegraded, Results: v, Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}
+	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Result(); err == nil {
+		if hits, err := f.liveHits(ctx, v, r); err == nil && len(hits) > 0 {
+			return reply{Status: StatusDegraded, Results: encodeWire(hits, r.K), Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}
+		}
 	}
 	if f.search == nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason}
 	}
 	sctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
 	defer cancel()
-	hits, err := f.search.SearchText(sctx, r.Query, f.sinkQuery(r))
+	hits, err := f.search.SearchText(sctx, r.Query, sinkQueryOf(r))
 	if err != nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason + "; full-text fallback failed: " + err.Error()}
 	}
-	return reply{Status: StatusDegraded, Results: encodeHits(hits, r.DocID), Source: SourceFullText, Reason: reason + "; answered by full-text search"}
+	return reply{Status: StatusDegraded, Results: encodeHits(hits, r.K), Source: SourceFullText, Reason: reason + "; answered by full-text search"}
 }
 
 func toDeadLetter(m redis.XMessage) DeadLetter {

@@ -132,20 +132,16 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 // embedding keep a nil vector: the sink takes it from its cache. Before
 // embedding, near-duplicate reuse (see ReuseConfig) lets a chunk take a
 // stored vector of the same document whose origin text is similar enough,
-// by setting VectorHash. When the sink can list stored chunks it also
-// records the document's ssdeep hash and edit magnitude.
+// by setting VectorHash. It also records the document's ssdeep hash and
+// edit magnitude.
 func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 	chunks := doc.Chunks
 	cfg := p.reuseConfig()
-	cs, hasStore := p.st.Sink.(ChunkStore)
-	var stored []sink.StoredChunk
-	if hasStore {
-		var err error
-		if stored, err = cs.StoredChunks(ctx, doc.ID); err != nil {
-			return err
-		}
-		measureEdit(stored, doc)
+	stored, err := p.st.Sink.StoredChunks(ctx, doc.ID)
+	if err != nil {
+		return err
 	}
+	measureEdit(stored, doc)
 	if len(chunks) == 0 {
 		return nil
 	}
@@ -165,7 +161,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 			missing = append(missing, i)
 		}
 	}
-	if !cfg.Disabled && hasStore && len(missing) > 0 {
+	if !cfg.Disabled && len(missing) > 0 {
 		missing = p.planReuse(cfg, stored, doc, missing)
 	}
 	var texts []string

@@ -97,7 +97,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 			return err
 		}
 		logger.Info("front door bloom filters rebuilt", "documents", n)
-		snk = bloomSink{Sink: st, bloom: fd.fd.Bloom()}
+		snk = frontDoorSink{Sink: st, changes: fd.fd.Changes()}
 	}
 	p, err := newPipeline(cfg, src, dlq, emb, snk, reg, logger)
 	if err != nil {
