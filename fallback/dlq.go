@@ -86,6 +86,9 @@ func (f *FrontDoor) handleDeadLetter(ctx context.Context, msg redis.XMessage, _ 
 	}
 	gen, _ := f.rdb.Get(ctx, f.keys.generation()).Int64()
 	rep := f.degrade(ctx, r, requestKeys(f.cfg.Index, gen, r), fieldString(msg.Values, fieldDLQReason))
+	if ctx.Err() != nil {
+		return // reclaimed and cancelled: left pending, not answered "canceled"
+	}
 	f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 }
 

@@ -393,7 +393,9 @@ func (f *FrontDoor) finish(ctx context.Context, stream string, r request, rep re
 	f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	sent, err := f.send(ctx, stream, r, rep)
 	if err != nil {
-		f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
+		if ctx.Err() == nil {
+			f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
+		}
 		f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
 		return
 	}

@@ -167,6 +167,9 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 
 	if !f.breaker.Allow() {
 		rep := f.degrade(ctx, r, ck, "circuit breaker open: the embedder or pgvector keeps failing")
+		if ctx.Err() != nil {
+			return // reclaimed and cancelled: left pending
+		}
 		f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 		return
 	}
@@ -248,6 +251,11 @@ func outcomeOf(rep reply) string {
 // the request at once instead of waiting min_idle once more.
 func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64, cause error) {
 	f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
+	if ctx.Err() != nil {
+		// Shutting down (a reclaimed request's search was cancelled): not
+		// the request's failure. It stays pending for the next front door.
+		return
+	}
 	if deliveries >= int64(f.cfg.MaxDeliveries) {
 		if err := f.deadLetter(ctx, r.EntryID, deliveries, cause.Error()); err != nil {
 			f.logger.WarnContext(ctx, "dead-letter failed; the request stays pending", "id", r.ID, "error", err)
