@@ -369,17 +369,20 @@ func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys,
 
 // searchVector embeds the query (through the embedding cache) and runs the
 // vector search, feeding the breaker.
-func (f *FrontDoor) searchVector(ctx context.Context, r request) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
+func (f *FrontDoor) searchVector(parent context.Context, r request) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(parent, f.cfg.SearchTimeout)
 	defer cancel()
 	vec, err := f.embed(ctx, r.Query)
 	if err != nil {
-		f.breaker.Failure()
+		if parent.Err() == nil {
+			f.breaker.Failure()
+		}
 		return nil, err
 	}
 	hits, err := f.search.Search(ctx, vec, sinkQueryOf(r))
-	if errors.Is(err, sink.ErrInvalidQuery) {
-		// The request's input, not the database: no verdict for the breaker.
+	if errors.Is(err, sink.ErrInvalidQuery) || (err != nil && parent.Err() != nil) {
+		// The request's input, or a shutdown, not the database: no
+		// verdict for the breaker.
 		return nil, fmt.Errorf("vector search: %w", err)
 	}
 	if err != nil {
