@@ -111,22 +111,33 @@ func minPoolSize(cfg Config) int { return cfg.Workers + 1 + 8 }
 func defaultPoolSize() int { return max(10*runtime.GOMAXPROCS(0), 64) }
 
 // OpenRedis parses url, connects and pings, with an error that names the
-// fix. Without pool_size in url the pool has max(10 × GOMAXPROCS, 64)
-// connections. The caller closes the client.
+// fix. url may carry an ACL user and password (redis://user:pass@host:6379/0)
+// and use TLS (rediss://host:6380/0, verified against the system roots with
+// the host as server name). Without pool_size in url the pool has
+// max(10 × GOMAXPROCS, 64) connections. The caller closes the client.
 func OpenRedis(ctx context.Context, url string) (*redis.Client, error) {
-	opts, err := redis.ParseURL(url)
+	opts, err := redisOptions(url)
 	if err != nil {
-		return nil, fmt.Errorf("frontdoor.redis_url: %w (want redis://host:port/db)", err)
-	}
-	if opts.PoolSize == 0 {
-		opts.PoolSize = defaultPoolSize()
+		return nil, err
 	}
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`)", opts.Addr, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`; with ACLs, check the user and password in frontdoor.redis_url)", opts.Addr, err)
 	}
 	return rdb, nil
+}
+
+func redisOptions(url string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		// Not %w: the parse error may quote the URL, password included.
+		return nil, fmt.Errorf("frontdoor.redis_url: not a Redis URL (want redis://[user:password@]host:port/db, or rediss:// for TLS)")
+	}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = defaultPoolSize()
+	}
+	return opts, nil
 }
 
 // BumpGeneration starts a new cache generation for index: every fresh cache
