@@ -55,7 +55,10 @@ func (f *FrontDoor) deadLetter(ctx context.Context, entryID string, attempts int
 	}
 	values[fieldDLQReason] = reason
 	values[fieldDLQAttempts] = attempts
-	values[fieldDLQEntry] = entryID
+	if fieldString(values, fieldDLQEntry) == "" {
+		// A replayed dead letter keeps the entry id its client knows.
+		values[fieldDLQEntry] = entryID
+	}
 	values[fieldDLQAt] = time.Now().UnixMilli()
 	pipe := f.rdb.TxPipeline()
 	pipe.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.dlq(), MaxLen: f.cfg.DLQMaxLen, Approx: true, Values: values})
@@ -79,7 +82,6 @@ func (f *FrontDoor) handleDeadLetter(ctx context.Context, msg redis.XMessage, _ 
 		f.ack(ctx, stream, msg.ID)
 		return
 	}
-	r.OrigEntry = fieldString(msg.Values, fieldDLQEntry)
 	if err != nil {
 		f.finish(ctx, stream, r, reply{Status: StatusError, Reason: err.Error(), Source: SourceNone}, outcomeInvalid, start)
 		return
@@ -159,7 +161,8 @@ func (f *FrontDoor) DLQList(ctx context.Context, n int) ([]DeadLetter, error) {
 }
 
 // DLQReplay puts every dead letter back on the request stream (original
-// fields, same id and reply_to) and removes it from the DLQ; it returns how
+// fields, same id and reply_to, and dlq_request_entry so the reply still
+// names the entry the client's XADD returned) and removes it from the DLQ; it returns how
 // many were replayed. A replayed request whose id was already answered (the
 // DLQ worker answers every dead letter) is acknowledged without a second
 // reply, so replay only completes requests that were never answered.
@@ -178,7 +181,7 @@ func (f *FrontDoor) DLQReplay(ctx context.Context) (int, error) {
 			values := make(map[string]any, len(m.Values))
 			for k, v := range m.Values {
 				switch k {
-				case fieldDLQReason, fieldDLQAttempts, fieldDLQEntry, fieldDLQAt:
+				case fieldDLQReason, fieldDLQAttempts, fieldDLQAt:
 				default:
 					values[k] = v
 				}

@@ -207,6 +207,9 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 	}
 	r.Tenant = fieldString(values, fieldTenant)
 	r.TraceParent = fieldString(values, fieldTraceParent)
+	// A replayed dead letter keeps its first entry id, so its reply names
+	// the entry the client's XADD returned.
+	r.OrigEntry = fieldString(values, fieldDLQEntry)
 	raw := fieldString(values, fieldQuery)
 	if len(raw) > cfg.MaxQueryBytes {
 		return r, &InvalidRequestError{Field: fieldQuery, Reason: fmt.Sprintf("%d bytes is over the limit of %d", len(raw), cfg.MaxQueryBytes)}

@@ -26,6 +26,11 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad jitter", mutate: func(c *Config) { c.CacheJitter = 2 }, wantErr: []string{"frontdoor.cache_jitter"}},
 		{name: "bad filter key", mutate: func(c *Config) { c.AllowedFilters = []string{"ok", "no spaces"} }, wantErr: []string{"frontdoor.allowed_filters[1]"}},
 		{name: "bloom too small", mutate: func(c *Config) { c.Bloom.Bits = 8 }, wantErr: []string{"frontdoor.bloom.bits"}},
+		{name: "reply namespace holding every key", mutate: func(c *Config) { c.ReplyPrefix = "ragsync:" }, wantErr: []string{"frontdoor.reply_prefix", "overlaps"}},
+		{name: "reply namespace inside the request stream", mutate: func(c *Config) { c.ReplyPrefix = "ragsync:requests:r:" }, wantErr: []string{"frontdoor.reply_prefix"}},
+		{name: "reply namespace of its own", mutate: func(c *Config) { c.ReplyPrefix = "replies:" }},
+		{name: "request bound below its parts", mutate: func(c *Config) { c.MaxRequestBytes = 5000 }, wantErr: []string{"frontdoor.max_request_bytes: must be >= max_query_bytes + max_filter_bytes (8192)"}},
+		{name: "negative filter bound", mutate: func(c *Config) { c.MaxFilterBytes = -1 }, wantErr: []string{"frontdoor.max_filter_bytes: must be > 0"}},
 		{name: "every problem at once", mutate: func(c *Config) { c.MaxK = -1; c.MinIdle = -time.Second; c.Bloom.Hashes = 99 },
 			wantErr: []string{"frontdoor.max_k", "frontdoor.min_idle", "frontdoor.bloom.hashes"}},
 	}
