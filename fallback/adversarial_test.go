@@ -25,11 +25,34 @@ var tenantDocs = map[string][]string{
 // sizes, reply_to at every key family under the prefix (and outside it),
 // ids reused from legitimate requests with another tenant.
 type hostile struct {
-	rnd      *rand.Rand
-	prefix   string
-	targets  []string // reply_to values
+	rnd     *rand.Rand
+	prefix  string
+	targets []string // reply_to values
+	legit   map[string]bool
+	// legitIDs are ids of legitimate requests seen in the request stream,
+	// reused while those requests may still be in flight.
 	mu       sync.Mutex
 	legitIDs []string
+}
+
+// watch collects the ids of legitimate requests as they are queued, as an
+// attacker reading the request stream would.
+func (h *hostile) watch(ctx context.Context, rdb *redis.Client, stream string) {
+	last := "0-0"
+	for ctx.Err() == nil {
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, last}, Count: 100, Block: 50 * time.Millisecond}).Result()
+		if err != nil {
+			continue
+		}
+		for _, m := range res[0].Messages {
+			last = m.ID
+			if h.legit[fieldString(m.Values, fieldReplyTo)] {
+				h.mu.Lock()
+				h.legitIDs = append(h.legitIDs, fieldString(m.Values, fieldID))
+				h.mu.Unlock()
+			}
+		}
+	}
 }
 
 func (h *hostile) pick(options ...func() (string, bool)) (string, bool) {
@@ -59,22 +82,30 @@ func (h *hostile) request(n int) (fields []any, tenant, checkOn string) {
 	own := h.prefix + ":reply:hostile-" + strconv.Itoa(h.rnd.IntN(4))
 	h.mu.Lock()
 	reused := ""
-	if len(h.legitIDs) > 0 {
-		reused = h.legitIDs[h.rnd.IntN(len(h.legitIDs))]
+	if n := len(h.legitIDs); n > 0 {
+		// Mostly the newest: likely still unanswered.
+		reused = h.legitIDs[n-1-h.rnd.IntN(min(n, 4))]
 	}
 	h.mu.Unlock()
-	id, _ := h.pick(str(fmt.Sprint("h-", n)), str(fmt.Sprint("h-", n)), str(reused), str(strings.Repeat("i", 200)), str(""),
+	id, _ := h.pick(str(fmt.Sprint("h-", n)), str(fmt.Sprint("h-", n)), str(reused), str(reused), str(strings.Repeat("i", 200)), str(""),
 		func() (string, bool) { return h.bytes(16), true })
 	add(fieldID, id, id != "" || h.rnd.IntN(2) == 0)
-	replyTo, okR := h.pick(str(own), str(own), func() (string, bool) { return h.targets[h.rnd.IntN(len(h.targets))], true }, absent)
+	replyTo, okR := h.pick(str(own), str(own), str(own), func() (string, bool) { return h.targets[h.rnd.IntN(len(h.targets))], true }, absent)
+	if id == reused && h.legit[replyTo] {
+		// A legitimate client's own (reply_to, id) is out of scope: a writer
+		// who can read the request stream can always race it (README).
+		replyTo = own
+	}
 	add(fieldReplyTo, replyTo, okR)
 	q, okQ := h.pick(str("redis streams workers"), str("pgvector embeddings"), str("bloom filters circuit breakers"),
+		str("redis streams workers"), str("pgvector embeddings"), str("bloom filters circuit breakers"),
 		str(""), str(strings.Repeat("long ", 2000)), str("bad \xff\xfe utf8"), str("nul\x00query"), str("12345"), absent,
 		func() (string, bool) { return h.bytes(h.rnd.IntN(64)), true })
 	add(fieldQuery, q, okQ)
-	k, okK := h.pick(str("2"), str("2"), str("0"), str("-1"), str("51"), str("1e3"), str("abc"), str(strings.Repeat("9", 40)), absent)
+	k, okK := h.pick(str("2"), str("2"), str("2"), str("2"), str("0"), str("-1"), str("51"), str("1e3"), str("abc"), str(strings.Repeat("9", 40)), absent)
 	add(fieldK, k, okK)
 	f, okF := h.pick(absent, absent, str(`{"lang":"en"}`), str(`{"table":"\u0000"}`), str(`{"lang":"\u0000"}`),
+		str(`{"table":"\u0000"}`), str(`{"lang":"\u0000"}`), str(`{"lang":1e999999}`), str(`{"lang":1e999999}`),
 		str(`{"lang":1e999999}`), str(`{"lang":9007199254740993}`), str(`{"doc_id":5}`), str(`{"secret":1}`),
 		str(`{"doc_id":"public.articles/1"}`), str(`{"doc_id":"public.articles/3"}`), str(`[1,2]`), str(`{"lang":"en"} {}`), str("not json"),
 		func() (string, bool) { return `{"lang":"` + strings.Repeat("x", 5000+h.rnd.IntN(5000)) + `"}`, true })
@@ -130,11 +161,14 @@ func TestAdversarialRequests(t *testing.T) {
 		}
 		return s
 	}()
-	h := &hostile{rnd: rand.New(rand.NewPCG(11, 2026)), prefix: b.prefix, targets: append([]string{
+	h := &hostile{rnd: rand.New(rand.NewPCG(11, 2026)), prefix: b.prefix, legit: map[string]bool{}, targets: append([]string{
 		k.requests(), k.dlq(), k.generation(), k.cache("x"), k.stale("x"), k.lock("x"), k.embedding("x"),
 		k.replied("x", "y"), k.failure("0-1"), b.prefix + ":bloom:articles:doc", b.prefix + ":bloom:articles:tenant",
 		k.docs(), b.prefix + ":reply:", b.prefix + ":reply", wrongType, outside, "",
 	}, legitStreams...)}
+	for _, s := range legitStreams {
+		h.legit[s] = true
+	}
 
 	type answer struct {
 		tenant string
@@ -148,13 +182,19 @@ func TestAdversarialRequests(t *testing.T) {
 	const legitPerTenant, hostileCount = 30, 300
 	deadline := time.Now().Add(45 * time.Second) // bound on the whole attack
 	g, gctx := errgroup.WithContext(ctx)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { h.watch(watchCtx, b.rdb, k.requests()) })
 	queries := []string{"redis streams workers", "pgvector embeddings rows", "bloom filters tenants", "circuit breakers database"}
 	for tenant, c := range legit {
 		for w := range 3 {
 			g.Go(func() error {
 				for i := range legitPerTenant / 3 {
 					sctx, cancel := context.WithTimeout(gctx, 30*time.Second)
-					res, err := c.Search(sctx, Query{Text: queries[(i+w)%len(queries)], K: 2, Tenant: tenant})
+					// Unique texts: misses, which reach Postgres and would be
+					// degraded if hostile input had opened the breaker.
+					text := fmt.Sprintf("%s %s %d %d", queries[(i+w)%len(queries)], tenant, w, i)
+					res, err := c.Search(sctx, Query{Text: text, K: 2, Tenant: tenant})
 					cancel()
 					if err != nil {
 						return fmt.Errorf("legitimate %s request: %w", tenant, err)
@@ -162,9 +202,6 @@ func TestAdversarialRequests(t *testing.T) {
 					mu.Lock()
 					answers = append(answers, answer{tenant, res})
 					mu.Unlock()
-					h.mu.Lock()
-					h.legitIDs = append(h.legitIDs, res.ID)
-					h.mu.Unlock()
 				}
 				return nil
 			})
@@ -191,12 +228,17 @@ func TestAdversarialRequests(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, g.Wait())
+	stopWatch()
+	watching.Wait()
 	b.quiesce(t)
 
 	// Every legitimate request: one correct reply.
 	require.Len(t, answers, 2*legitPerTenant)
 	for _, a := range answers {
 		require.Equal(t, StatusOK, a.res.Status, a.res.Reason)
+		// A miss, or its own search's result when a slow first delivery
+		// was reclaimed (min_idle is 100ms here); never degraded.
+		require.Contains(t, []string{SourceSearch, SourceCache, SourceShared}, a.res.Source)
 		require.NotEmpty(t, a.res.Hits)
 		for _, hit := range a.res.Hits {
 			require.Contains(t, tenantDocs[a.tenant], hit.DocID, "tenant %s saw another's document", a.tenant)
