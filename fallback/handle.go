@@ -220,7 +220,12 @@ local v = redis.call('GET', ARGV[2] .. fresh)
 if not v then return {fresh, 0, 0} end
 local first = 0
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[5]) then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'entry', ARGV[4], 'status', 'ok', 'results', v, 'cached', 'true', 'source', 'cache')
+  local ok = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'entry', ARGV[4], 'status', 'ok', 'results', v, 'cached', 'true', 'source', 'cache')
+  if type(ok) == 'table' and ok.err then
+    -- No marker without a reply: the entry stays pending and is retried.
+    redis.call('DEL', KEYS[2])
+    return ok
+  end
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   first = 1
 end
