@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -63,12 +62,13 @@ func (c BloomConfig) validate() error {
 type Bloom struct {
 	rdb    *redis.Client
 	prefix string
+	docs   keys // Rebuild also rebuilds the document map of Changes
 	cfg    BloomConfig
 }
 
 // NewBloom returns the Bloom filters of one index under prefix.
 func NewBloom(rdb *redis.Client, prefix, index string, cfg BloomConfig) *Bloom {
-	return &Bloom{rdb: rdb, prefix: prefix + ":bloom:" + index + ":", cfg: cfg.WithDefaults()}
+	return &Bloom{rdb: rdb, prefix: prefix + ":bloom:" + index + ":", docs: keys{prefix: prefix, index: index}, cfg: cfg.WithDefaults()}
 }
 
 func (b *Bloom) key(kind string) string      { return b.prefix + kind }
@@ -187,23 +187,35 @@ func (b *Bloom) MayContain(ctx context.Context, kind, value string) (bool, error
 	return c.mayContain()
 }
 
-// Rebuild replaces both filters with the (tenant, document id) pairs of docs,
-// typically every live document of the index. The new bitmaps are built
-// beside the live ones and swapped in with RENAME, so queries keep using the
-// old filter meanwhile; Add calls during the rebuild go to both. Empty
-// tenants are skipped. It returns the number of pairs read. If docs stops
-// early on an error, the caller should not rely on the result; the live
-// filters are only replaced after docs is exhausted.
-func (b *Bloom) Rebuild(ctx context.Context, docs iter.Seq2[string, string]) (int, error) {
+// Rebuild replaces both filters, and the document map of Changes, with the
+// (tenant, document id) pairs scan passes to add, typically every live
+// document of the index streamed from the sink. The new bitmaps and map are
+// built beside the live ones and swapped in with RENAME, so queries keep
+// using the old ones meanwhile.
+//
+// Nothing written during the rebuild is lost: the building keys exist before
+// scan starts, and Changes writes every commit to them too, so a document
+// committed after scan's snapshot is in them by the sink's own write, and
+// one committed before is in the snapshot (issue 11: collecting first and
+// allocating after lost what came in between). The scan's map entries never
+// overwrite those writes (HSETNX), since they may be older. Empty tenants
+// are skipped in the tenant filter. If scan fails, the live filters stay as
+// they were. It returns the number of pairs read.
+func (b *Bloom) Rebuild(ctx context.Context, scan func(add func(tenant, docID string) error) error) (int, error) {
 	kinds := []string{KindTenant, KindDoc}
-	// Allocate the building bitmaps first so concurrent Adds see them.
+	// Allocate the building keys first so concurrent writes see them.
 	pipe := b.rdb.Pipeline()
 	for _, k := range kinds {
 		pipe.Del(ctx, b.buildKey(k))
 		pipe.SetBit(ctx, b.buildKey(k), int64(b.cfg.Bits-1), 0)
 	}
+	pipe.Del(ctx, b.docs.docsBuilding())
+	pipe.HSet(ctx, b.docs.docsBuilding(), builtField, "1")
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("bloom rebuild: allocate: %w", err)
+	}
+	discard := func() {
+		_ = b.rdb.Del(context.WithoutCancel(ctx), b.buildKey(KindTenant), b.buildKey(KindDoc), b.docs.docsBuilding()).Err()
 	}
 	n := 0
 	pipe = b.rdb.Pipeline()
@@ -214,27 +226,36 @@ func (b *Bloom) Rebuild(ctx context.Context, docs iter.Seq2[string, string]) (in
 		_, err := pipe.Exec(ctx)
 		return err
 	}
-	for tenant, docID := range docs {
+	err := scan(func(tenant, docID string) error {
 		n++
 		if tenant != "" {
 			pipe.BitField(ctx, b.buildKey(KindTenant), b.bitfieldArgs("SET", tenant)...)
 		}
 		if docID != "" {
 			pipe.BitField(ctx, b.buildKey(KindDoc), b.bitfieldArgs("SET", docID)...)
+			pipe.HSetNX(ctx, b.docs.docsBuilding(), docID, tenant)
 		}
 		if pipe.Len() >= 1000 {
 			if err := flush(); err != nil {
-				return n, fmt.Errorf("bloom rebuild after %d documents: %w", n, err)
+				return fmt.Errorf("bloom rebuild after %d documents: %w", n, err)
 			}
 		}
+		return nil
+	})
+	if err == nil {
+		if err = flush(); err != nil {
+			err = fmt.Errorf("bloom rebuild after %d documents: %w", n, err)
+		}
 	}
-	if err := flush(); err != nil {
-		return n, fmt.Errorf("bloom rebuild after %d documents: %w", n, err)
+	if err != nil {
+		discard()
+		return n, err
 	}
 	pipe = b.rdb.TxPipeline()
 	for _, k := range kinds {
 		pipe.Rename(ctx, b.buildKey(k), b.key(k))
 	}
+	pipe.Rename(ctx, b.docs.docsBuilding(), b.docs.docs())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return n, fmt.Errorf("bloom rebuild: swap in: %w", err)
 	}

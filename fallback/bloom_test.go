@@ -21,12 +21,13 @@ func TestBloom(t *testing.T) {
 	require.True(t, ok, "Add before the first rebuild does not half-build the filter")
 
 	const n = 10000
-	count, err := b.Rebuild(ctx, func(yield func(string, string) bool) {
+	count, err := b.Rebuild(ctx, func(add func(string, string) error) error {
 		for i := range n {
-			if !yield(fmt.Sprint("tenant-", i%100), fmt.Sprint("t/", i)) {
-				return
+			if err := add(fmt.Sprint("tenant-", i%100), fmt.Sprint("t/", i)); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, n, count)

@@ -21,10 +21,20 @@ import (
 // trips both ways: under load a request costs a fraction of an XADD round
 // trip and of an XREAD. Safe for concurrent use. Close stops the reader and
 // the sender and deletes the reply stream; rdb stays owned by the caller.
+//
+// A reply is taken only if it names the entry id the request's XADD
+// returned: another client reusing an id (by accident or on purpose) and
+// replying onto this client's stream cannot stand in for the real answer.
+// That guards against mistakes, not attackers: whoever can write to the
+// Redis database can write to any reply stream (see the README).
 type Client struct {
 	rdb     *redis.Client
 	keys    keys
 	replyTo string
+	// ReplyPrefix is the front door's frontdoor.reply_prefix: the reply
+	// stream is ReplyPrefix + a random UUID. Set it before the first
+	// Search. Defaults to "<prefix>:reply:" in NewClient.
+	ReplyPrefix string
 	// RequestMaxLen caps the request stream when adding (MAXLEN ~), so a
 	// queue with no front door running cannot grow without bound; beyond it
 	// the oldest requests are shed. Defaults to 100000 in NewClient.
@@ -45,7 +55,16 @@ type Client struct {
 // outgoing is one request waiting for the sender.
 type outgoing struct {
 	values []any
-	sent   chan error // buffered: the sender never waits for the caller
+	sent   chan sendResult // buffered: the sender never waits for the caller
+}
+
+// sendResult is how an XADD went: the entry id it returned, and whether
+// the request may have been added twice (a retry after a failed
+// connection), in which case the front door answers the other entry.
+type sendResult struct {
+	entry     string
+	ambiguous bool
+	err       error
 }
 
 // maxSendBatch bounds one pipeline of the sender, so one round trip's
@@ -60,8 +79,16 @@ func NewClient(rdb *redis.Client, prefix string) *Client {
 		prefix = "ragsync"
 	}
 	k := keys{prefix: prefix}
-	return &Client{rdb: rdb, keys: k, replyTo: k.reply(randomID()), RequestMaxLen: 100000, Poll: time.Second,
+	return &Client{rdb: rdb, keys: k, ReplyPrefix: prefix + ":reply:", RequestMaxLen: 100000, Poll: time.Second,
 		waiters: map[string]chan map[string]any{}, sends: make(chan *outgoing, maxSendBatch)}
+}
+
+// replyStream names the reply stream on first use, under mu.
+func (c *Client) replyStream() string {
+	if c.replyTo == "" {
+		c.replyTo = c.ReplyPrefix + randomID()
+	}
+	return c.replyTo
 }
 
 // errClientClosed is returned by Search after Close.
@@ -73,7 +100,10 @@ var errClientClosed = errors.New("front door client is closed")
 // replies return no error — check Result.Status.
 func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	id := randomID()
-	values := []any{fieldID, id, fieldQuery, q.Text, fieldK, strconv.Itoa(q.K), fieldReplyTo, c.replyTo}
+	c.mu.Lock()
+	replyTo := c.replyStream()
+	c.mu.Unlock()
+	values := []any{fieldID, id, fieldQuery, q.Text, fieldK, strconv.Itoa(q.K), fieldReplyTo, replyTo}
 	if len(q.Filter) > 0 {
 		b, err := json.Marshal(q.Filter)
 		if err != nil {
@@ -96,7 +126,8 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	}
 
 	// Register before sending: the reply may beat the XADD's own reply.
-	ch := make(chan map[string]any, 1)
+	// Room for a few: a reused id can bring replies that are not ours.
+	ch := make(chan map[string]any, 4)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -115,7 +146,7 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	// cannot slip between the closed check and the queueing and leave this
 	// request queued with no sender. The sender never takes mu, so a full
 	// queue drains.
-	out := &outgoing{values: values, sent: make(chan error, 1)}
+	out := &outgoing{values: values, sent: make(chan sendResult, 1)}
 	select {
 	case c.sends <- out:
 	case <-ctx.Done():
@@ -130,20 +161,42 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 		c.mu.Unlock()
 	}()
 
-	var fields map[string]any
-	select {
-	case err := <-out.sent:
-		if err != nil {
-			return Result{}, fmt.Errorf("send request %s: %w", id, err)
-		}
+	// Replies may beat the XADD's own reply; they wait in early until the
+	// entry id is known.
+	var (
+		sent   *sendResult
+		early  []map[string]any
+		fields map[string]any
+	)
+	ours := func(f map[string]any) bool {
+		e := fieldString(f, fieldEntry)
+		// No entry field: a front door from before the field existed.
+		return sent.ambiguous || e == "" || e == sent.entry
+	}
+	for fields == nil {
 		select {
-		case fields = <-ch:
+		case res := <-out.sent:
+			if res.err != nil {
+				return Result{}, fmt.Errorf("send request %s: %w", id, res.err)
+			}
+			sent = &res
+			for _, f := range early {
+				if ours(f) {
+					fields = f
+					break
+				}
+			}
+			early = nil
+		case f := <-ch:
+			switch {
+			case sent == nil:
+				early = append(early, f)
+			case ours(f):
+				fields = f
+			}
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
 		}
-	case fields = <-ch: // the reply beat the XADD's own reply
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("request %s: %w: %w", id, ErrNoReply, ctx.Err())
 	}
 	// Decoding here rather than in the reader spreads it over the callers'
 	// goroutines: results are a few KB of JSON, and decoding them one after
@@ -176,7 +229,7 @@ func (c *Client) send(ctx context.Context) {
 			for {
 				select {
 				case o := <-c.sends:
-					o.sent <- errClientClosed
+					o.sent <- sendResult{err: errClientClosed}
 				default:
 					return
 				}
@@ -196,6 +249,7 @@ func (c *Client) send(ctx context.Context) {
 		// Not ctx: Close must not abort a pipeline half-written, and each
 		// caller stops waiting on its own context.
 		cmds, err := c.sendBatch(conn, batch)
+		ambiguous := false
 		if err != nil && !isRedisError(err) {
 			// The connection failed (go-redis would have retried on a
 			// fresh one from the pool): once more on a new one. A request
@@ -204,9 +258,11 @@ func (c *Client) send(ctx context.Context) {
 			_ = conn.Close()
 			conn = c.rdb.Conn()
 			cmds, _ = c.sendBatch(conn, batch)
+			ambiguous = true
 		}
 		for i, o := range batch {
-			o.sent <- cmds[i].Err()
+			entry, err := cmds[i].Result()
+			o.sent <- sendResult{entry: entry, ambiguous: ambiguous, err: err}
 		}
 	}
 }
@@ -233,8 +289,11 @@ func (c *Client) read(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	conn := c.rdb.Conn()
 	defer func() { _ = conn.Close() }()
+	c.mu.Lock()
+	replyTo := c.replyStream()
+	c.mu.Unlock()
 	for ctx.Err() == nil {
-		res, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{c.replyTo, last}, Count: 256, Block: c.Poll}).Result()
+		res, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{replyTo, last}, Count: 256, Block: c.Poll}).Result()
 		if err != nil {
 			if errors.Is(err, redis.Nil) || ctx.Err() != nil {
 				continue
@@ -259,7 +318,7 @@ func (c *Client) read(ctx context.Context) {
 				if ch != nil {
 					select {
 					case ch <- m.Values:
-					default: // a duplicate; the first reply won
+					default: // the caller already has more than it needs
 					}
 				}
 			}
@@ -280,6 +339,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	running := c.running
+	replyTo := c.replyTo
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -289,11 +349,16 @@ func (c *Client) Close() error {
 		// request waits for: otherwise Close lasts up to Poll (and Redis
 		// rounds the block timeout up to its cron tick), which made a
 		// one-shot `ragsync query --via redis` take ~1.1 s on a cache hit.
-		_ = c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.replyTo, Values: []any{"wake", "1"}}).Err()
+		if replyTo != "" {
+			_ = c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: replyTo, Values: []any{"wake", "1"}}).Err()
+		}
 		c.done.Wait()
 	}
-	if err := c.rdb.Del(ctx, c.replyTo).Err(); err != nil {
-		return fmt.Errorf("delete reply stream %s: %w", c.replyTo, err)
+	if replyTo == "" {
+		return nil // never searched
+	}
+	if err := c.rdb.Del(ctx, replyTo).Err(); err != nil {
+		return fmt.Errorf("delete reply stream %s: %w", replyTo, err)
 	}
 	return nil
 }

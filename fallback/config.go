@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -86,6 +87,20 @@ type Config struct {
 	// other key is matched against document metadata. Defaults to
 	// [doc_id, table].
 	AllowedFilters []string `yaml:"allowed_filters"`
+	// ReplyPrefix is the namespace of reply streams: a request's reply_to
+	// must start with it, or it is refused (counted invalid) without a
+	// reply. Without it, reply_to could name the request stream, the cache
+	// generation or any other key, and the reply's XADD, PEXPIRE and
+	// MAXLEN would damage it (issue 11). It must not overlap the front
+	// door's own keys. Defaults to "<prefix>:reply:".
+	ReplyPrefix string `yaml:"reply_prefix"`
+	// MaxFilterBytes is the largest filter field accepted, in bytes,
+	// checked before the JSON is parsed. Defaults to 4096.
+	MaxFilterBytes int `yaml:"max_filter_bytes"`
+	// MaxRequestBytes bounds a whole request entry (field names and values
+	// together), checked before anything is parsed, so a huge entry costs
+	// one read, not a parse. Defaults to 16384.
+	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// ReplyTTL is set on reply streams so abandoned ones disappear.
 	// Defaults to 5m.
 	ReplyTTL time.Duration `yaml:"reply_ttl"`
@@ -183,6 +198,15 @@ func (c Config) WithDefaults() Config {
 	if c.AllowedFilters == nil {
 		c.AllowedFilters = []string{FilterDocID, FilterTable}
 	}
+	if c.ReplyPrefix == "" {
+		c.ReplyPrefix = c.Prefix + ":reply:"
+	}
+	if c.MaxFilterBytes == 0 {
+		c.MaxFilterBytes = 4096
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 16384
+	}
 	if c.ReplyTTL == 0 {
 		c.ReplyTTL = 5 * time.Minute
 	}
@@ -230,6 +254,7 @@ func (c Config) Validate() error {
 		{"workers", int64(c.Workers)}, {"batch_size", int64(c.BatchSize)}, {"max_in_flight", int64(c.MaxInFlight)},
 		{"max_deliveries", int64(c.MaxDeliveries)}, {"max_k", int64(c.MaxK)},
 		{"max_query_bytes", int64(c.MaxQueryBytes)}, {"reply_max_len", c.ReplyMaxLen},
+		{"max_filter_bytes", int64(c.MaxFilterBytes)}, {"max_request_bytes", int64(c.MaxRequestBytes)},
 		{"dlq_max_len", c.DLQMaxLen}, {"breaker_failures", int64(c.BreakerFailures)},
 	}
 	for _, p := range positive {
@@ -267,6 +292,12 @@ func (c Config) Validate() error {
 	if window := time.Duration(c.MaxDeliveries) * (c.MinIdle + c.SearchTimeout); c.IdempotencyTTL > 0 && c.IdempotencyTTL < window {
 		add("idempotency_ttl", "must cover the redelivery window max_deliveries × (min_idle + search_timeout) = %s, or a slow first delivery can be answered twice; got %s", window, c.IdempotencyTTL)
 	}
+	if c.MaxRequestBytes > 0 && c.MaxRequestBytes < c.MaxQueryBytes+c.MaxFilterBytes {
+		add("max_request_bytes", "must be >= max_query_bytes + max_filter_bytes (%d), or valid requests are refused; got %d", c.MaxQueryBytes+c.MaxFilterBytes, c.MaxRequestBytes)
+	}
+	if err := c.validateReplyPrefix(); err != nil {
+		errs = append(errs, err)
+	}
 	for i, f := range c.AllowedFilters {
 		if !filterKeyRE.MatchString(f) {
 			add(fmt.Sprintf("allowed_filters[%d]", i), "%q is not a valid filter key (letters, digits, _ . -)", f)
@@ -276,4 +307,18 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// validateReplyPrefix refuses a reply namespace that holds, or is held by,
+// a key family of the front door: replies would then write to it.
+func (c Config) validateReplyPrefix() error {
+	if c.ReplyPrefix == "" || c.Prefix == "" {
+		return nil // reported as prefix, or filled in by WithDefaults
+	}
+	for _, own := range (keys{prefix: c.Prefix, index: c.Index}).families() {
+		if strings.HasPrefix(own, c.ReplyPrefix) || strings.HasPrefix(c.ReplyPrefix, own) {
+			return fmt.Errorf("frontdoor.reply_prefix: %q overlaps the front door's own keys %q*; use a namespace of its own such as %q", c.ReplyPrefix, own, c.Prefix+":reply:")
+		}
+	}
+	return nil
 }

@@ -55,7 +55,10 @@ func (f *FrontDoor) deadLetter(ctx context.Context, entryID string, attempts int
 	}
 	values[fieldDLQReason] = reason
 	values[fieldDLQAttempts] = attempts
-	values[fieldDLQEntry] = entryID
+	if fieldString(values, fieldDLQEntry) == "" {
+		// A replayed dead letter keeps the entry id its client knows.
+		values[fieldDLQEntry] = entryID
+	}
 	values[fieldDLQAt] = time.Now().UnixMilli()
 	pipe := f.rdb.TxPipeline()
 	pipe.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.dlq(), MaxLen: f.cfg.DLQMaxLen, Approx: true, Values: values})
@@ -85,6 +88,9 @@ func (f *FrontDoor) handleDeadLetter(ctx context.Context, msg redis.XMessage, _ 
 	}
 	gen, _ := f.rdb.Get(ctx, f.keys.generation()).Int64()
 	rep := f.degrade(ctx, r, requestKeys(f.cfg.Index, gen, r), fieldString(msg.Values, fieldDLQReason))
+	if ctx.Err() != nil {
+		return // reclaimed and cancelled: left pending, not answered "canceled"
+	}
 	f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 }
 
@@ -99,22 +105,25 @@ func withoutDeadline(values map[string]any) map[string]any {
 }
 
 // degrade builds the answer when the real search cannot be used: the last
-// good answer for the key, else a full-text search (no embedding needed),
-// else an error carrying both reasons.
+// good answer for the key, less every document since deleted or moved out
+// of the request's tenant (see liveHits), else a full-text search (no
+// embedding needed), else an error carrying both reasons.
 func (f *FrontDoor) degrade(ctx context.Context, r request, ck cacheKeys, reason string) reply {
-	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Bytes(); err == nil {
-		return reply{Status: StatusDegraded, Results: v, Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}
+	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Result(); err == nil {
+		if hits, err := f.liveHits(ctx, v, r); err == nil && len(hits) > 0 {
+			return reply{Status: StatusDegraded, Results: encodeWire(hits, r.K), Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}
+		}
 	}
 	if f.search == nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason}
 	}
 	sctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
 	defer cancel()
-	hits, err := f.search.SearchText(sctx, r.Query, f.sinkQuery(r))
+	hits, err := f.search.SearchText(sctx, r.Query, sinkQueryOf(r))
 	if err != nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason + "; full-text fallback failed: " + err.Error()}
 	}
-	return reply{Status: StatusDegraded, Results: encodeHits(hits, r.DocID), Source: SourceFullText, Reason: reason + "; answered by full-text search"}
+	return reply{Status: StatusDegraded, Results: encodeHits(hits, r.K), Source: SourceFullText, Reason: reason + "; answered by full-text search"}
 }
 
 func toDeadLetter(m redis.XMessage) DeadLetter {
@@ -152,7 +161,8 @@ func (f *FrontDoor) DLQList(ctx context.Context, n int) ([]DeadLetter, error) {
 }
 
 // DLQReplay puts every dead letter back on the request stream (original
-// fields, same id and reply_to) and removes it from the DLQ; it returns how
+// fields, same id and reply_to, and dlq_request_entry so the reply still
+// names the entry the client's XADD returned) and removes it from the DLQ; it returns how
 // many were replayed. A replayed request whose id was already answered (the
 // DLQ worker answers every dead letter) is acknowledged without a second
 // reply, so replay only completes requests that were never answered.
@@ -171,7 +181,7 @@ func (f *FrontDoor) DLQReplay(ctx context.Context) (int, error) {
 			values := make(map[string]any, len(m.Values))
 			for k, v := range m.Values {
 				switch k {
-				case fieldDLQReason, fieldDLQAttempts, fieldDLQEntry, fieldDLQAt:
+				case fieldDLQReason, fieldDLQAttempts, fieldDLQAt:
 				default:
 					values[k] = v
 				}

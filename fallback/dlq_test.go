@@ -25,6 +25,9 @@ func TestPostgresDownEveryRequestAnsweredOnce(t *testing.T) {
 	pool, err := sink.OpenPool(t.Context(), pgtest.URL(), b.schema)
 	require.NoError(t, err)
 	b.searcher.store = newStore(t, pool, b.schema)
+	// As serve does at start; stale answers are only reused once the
+	// document map they are checked against is built.
+	rebuildBloomFromTestDocs(t, b.fd)
 	run(t, b.fd)
 
 	warm := []string{"redis streams workers", "pgvector embeddings rows", "negative cache empty answers"}

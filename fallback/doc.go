@@ -10,6 +10,7 @@
 // speaks it from Go.
 //
 // fallback must not write to the index: it only reads through the Searcher
-// it is given, and keeps its own state (cache, locks, Bloom bitmaps, streams)
-// in Redis.
+// it is given, and keeps its own state (cache, locks, Bloom bitmaps, the
+// document → tenant map, streams) in Redis. The sink's changes reach that
+// state through Changes, which the caller's sink wrapper feeds.
 package fallback

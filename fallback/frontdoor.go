@@ -111,22 +111,33 @@ func minPoolSize(cfg Config) int { return cfg.Workers + 1 + 8 }
 func defaultPoolSize() int { return max(10*runtime.GOMAXPROCS(0), 64) }
 
 // OpenRedis parses url, connects and pings, with an error that names the
-// fix. Without pool_size in url the pool has max(10 × GOMAXPROCS, 64)
-// connections. The caller closes the client.
+// fix. url may carry an ACL user and password (redis://user:pass@host:6379/0)
+// and use TLS (rediss://host:6380/0, verified against the system roots with
+// the host as server name). Without pool_size in url the pool has
+// max(10 × GOMAXPROCS, 64) connections. The caller closes the client.
 func OpenRedis(ctx context.Context, url string) (*redis.Client, error) {
-	opts, err := redis.ParseURL(url)
+	opts, err := redisOptions(url)
 	if err != nil {
-		return nil, fmt.Errorf("frontdoor.redis_url: %w (want redis://host:port/db)", err)
-	}
-	if opts.PoolSize == 0 {
-		opts.PoolSize = defaultPoolSize()
+		return nil, err
 	}
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`)", opts.Addr, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`; with ACLs, check the user and password in frontdoor.redis_url)", opts.Addr, err)
 	}
 	return rdb, nil
+}
+
+func redisOptions(url string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		// Not %w: the parse error may quote the URL, password included.
+		return nil, fmt.Errorf("frontdoor.redis_url: not a Redis URL (want redis://[user:password@]host:port/db, or rediss:// for TLS)")
+	}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = defaultPoolSize()
+	}
+	return opts, nil
 }
 
 // BumpGeneration starts a new cache generation for index: every fresh cache
@@ -332,20 +343,32 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// replyScript sends a reply at most once per request id and acknowledges the
-// entry in the same atomic step: the idempotency marker (SET NX), the XADD
-// to the reply stream, its TTL and the XACK either all happen or none does,
-// so a worker dying at any instant leaves either an unanswered pending entry
-// (reclaimed later) or an answered, acknowledged one — never two replies.
+// replyScript sends a reply at most once per (reply_to, id) and
+// acknowledges the entry in the same step. It checks before it writes: a
+// reply key that is not a stream (someone SET it) gets nothing written, not
+// even the "answered" marker, and the entry is acknowledged as unanswerable
+// (-1). An XADD that still fails takes the marker back, so the entry stays
+// pending and is retried. So a worker dying at any instant leaves either an
+// unanswered pending entry (reclaimed later) or an answered, acknowledged
+// one — never two replies, never a marker without a reply.
 //
 // KEYS: replied marker, reply stream, source stream.
 // ARGV: group, entry id, marker TTL ms, reply TTL ms, reply MAXLEN, fields…
 var replyScript = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[2]).ok
+if t ~= 'stream' and t ~= 'none' then
+  redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
+  return -1
+end
 local first = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3])
 if first then
   local args = {'XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*'}
   for i = 6, #ARGV do args[#args+1] = ARGV[i] end
-  redis.call(unpack(args))
+  local ok = redis.pcall(unpack(args))
+  if type(ok) == 'table' and ok.err then
+    redis.call('DEL', KEYS[1])
+    return ok
+  end
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
@@ -353,16 +376,22 @@ if first then return 1 end
 return 0
 `)
 
-// send replies to r and acknowledges its entry on stream. It returns false
-// when the request id had already been answered.
-func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep reply) (bool, error) {
+// Results of send.
+const (
+	sentFirst     = 1  // replied
+	sentDuplicate = 0  // (reply_to, id) already answered: no second reply
+	sentWrongType = -1 // reply_to is not a stream: nothing written, acknowledged
+)
+
+// send replies to r and acknowledges its entry on stream.
+func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep reply) (int, error) {
 	argv := []any{f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(), f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen}
-	argv = append(argv, rep.fields(r.ID)...)
-	n, err := replyScript.Run(ctx, f.rdb, []string{f.keys.replied(r.ID), r.ReplyTo, stream}, argv...).Int()
+	argv = append(argv, rep.fields(r.ID, r.replyEntry())...)
+	n, err := replyScript.Run(ctx, f.rdb, []string{f.keys.replied(r.ReplyTo, r.ID), r.ReplyTo, stream}, argv...).Int()
 	if err != nil {
-		return false, fmt.Errorf("reply to %s: %w", r.ID, err)
+		return 0, fmt.Errorf("reply to %s: %w", r.ID, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 // finish sends the reply and records the outcome. The outcome is counted
@@ -373,14 +402,19 @@ func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep repl
 func (f *FrontDoor) finish(ctx context.Context, stream string, r request, rep reply, outcome string, start time.Time) {
 	f.metrics.requests.WithLabelValues(outcome).Inc()
 	f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	first, err := f.send(ctx, stream, r, rep)
+	sent, err := f.send(ctx, stream, r, rep)
 	if err != nil {
-		f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
+		if ctx.Err() == nil {
+			f.logger.WarnContext(ctx, "send reply failed; the request stays pending and will be retried", "id", r.ID, "error", err)
+		}
 		f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
 		return
 	}
-	if !first {
+	switch sent {
+	case sentDuplicate:
 		f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
+	case sentWrongType:
+		f.metrics.requests.WithLabelValues(outcomeInvalid).Inc()
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/sink"
 )
 
 func TestHitAndMiss(t *testing.T) {
@@ -88,7 +90,7 @@ func TestNegativeCache(t *testing.T) {
 	waitCounter(t, b.fd.metrics, outcomeNegativeHit, 1)
 
 	// The empty answer is cached with the short TTL, not the long one.
-	r, err := parseRequest("0-1", map[string]any{"id": "x", "reply_to": "r", "query": q.Text, "k": "3", "tenant": q.Tenant}, b.fd.cfg, time.Now())
+	r, err := parseRequest("0-1", map[string]any{"id": "x", "reply_to": b.prefix + ":reply:r", "query": q.Text, "k": "3", "tenant": q.Tenant}, b.fd.cfg, time.Now())
 	require.NoError(t, err)
 	ttl, err := b.rdb.PTTL(t.Context(), b.fd.keys.cache(requestKeys("articles", 0, r).fresh)).Result()
 	require.NoError(t, err)
@@ -99,14 +101,15 @@ func TestNegativeCache(t *testing.T) {
 	require.Zero(t, n, "an empty answer is never kept as the last good one")
 }
 
-func rebuildBloomFromTestDocs(t *testing.T, fd *FrontDoor) {
+func rebuildBloomFromTestDocs(t testing.TB, fd *FrontDoor) {
 	t.Helper()
-	n, err := fd.Bloom().Rebuild(t.Context(), func(yield func(string, string) bool) {
+	n, err := fd.Bloom().Rebuild(t.Context(), func(add func(string, string) error) error {
 		for _, d := range testDocs {
-			if !yield(d.tenant, testTable+"/"+d.key) {
-				return
+			if err := add(d.tenant, sink.DocID(testTable, d.key)); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, len(testDocs), n)
@@ -321,10 +324,10 @@ func TestDuplicateRequestIDGetsOneReply(t *testing.T) {
 	r := request{EntryID: "0-1", ID: "direct", ReplyTo: b.prefix + ":reply:direct"}
 	first, err := b.fd.send(t.Context(), b.fd.keys.requests(), r, reply{Status: StatusOK, Source: SourceSearch})
 	require.NoError(t, err)
-	require.True(t, first)
+	require.Equal(t, sentFirst, first)
 	first, err = b.fd.send(t.Context(), b.fd.keys.requests(), r, reply{Status: StatusOK, Source: SourceSearch})
 	require.NoError(t, err)
-	require.False(t, first)
+	require.Equal(t, sentDuplicate, first)
 	n, err = b.rdb.XLen(t.Context(), r.ReplyTo).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)

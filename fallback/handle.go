@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragsync/ragsync/sink"
 )
 
 // handleRequest answers one request entry on its own (a reclaimed delivery):
@@ -77,12 +79,12 @@ func (f *FrontDoor) queueServe(ctx context.Context, pipe redis.Pipeliner, msgs [
 		if deliveries > 1 {
 			// A redelivery may have been answered by a worker that died
 			// before its ack reached us (see the miss path below).
-			l.replied = pipe.Exists(ctx, f.keys.replied(r.ID))
+			l.replied = pipe.Exists(ctx, f.keys.replied(r.ReplyTo, r.ID))
 		}
 		// A cached answer wins over the Bloom filter: it was right when
 		// cached and expires with its TTL.
 		l.serve = serveScript.EvalSha(ctx, pipe,
-			[]string{f.keys.generation(), f.keys.replied(r.ID), r.ReplyTo, stream},
+			[]string{f.keys.generation(), f.keys.replied(r.ReplyTo, r.ID), r.ReplyTo, stream},
 			l.ck.base, f.keys.cache(""), f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(),
 			f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen, r.ID)
 		if r.Tenant != "" {
@@ -134,9 +136,15 @@ func (f *FrontDoor) finishServe(ctx context.Context, lookups []lookup, rest []fu
 			}
 			f.metrics.requests.WithLabelValues(outcome).Inc()
 			f.metrics.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-			if first, _ := res[2].(int64); first == 0 {
+			if first, _ := res[2].(int64); first == sentDuplicate {
 				f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
 			}
+			continue
+		}
+		if first, _ := res[2].(int64); first == sentWrongType {
+			// reply_to is not a stream: acknowledged by the script, with
+			// nothing written; there is nowhere to answer.
+			f.metrics.requests.WithLabelValues(outcomeInvalid).Inc()
 			continue
 		}
 		rest = append(rest, func(ctx context.Context) { f.handleMiss(ctx, l, deliveries, start) })
@@ -159,6 +167,9 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 
 	if !f.breaker.Allow() {
 		rep := f.degrade(ctx, r, ck, "circuit breaker open: the embedder or pgvector keeps failing")
+		if ctx.Err() != nil {
+			return // reclaimed and cancelled: left pending
+		}
 		f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 		return
 	}
@@ -166,6 +177,13 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	// The leader's searchVector reported to the breaker; a follower (or a
 	// Redis failure before any search) only gives its probe back.
 	f.breaker.Release()
+	if errors.Is(err, sink.ErrInvalidQuery) {
+		// Postgres refused the request's input as data: the request's
+		// fault, answered at once, not retried and not held against the
+		// database (searchVector did not tell the breaker).
+		f.finish(ctx, stream, r, reply{Status: StatusError, Reason: "invalid request: " + err.Error(), Source: SourceNone}, outcomeInvalid, start)
+		return
+	}
 	if err != nil {
 		f.retryLater(ctx, r, deliveries, err)
 		return
@@ -184,19 +202,30 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 // generation, derive the fresh cache key from it (see freshKey), read the
 // entry and, if there is one, reply and acknowledge exactly like
 // replyScript. Returns {fresh key, 0 miss | 1 hit | 2 negative hit,
-// 1 replied | 0 id already answered}.
+// 1 replied | 0 id already answered | -1 reply_to is not a stream}; on -1
+// nothing was written and the entry is acknowledged.
 //
 // KEYS: generation, replied marker, reply stream, request stream.
 // ARGV: base hash, cache key prefix, group, entry id, marker TTL ms,
 // reply TTL ms, reply MAXLEN, request id.
 var serveScript = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[3]).ok
+if t ~= 'stream' and t ~= 'none' then
+  redis.call('XACK', KEYS[4], ARGV[3], ARGV[4])
+  return {'', 0, -1}
+end
 local gen = redis.call('GET', KEYS[1]) or '0'
 local fresh = redis.sha1hex(ARGV[1] .. ':' .. gen)
 local v = redis.call('GET', ARGV[2] .. fresh)
 if not v then return {fresh, 0, 0} end
 local first = 0
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[5]) then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'status', 'ok', 'results', v, 'cached', 'true', 'source', 'cache')
+  local ok = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'entry', ARGV[4], 'status', 'ok', 'results', v, 'cached', 'true', 'source', 'cache')
+  if type(ok) == 'table' and ok.err then
+    -- No marker without a reply: the entry stays pending and is retried.
+    redis.call('DEL', KEYS[2])
+    return ok
+  end
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   first = 1
 end
@@ -227,6 +256,11 @@ func outcomeOf(rep reply) string {
 // the request at once instead of waiting min_idle once more.
 func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64, cause error) {
 	f.metrics.requests.WithLabelValues(outcomeRetry).Inc()
+	if ctx.Err() != nil {
+		// Shutting down (a reclaimed request's search was cancelled): not
+		// the request's failure. It stays pending for the next front door.
+		return
+	}
 	if deliveries >= int64(f.cfg.MaxDeliveries) {
 		if err := f.deadLetter(ctx, r.EntryID, deliveries, cause.Error()); err != nil {
 			f.logger.WarnContext(ctx, "dead-letter failed; the request stays pending", "id", r.ID, "error", err)
@@ -340,31 +374,34 @@ func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys,
 
 // searchVector embeds the query (through the embedding cache) and runs the
 // vector search, feeding the breaker.
-func (f *FrontDoor) searchVector(ctx context.Context, r request) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
+func (f *FrontDoor) searchVector(parent context.Context, r request) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(parent, f.cfg.SearchTimeout)
 	defer cancel()
 	vec, err := f.embed(ctx, r.Query)
 	if err != nil {
-		f.breaker.Failure()
+		if parent.Err() == nil {
+			f.breaker.Failure()
+		}
 		return nil, err
 	}
-	hits, err := f.search.Search(ctx, vec, f.sinkQuery(r))
+	hits, err := f.search.Search(ctx, vec, sinkQueryOf(r))
+	if errors.Is(err, sink.ErrInvalidQuery) || (err != nil && parent.Err() != nil) {
+		// The request's input, or a shutdown, not the database: no
+		// verdict for the breaker.
+		return nil, fmt.Errorf("vector search: %w", err)
+	}
 	if err != nil {
 		f.breaker.Failure()
 		return nil, fmt.Errorf("vector search: %w", err)
 	}
 	f.breaker.Success()
-	return encodeHits(hits, r.DocID), nil
+	return encodeHits(hits, r.K), nil
 }
 
-func (f *FrontDoor) sinkQuery(r request) sinkQuery {
-	k := r.K
-	if r.DocID != "" {
-		// The sink has no document-id filter: widen the search and keep
-		// the hits of that document (see encodeHits).
-		k = f.cfg.MaxK
-	}
-	return sinkQuery{K: k, Tenant: r.Tenant, Filter: r.Filter, Table: r.Table}
+// sinkQueryOf is the search a request asks for; the document filter runs in
+// SQL, so the K hits are the best of that document.
+func sinkQueryOf(r request) sinkQuery {
+	return sinkQuery{K: r.K, Tenant: r.Tenant, Filter: r.Filter, Table: r.Table, DocID: r.DocID}
 }
 
 func (f *FrontDoor) embed(ctx context.Context, text string) ([]float32, error) {

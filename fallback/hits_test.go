@@ -64,7 +64,7 @@ func FuzzDecodeHits(f *testing.F) {
 		hits = append(hits, sinkHit{DocID: "public.articles/1", Table: "public.articles", Key: "1", Position: i,
 			Text: strings.Repeat("cosine search ", r.IntN(5)), Score: r.Float64()})
 	}
-	f.Add(string(encodeHits(hits, "")))
+	f.Add(string(encodeHits(hits, len(hits))))
 	f.Add(`[{"doc_id":"d","metadata":{"lang":"en"}}]`)
 	f.Add(`[{"score":-0.0E+12,"position":-7}]`)
 	f.Add(`[]`)
@@ -79,7 +79,7 @@ func BenchmarkDecodeHits(b *testing.B) {
 	for i := range 10 {
 		hits = append(hits, sinkHit{DocID: "public.articles/1", Table: "public.articles", Key: "1", Position: i, Text: benchText(r, 60), Score: r.Float64()})
 	}
-	raw := string(encodeHits(hits, ""))
+	raw := string(encodeHits(hits, len(hits)))
 	b.SetBytes(int64(len(raw)))
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {

@@ -20,9 +20,26 @@ func (k keys) cache(fresh string) string    { return k.prefix + ":cache:" + fres
 func (k keys) stale(base string) string     { return k.prefix + ":stale:" + base }
 func (k keys) lock(fresh string) string     { return k.prefix + ":lock:" + fresh }
 func (k keys) embedding(text string) string { return k.prefix + ":emb:" + k.index + ":" + sha(text) }
-func (k keys) replied(id string) string     { return k.prefix + ":replied:" + id }
-func (k keys) failure(entry string) string  { return k.prefix + ":fail:" + entry }
-func (k keys) reply(id string) string       { return k.prefix + ":reply:" + id }
+func (k keys) docs() string                 { return k.prefix + ":docs:" + k.index }
+func (k keys) docsBuilding() string         { return k.prefix + ":docs:" + k.index + ":building" }
+
+// replied is the idempotency marker of a request. It is scoped to the
+// requester (reply_to) as well as the id: keyed by id alone, a request
+// reusing another client's id got its reply while the victim's own request
+// was dropped as a duplicate (issue 11).
+func (k keys) replied(replyTo, id string) string {
+	return k.prefix + ":replied:" + sha(replyTo+"\x00"+id)
+}
+func (k keys) failure(entry string) string { return k.prefix + ":fail:" + entry }
+func (k keys) reply(id string) string      { return k.prefix + ":reply:" + id }
+
+// families are the prefixes of every key the front door writes other than
+// replies; the reply namespace must not overlap any of them.
+func (k keys) families() []string {
+	p := k.prefix + ":"
+	return []string{p + "requests", p + "generation:", p + "cache:", p + "stale:", p + "lock:", p + "emb:",
+		p + "replied:", p + "fail:", p + "bloom:", p + "docs:"}
+}
 
 // cacheKeys are the two hashes of a request: base identifies the question
 // (normalised query, k, filter, tenant, index) and keys the stale answer, which

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,14 +22,13 @@ func (f *FrontDoor) maintain(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		work := context.WithoutCancel(ctx)
-		if err := f.reclaim(work, f.keys.requests(), f.cfg.Consumer+"-reclaim", f.handleRequest, true); err != nil {
+		if err := f.reclaim(ctx, f.keys.requests(), f.cfg.Consumer+"-reclaim", f.handleRequest, true); err != nil && ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "reclaim pending requests", "error", err)
 		}
-		if err := f.reclaim(work, f.keys.dlq(), f.cfg.Consumer+"-dlq", f.handleDeadLetter, false); err != nil {
+		if err := f.reclaim(ctx, f.keys.dlq(), f.cfg.Consumer+"-dlq", f.handleDeadLetter, false); err != nil && ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "reclaim pending dead letters", "error", err)
 		}
-		if err := f.trimAndMeasure(work); err != nil {
+		if err := f.trimAndMeasure(context.WithoutCancel(ctx)); err != nil {
 			f.logger.WarnContext(ctx, "trim streams", "error", err)
 		}
 	}
@@ -38,19 +38,31 @@ func (f *FrontDoor) maintain(ctx context.Context) error {
 // a delivery each time. Requests past max_deliveries are dead-lettered;
 // others are handled again. Dead letters are retried without limit (their
 // answer needs only Redis, and usually the stale cache).
+//
+// One call is bounded (issue 11): it claims at most max_in_flight entries
+// and handles them concurrently, so it lasts about one search_timeout
+// rather than one per entry; the rest waits for the next tick. It is
+// cancellable: when ctx ends it claims no more, and the searches in flight
+// end with it, leaving their entries pending for the next front door
+// instead of holding up shutdown.
 func (f *FrontDoor) reclaim(ctx context.Context, stream, consumer string, h handler, limit bool) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, f.cfg.MaxInFlight)
+	claimed := 0
 	start := "0-0"
-	for range 100 { // bounded per tick; the rest waits for the next one
+	for claimed < f.cfg.MaxInFlight && ctx.Err() == nil {
 		msgs, next, err := f.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: f.cfg.Group, Consumer: consumer,
-			MinIdle: f.cfg.MinIdle, Start: start, Count: int64(f.cfg.BatchSize),
+			MinIdle: f.cfg.MinIdle, Start: start, Count: int64(min(f.cfg.BatchSize, f.cfg.MaxInFlight-claimed)),
 		}).Result()
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
+			if strings.HasPrefix(err.Error(), "NOGROUP") || ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		claimed += len(msgs)
 		if len(msgs) > 0 {
 			counts, err := f.deliveryCounts(ctx, stream, consumer, msgs)
 			if err != nil {
@@ -66,7 +78,11 @@ func (f *FrontDoor) reclaim(ctx context.Context, stream, consumer string, h hand
 					}
 					continue
 				}
-				h(ctx, m, n)
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-slots }()
+					h(ctx, m, n)
+				})
 			}
 		}
 		if next == "0-0" || next == "" {

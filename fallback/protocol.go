@@ -26,6 +26,7 @@ const (
 	fieldReason      = "reason"
 	fieldCached      = "cached"
 	fieldSource      = "source"
+	fieldEntry       = "entry" // reply: the request's entry id, so a client can tell its reply from one to a reused id
 )
 
 // Filter keys the front door interprets itself.
@@ -113,6 +114,7 @@ type request struct {
 	Table       string
 	FilterJSON  string // canonical JSON of the full filter, "" if none
 	ReplyTo     string
+	OrigEntry   string // entry id the request first had, for a dead letter
 	Deadline    time.Time
 	TraceParent string
 }
@@ -137,15 +139,59 @@ func fieldString(values map[string]any, name string) string {
 	}
 }
 
+// maxReplyToBytes bounds reply_to past the reply namespace.
+const maxReplyToBytes = 256
+
+// entryBytes is the size of a request entry as sent: field names and values.
+func entryBytes(values map[string]any) int {
+	n := 0
+	for k, v := range values {
+		n += len(k)
+		switch v := v.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		default:
+			n += len(fieldString(values, k))
+		}
+	}
+	return n
+}
+
+// checkText refuses what Postgres would refuse as data (invalid UTF-8 and
+// NUL are SQLSTATE 22021 in text, 22P05 in jsonb): such input is the
+// request's fault and must be answered as such, never reach the database and
+// count against the circuit breaker (issue 11).
+func checkText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return &InvalidRequestError{Field: field, Reason: "not valid UTF-8"}
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return &InvalidRequestError{Field: field, Reason: "contains a NUL character"}
+	}
+	return nil
+}
+
 // parseRequest validates a request entry. It returns the request with ID and
-// ReplyTo filled even when validation fails, so the caller can still answer.
+// ReplyTo filled even when validation fails, so the caller can still answer;
+// ReplyTo is empty when the entry names no usable reply stream (missing, or
+// outside cfg.ReplyPrefix), and then nothing may be written for it.
 func parseRequest(entryID string, values map[string]any, cfg Config, now time.Time) (request, error) {
 	r := request{
-		EntryID:     entryID,
-		ID:          fieldString(values, fieldID),
-		ReplyTo:     fieldString(values, fieldReplyTo),
-		Tenant:      fieldString(values, fieldTenant),
-		TraceParent: fieldString(values, fieldTraceParent),
+		EntryID: entryID,
+		ID:      fieldString(values, fieldID),
+		ReplyTo: fieldString(values, fieldReplyTo),
+	}
+	if r.ReplyTo == "" {
+		return r, &InvalidRequestError{Field: fieldReplyTo, Reason: "missing; name the stream to reply on"}
+	}
+	if !strings.HasPrefix(r.ReplyTo, cfg.ReplyPrefix) || len(r.ReplyTo) == len(cfg.ReplyPrefix) ||
+		len(r.ReplyTo) > len(cfg.ReplyPrefix)+maxReplyToBytes {
+		// Refused without a reply: writing to a key outside the reply
+		// namespace is exactly what must not happen.
+		r.ReplyTo = ""
+		return r, &InvalidRequestError{Field: fieldReplyTo, Reason: fmt.Sprintf("must be a key under %q of at most %d more bytes", cfg.ReplyPrefix, maxReplyToBytes)}
 	}
 	if r.ID == "" {
 		// Answer anyway, keyed by the entry id, so the sender learns why.
@@ -153,17 +199,23 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 		return r, &InvalidRequestError{Field: fieldID, Reason: "missing; send a unique id (a UUID) per request"}
 	}
 	if len(r.ID) > 128 {
+		r.ID = entryID
 		return r, &InvalidRequestError{Field: fieldID, Reason: "longer than 128 bytes"}
 	}
-	if r.ReplyTo == "" {
-		return r, &InvalidRequestError{Field: fieldReplyTo, Reason: "missing; name the stream to reply on"}
+	if n := entryBytes(values); n > cfg.MaxRequestBytes {
+		return r, &InvalidRequestError{Field: "request", Reason: fmt.Sprintf("%d bytes is over the limit of %d (max_request_bytes)", n, cfg.MaxRequestBytes)}
 	}
+	r.Tenant = fieldString(values, fieldTenant)
+	r.TraceParent = fieldString(values, fieldTraceParent)
+	// A replayed dead letter keeps its first entry id, so its reply names
+	// the entry the client's XADD returned.
+	r.OrigEntry = fieldString(values, fieldDLQEntry)
 	raw := fieldString(values, fieldQuery)
 	if len(raw) > cfg.MaxQueryBytes {
 		return r, &InvalidRequestError{Field: fieldQuery, Reason: fmt.Sprintf("%d bytes is over the limit of %d", len(raw), cfg.MaxQueryBytes)}
 	}
-	if !utf8.ValidString(raw) {
-		return r, &InvalidRequestError{Field: fieldQuery, Reason: "not valid UTF-8"}
+	if err := checkText(fieldQuery, raw); err != nil {
+		return r, err
 	}
 	r.Query = normalizeQuery(raw)
 	if r.Query == "" {
@@ -181,7 +233,13 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 	if len(r.Tenant) > 256 {
 		return r, &InvalidRequestError{Field: fieldTenant, Reason: "longer than 256 bytes"}
 	}
+	if err := checkText(fieldTenant, r.Tenant); err != nil {
+		return r, err
+	}
 	if fs := fieldString(values, fieldFilter); fs != "" {
+		if len(fs) > cfg.MaxFilterBytes {
+			return r, &InvalidRequestError{Field: fieldFilter, Reason: fmt.Sprintf("%d bytes is over the limit of %d (max_filter_bytes)", len(fs), cfg.MaxFilterBytes)}
+		}
 		if err := r.parseFilter(fs, cfg.AllowedFilters); err != nil {
 			return r, err
 		}
@@ -200,9 +258,17 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 }
 
 func (r *request) parseFilter(fs string, allowed []string) error {
+	// UseNumber keeps numbers as their decimal text, from here through the
+	// cache key to the jsonb parameter: as float64, 9007199254740993
+	// matched 9007199254740992 and both shared a cache key (issue 11).
+	dec := json.NewDecoder(strings.NewReader(fs))
+	dec.UseNumber()
 	var f map[string]any
-	if err := json.Unmarshal([]byte(fs), &f); err != nil {
+	if err := dec.Decode(&f); err != nil {
 		return &InvalidRequestError{Field: fieldFilter, Reason: "not a JSON object: " + err.Error()}
+	}
+	if dec.More() {
+		return &InvalidRequestError{Field: fieldFilter, Reason: "not a JSON object: data after the object"}
 	}
 	for key, v := range f {
 		if !contains(allowed, key) {
@@ -214,12 +280,18 @@ func (r *request) parseFilter(fs string, allowed []string) error {
 			if !ok || s == "" {
 				return &InvalidRequestError{Field: fieldFilter, Reason: fmt.Sprintf("%s must be a non-empty string", key)}
 			}
+			if err := checkText(fieldFilter+"."+key, s); err != nil {
+				return err
+			}
 			if key == FilterDocID {
 				r.DocID = s
 			} else {
 				r.Table = s
 			}
 		default:
+			if err := checkJSONText(fieldFilter+"."+key, v); err != nil {
+				return err
+			}
 			if r.Filter == nil {
 				r.Filter = map[string]any{}
 			}
@@ -227,9 +299,34 @@ func (r *request) parseFilter(fs string, allowed []string) error {
 		}
 	}
 	if len(f) > 0 {
-		// encoding/json sorts map keys, so this is canonical for the cache key.
+		// encoding/json sorts map keys and writes a json.Number as its
+		// text, so this is canonical for the cache key.
 		b, _ := json.Marshal(f)
 		r.FilterJSON = string(b)
+	}
+	return nil
+}
+
+// checkJSONText applies checkText to every string (and object key) in v.
+func checkJSONText(field string, v any) error {
+	switch v := v.(type) {
+	case string:
+		return checkText(field, v)
+	case []any:
+		for _, x := range v {
+			if err := checkJSONText(field, x); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		for k, x := range v {
+			if err := checkText(field, k); err != nil {
+				return err
+			}
+			if err := checkJSONText(field, x); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -254,12 +351,21 @@ type reply struct {
 
 var emptyResults = []byte("[]")
 
-func (r reply) fields(id string) []any {
+// replyEntry is the request entry id a reply names: the one the client's
+// XADD returned, also for a dead letter answered from the DLQ stream.
+func (r request) replyEntry() string {
+	if r.OrigEntry != "" {
+		return r.OrigEntry
+	}
+	return r.EntryID
+}
+
+func (r reply) fields(id, entry string) []any {
 	res := r.Results
 	if res == nil {
 		res = emptyResults
 	}
-	f := []any{fieldID, id, fieldStatus, string(r.Status), fieldResults, string(res), fieldCached, strconv.FormatBool(r.Cached), fieldSource, r.Source}
+	f := []any{fieldID, id, fieldEntry, entry, fieldStatus, string(r.Status), fieldResults, string(res), fieldCached, strconv.FormatBool(r.Cached), fieldSource, r.Source}
 	if r.Reason != "" {
 		f = append(f, fieldReason, r.Reason)
 	}
@@ -290,11 +396,13 @@ func parseReply(values map[string]any) (Result, error) {
 	return res, nil
 }
 
-func encodeHits(hits []sinkHit, docID string) []byte {
-	out := make([]Hit, 0, len(hits))
+// encodeHits writes at most k hits (the sink already cut them; this holds
+// the reply to k whatever the Searcher returns).
+func encodeHits(hits []sinkHit, k int) []byte {
+	out := make([]Hit, 0, min(len(hits), k))
 	for _, h := range hits {
-		if docID != "" && h.DocID != docID {
-			continue
+		if len(out) == k {
+			break
 		}
 		out = append(out, Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata})
 	}

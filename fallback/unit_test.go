@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,11 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad jitter", mutate: func(c *Config) { c.CacheJitter = 2 }, wantErr: []string{"frontdoor.cache_jitter"}},
 		{name: "bad filter key", mutate: func(c *Config) { c.AllowedFilters = []string{"ok", "no spaces"} }, wantErr: []string{"frontdoor.allowed_filters[1]"}},
 		{name: "bloom too small", mutate: func(c *Config) { c.Bloom.Bits = 8 }, wantErr: []string{"frontdoor.bloom.bits"}},
+		{name: "reply namespace holding every key", mutate: func(c *Config) { c.ReplyPrefix = "ragsync:" }, wantErr: []string{"frontdoor.reply_prefix", "overlaps"}},
+		{name: "reply namespace inside the request stream", mutate: func(c *Config) { c.ReplyPrefix = "ragsync:requests:r:" }, wantErr: []string{"frontdoor.reply_prefix"}},
+		{name: "reply namespace of its own", mutate: func(c *Config) { c.ReplyPrefix = "replies:" }},
+		{name: "request bound below its parts", mutate: func(c *Config) { c.MaxRequestBytes = 5000 }, wantErr: []string{"frontdoor.max_request_bytes: must be >= max_query_bytes + max_filter_bytes (8192)"}},
+		{name: "negative filter bound", mutate: func(c *Config) { c.MaxFilterBytes = -1 }, wantErr: []string{"frontdoor.max_filter_bytes: must be > 0"}},
 		{name: "every problem at once", mutate: func(c *Config) { c.MaxK = -1; c.MinIdle = -time.Second; c.Bloom.Hashes = 99 },
 			wantErr: []string{"frontdoor.max_k", "frontdoor.min_idle", "frontdoor.bloom.hashes"}},
 	}
@@ -59,7 +65,7 @@ func TestParseRequest(t *testing.T) {
 	cfg := Config{MaxK: 10, MaxQueryBytes: 32, AllowedFilters: []string{"lang", FilterDocID}}.WithDefaults()
 	now := time.UnixMilli(1_000_000)
 	valid := func(extra ...any) map[string]any {
-		m := map[string]any{"id": "r1", "query": "  hello \t world ", "k": "3", "reply_to": "rs"}
+		m := map[string]any{"id": "r1", "query": "  hello \t world ", "k": "3", "reply_to": "ragsync:reply:rs"}
 		for i := 0; i+1 < len(extra); i += 2 {
 			if extra[i+1] == nil {
 				delete(m, extra[i].(string))
@@ -98,6 +104,28 @@ func TestParseRequest(t *testing.T) {
 		{name: "deadline passed", values: valid("deadline_ms", "999000"), wantErr: "deadline passed 1s ago"},
 		{name: "deadline garbage", values: valid("deadline_ms", "soon"), wantErr: "not a Unix time"},
 		{name: "deadline ahead", values: valid("deadline_ms", "1000500")},
+		// Issue 11: reply_to confined to the reply namespace.
+		{name: "reply_to the request stream", values: valid("reply_to", "ragsync:requests"), wantErr: `reply_to: must be a key under "ragsync:reply:"`},
+		{name: "reply_to the generation key", values: valid("reply_to", "ragsync:generation:default"), wantErr: "reply_to: must be a key under"},
+		{name: "reply_to the bare namespace", values: valid("reply_to", "ragsync:reply:"), wantErr: "reply_to: must be a key under"},
+		{name: "reply_to too long", values: valid("reply_to", "ragsync:reply:"+strings.Repeat("r", 257)), wantErr: "reply_to: must be a key under"},
+		// Issue 11: what Postgres rejects as data never gets that far.
+		{name: "NUL in a filter value", values: valid("filter", `{"lang":"\u0000"}`), wantErr: "filter.lang: contains a NUL"},
+		{name: "NUL deep in a filter", values: valid("filter", `{"lang":{"a":["x\u0000"]}}`), wantErr: "filter.lang: contains a NUL"},
+		{name: "NUL in a filter key", values: valid("filter", `{"lang":{"\u0000":1}}`), wantErr: "filter.lang: contains a NUL"},
+		{name: "NUL in doc_id", values: valid("filter", `{"doc_id":"t/\u0000"}`), wantErr: "filter.doc_id: contains a NUL"},
+		{name: "NUL in tenant", values: valid("tenant", "ac\x00me"), wantErr: "tenant: contains a NUL"},
+		{name: "tenant not utf8", values: valid("tenant", "\xff"), wantErr: "tenant: not valid UTF-8"},
+		{name: "NUL in query", values: valid("query", "a\x00b"), wantErr: "query: contains a NUL"},
+		// Issue 11: sizes bounded before parsing.
+		{name: "filter too big", values: valid("filter", `{"lang":"`+strings.Repeat("x", 4096)+`"}`), wantErr: "over the limit of 4096 (max_filter_bytes)"},
+		{name: "request too big", values: valid("junk", strings.Repeat("x", 20000)), wantErr: "request: 200"},
+		{name: "trailing data after filter", values: valid("filter", `{"lang":"en"} {}`), wantErr: "data after the object"},
+		// Issue 11: numbers stay exact through the cache key.
+		{name: "big filter numbers kept exact", values: valid("filter", `{"lang":9007199254740993}`), check: func(t *testing.T, r request) {
+			require.Equal(t, `{"lang":9007199254740993}`, r.FilterJSON)
+			require.Equal(t, json.Number("9007199254740993"), r.Filter["lang"])
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

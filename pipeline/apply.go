@@ -144,22 +144,17 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 // embedding keep a nil vector: the sink takes it from its cache. Before
 // embedding, near-duplicate reuse (see ReuseConfig) lets a chunk take a
 // stored vector of the same document whose origin text is similar enough,
-// by setting VectorHash. When the sink can list stored chunks it also
-// records the document's ssdeep hash and edit magnitude. It returns how many
-// distinct chunks took a cached or reused vector, which the caller counts
-// once the sink applied the document.
+// by setting VectorHash. It also records the document's ssdeep hash and
+// edit magnitude. It returns how many distinct chunks took a cached or
+// reused vector, which the caller counts once the sink applied the document.
 func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedChunks, error) {
 	chunks := doc.Chunks
 	cfg := p.reuseConfig()
-	cs, hasStore := p.st.Sink.(ChunkStore)
-	var stored []sink.StoredChunk
-	if hasStore {
-		var err error
-		if stored, err = cs.StoredChunks(ctx, doc.ID); err != nil {
-			return savedChunks{}, err
-		}
-		measureEdit(stored, doc)
+	stored, err := p.st.Sink.StoredChunks(ctx, doc.ID)
+	if err != nil {
+		return savedChunks{}, err
 	}
+	measureEdit(stored, doc)
 	if len(chunks) == 0 {
 		return savedChunks{}, nil
 	}
@@ -179,7 +174,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 			missing = append(missing, i)
 		}
 	}
-	if !cfg.Disabled && hasStore && len(missing) > 0 {
+	if !cfg.Disabled && len(missing) > 0 {
 		missing = p.planReuse(cfg, stored, doc, missing)
 	}
 	var texts []string

@@ -83,9 +83,8 @@ func (c ReuseConfig) similarity(a, b string) float64 {
 }
 
 // ChunkStore is what near-duplicate reuse and edit measurement need from the
-// sink beyond Sink: the stored chunks of a document with their vectors'
-// origins. A Sink without it gets neither (exact reuse by content hash
-// still applies).
+// sink: the stored chunks of a document with their vectors' origins. Every
+// Sink has it.
 type ChunkStore interface {
 	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 }

@@ -38,13 +38,17 @@ type CountingEmbedder interface {
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
 }
 
-// Sink stores documents and their chunks.
+// Sink stores documents and their chunks. ChunkStore is part of it, not a
+// capability discovered by type assertion: a decorator that wraps the sink
+// (serve's front door wrapper) once hid it and silently turned off
+// near-duplicate reuse and edit measurement (issue 11).
 type Sink interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
 	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
 	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
+	ChunkStore
 }
 
 // DeadLetters keeps messages that can never be applied, with the reason.

@@ -2,12 +2,14 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
 )
 
@@ -27,6 +29,10 @@ type Query struct {
 	Filter map[string]any
 	// Table, when set, keeps documents of that source table only.
 	Table string
+	// DocID, when set, keeps the chunks of that one document (an id as
+	// DocID builds it), so the K hits are the best of that document rather
+	// than whatever of it made the global top K.
+	DocID string
 }
 
 // Hit is one matching chunk.
@@ -66,7 +72,23 @@ func (q Query) filters(args []any) (string, []any) {
 		args = append(args, q.Table)
 		b.WriteString(" AND d.source_table = $" + strconv.Itoa(len(args)))
 	}
+	if q.DocID != "" {
+		args = append(args, q.DocID)
+		b.WriteString(" AND d.id = $" + strconv.Itoa(len(args)))
+	}
 	return b.String(), args
+}
+
+// queryInputError marks as ErrInvalidQuery what Postgres rejected as data
+// (SQLSTATE class 22: a NUL or bad byte in a filter, a malformed number):
+// the caller's input is at fault and retrying it cannot succeed, so callers
+// such as the front door must not count it as the database failing.
+func queryInputError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return fmt.Errorf("%w: %w", ErrInvalidQuery, err)
+	}
+	return err
 }
 
 // Search returns the chunks nearest vec by cosine distance, best first, at
@@ -99,7 +121,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("search %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+		return nil, fmt.Errorf("search %s: %w", s.cfg.Index, queryInputError(hintMigrate(err, s.cfg.Schema)))
 	}
 	return hits, nil
 }
@@ -140,7 +162,7 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 		" ORDER BY 6 DESC, c.doc_id, c.position LIMIT " + strconv.Itoa(q.K)
 	hits, err := collectHits(ctx, s.pool, sql, args)
 	if err != nil {
-		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, queryInputError(hintMigrate(err, s.cfg.Schema)))
 	}
 	return hits, nil
 }

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"iter"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/pipeline"
@@ -38,49 +39,63 @@ func newFrontDoor(ctx context.Context, cfg Config, emb embedder.Client, st *sink
 	return &frontDoor{fd: fd, rdb: rdb}, nil
 }
 
-// rebuildBloom refills the tenant and document Bloom filters from every live
-// document, so queries for unknown tenants or ids never reach Postgres.
+// rebuildBloom refills the tenant and document Bloom filters and the front
+// door's document map from every live document, streamed (not collected
+// first: a large index would be held in memory, and writes between the
+// collection and the swap were lost), so queries for unknown tenants or ids
+// never reach Postgres.
 func rebuildBloom(ctx context.Context, b *fallback.Bloom, st *sink.Store) (int, error) {
-	var docs []sink.LiveDocument
-	if err := st.EachLive(ctx, func(d sink.LiveDocument) error { docs = append(docs, d); return nil }); err != nil {
-		return 0, err
-	}
-	var seq iter.Seq2[string, string] = func(yield func(string, string) bool) {
-		for _, d := range docs {
-			if !yield(d.Tenant, d.ID) {
-				return
-			}
-		}
-	}
-	n, err := b.Rebuild(ctx, seq)
+	n, err := b.Rebuild(ctx, func(add func(tenant, docID string) error) error {
+		return st.EachLive(ctx, func(d sink.LiveDocument) error { return add(d.Tenant, d.ID) })
+	})
 	if err != nil {
 		return n, fmt.Errorf("rebuild bloom filters: %w", err)
 	}
 	return n, nil
 }
 
-// bloomSink adds every upserted document's tenant and id to the front
-// door's Bloom filters before writing it. Before, not after: a failed Add
-// then fails the upsert, which is retried, so a filter can never miss a
-// document that is in the index (a false "unknown tenant" would hide real
-// results); an Add for a write that then fails only costs a false positive.
-type bloomSink struct {
+// frontDoorSink tells the front door what the sink changed (fallback.Changes):
+// Bloom filters before each write, and after each commit the document map
+// and the cache generation, so deleted and re-tenanted documents leave
+// cached answers at once. Before the write: a failed Bloom add fails the
+// upsert, which is retried, so a filter never misses a document in the
+// index. After the commit: a failed record fails the call, which the
+// pipeline retries (the sink answers the replay as Duplicate and the record
+// is made then). It embeds the *sink.Store's whole pipeline.Sink interface,
+// ChunkStore included, so wrapping hides no capability.
+type frontDoorSink struct {
 	pipeline.Sink
-	bloom *fallback.Bloom
+	changes *fallback.Changes
 }
 
-func (b bloomSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
+func (s frontDoorSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
 	id := d.ID
 	if id == "" {
 		id = sink.DocID(d.Table, d.Key)
 	}
-	if err := b.bloom.Add(ctx, fallback.KindDoc, id); err != nil {
+	if err := s.changes.Upserting(ctx, d.Tenant, id); err != nil {
 		return sink.Outcome{}, err
 	}
-	if d.Tenant != "" {
-		if err := b.bloom.Add(ctx, fallback.KindTenant, d.Tenant); err != nil {
-			return sink.Outcome{}, err
-		}
+	out, err := s.Sink.Upsert(ctx, d)
+	if err != nil || out.Stale {
+		// A stale change's tenant is not the document's: record nothing.
+		return out, err
 	}
-	return b.Sink.Upsert(ctx, d)
+	return out, s.changes.Upserted(ctx, d.Tenant, id)
+}
+
+func (s frontDoorSink) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error) {
+	out, err := s.Sink.Delete(ctx, table, key, v, ts)
+	if err != nil || out.Stale {
+		return out, err
+	}
+	return out, s.changes.Deleted(ctx, sink.DocID(table, key))
+}
+
+func (s frontDoorSink) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
+	n, err := s.Sink.Truncate(ctx, table, v, ts)
+	if err != nil {
+		return n, err
+	}
+	return n, s.changes.Truncated(ctx, table)
 }

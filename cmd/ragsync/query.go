@@ -107,6 +107,7 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	}
 	defer rdb.Close()
 	cl := fallback.NewClient(rdb, fcfg.Prefix)
+	cl.ReplyPrefix = fcfg.ReplyPrefix
 	defer cl.Close()
 	res, err := cl.Search(ctx, q)
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -153,7 +153,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 			return err
 		}
 		logger.Info("front door bloom filters rebuilt", "documents", n)
-		snk = bloomSink{Sink: st, bloom: fd.fd.Bloom()}
+		snk = frontDoorSink{Sink: st, changes: fd.fd.Changes()}
 	}
 	pemb, stopEmb, err := pipelineEmbedder(cfg, emb, reg)
 	if err != nil {
