@@ -44,10 +44,11 @@ type Config struct {
 	// tokens a check.
 	MaxTokensPerHour int `yaml:"max_tokens_per_hour"`
 	// ReferenceSize is the number of vectors in the drift reference
-	// window. Defaults to 1000 (sampling distortion ε ≤ 0.02, measured).
+	// window. Defaults to 2000: with WindowSize 2000 the smallest size
+	// measured to keep the sampling distortion ε ≤ 0.02 (README).
 	ReferenceSize int `yaml:"reference_size"`
 	// WindowSize is the number of vectors in the current sliding window,
-	// and of front-door queries in the query window. Defaults to 500.
+	// and of front-door queries in the query window. Defaults to 2000.
 	WindowSize int `yaml:"window_size"`
 	// Components is the number of principal directions of the reference
 	// that drift is measured on, besides the cosine to its centroid.
@@ -102,10 +103,10 @@ func (c Config) WithDefaults() Config {
 		c.MaxTokensPerHour = 100000
 	}
 	if c.ReferenceSize == 0 {
-		c.ReferenceSize = 1000
+		c.ReferenceSize = 2000
 	}
 	if c.WindowSize == 0 {
-		c.WindowSize = 500
+		c.WindowSize = 2000
 	}
 	if c.Components == 0 {
 		c.Components = 3
@@ -148,10 +149,10 @@ func (c Config) Validate() error {
 		add("monitor.max_tokens_per_hour: must be > 0, e.g. 100000")
 	}
 	if c.ReferenceSize < 50 {
-		add("monitor.reference_size: %d is too small to compare distributions, use at least 50 (default 1000)", c.ReferenceSize)
+		add("monitor.reference_size: %d is too small to compare distributions, use at least 50 (default 2000)", c.ReferenceSize)
 	}
 	if c.WindowSize < 50 {
-		add("monitor.window_size: %d is too small to compare distributions, use at least 50 (default 500)", c.WindowSize)
+		add("monitor.window_size: %d is too small to compare distributions, use at least 50 (default 2000)", c.WindowSize)
 	}
 	if c.Components < 0 || c.Components > 8 {
 		add("monitor.components: %d must be 0..8 (default 3)", c.Components)

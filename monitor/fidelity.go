@@ -142,8 +142,15 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 				aggs = append(aggs, a)
 				det[kind+"_n"], det[kind+"_p50"], det[kind+"_p99"], det[kind+"_share_over_bound"] = float64(a.N), a.P50, a.P99, a.ShareOver
 			}
-			sigs = append(sigs, tagged{TagFidelity, Signal{Method: "sample_share_over_bound", Score: all.ShareOver,
-				Threshold: m.cfg.MaxShareOverBound, Exceeded: all.ShareOver > m.cfg.MaxShareOverBound, Details: det}})
+			// The sample is weighted towards reused and old vectors, so its
+			// overall share over the bound overstates the index's; the
+			// uniform picks estimate the share of the whole index.
+			score := all.ShareOver
+			if u := aggs[len(aggs)-1]; u.Kind == KindUniform && u.N > 0 {
+				score = u.ShareOver
+			}
+			sigs = append(sigs, tagged{TagFidelity, Signal{Method: "uniform_share_over_bound", Score: score,
+				Threshold: m.cfg.MaxShareOverBound, Exceeded: score > m.cfg.MaxShareOverBound, Details: det}})
 		}
 	}
 	for _, a := range aggs {

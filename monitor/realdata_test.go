@@ -5,8 +5,11 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,11 +18,34 @@ import (
 	"github.com/ragsync/ragsync/embedder"
 )
 
+type sharedSet struct {
+	texts []string
+	vecs  [][]float32
+}
+
+// The real-data tests share embedded sets: hashing 20,000 chunks is the
+// slow part.
+var (
+	sharedMu    sync.Mutex
+	sharedCache = map[string]sharedSet{}
+)
+
 // sharedChunks returns the chunk vectors (offline hashing embedder, 384
 // dimensions) of the first snapshot ("r") bodies of a shared edit history,
 // at most maxChunks, skipping when the shared data is absent.
 func sharedChunks(t *testing.T, set string, maxChunks int) (texts []string, vecs [][]float32) {
 	t.Helper()
+	key := fmt.Sprint(set, maxChunks)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if c, ok := sharedCache[key]; ok {
+		return c.texts, slices.Clone(c.vecs)
+	}
+	defer func() {
+		if len(vecs) > 0 {
+			sharedCache[key] = sharedSet{texts, slices.Clone(vecs)}
+		}
+	}()
 	if testing.Short() {
 		t.Skip("reads the shared data; skipped with -short")
 	}

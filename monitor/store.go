@@ -154,9 +154,11 @@ func (s *store) sampleChunks(ctx context.Context, rng *rand.Rand, nReused, nCach
 		if err != nil {
 			return nil, err
 		}
-		if got := countKind(out, KindReused); got < nReused {
+		// Few reused rows: the random starts found some twice, so take them
+		// in order (the dedup above keeps each once).
+		if countKind(out, KindReused) < nReused {
 			err := collect(KindReused, "SELECT "+cols+" FROM "+s.tChunks+" c WHERE c.index_name = $1 AND c.vector_hash IS NOT NULL"+
-				" AND c.vector_hash <> c.content_hash ORDER BY c.id LIMIT $2", s.index, nReused-got)
+				" AND c.vector_hash <> c.content_hash ORDER BY c.id LIMIT $2", s.index, nReused)
 			if err != nil {
 				return nil, err
 			}
