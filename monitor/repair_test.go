@@ -31,11 +31,11 @@ func TestReuseDebt(t *testing.T) {
 		"The committee approved the budget for the new library by a vote of seven to two",
 	}
 	edited := []string{
-		"The quick brown fox jumps over the lazy dog near the river bank every morning.",         // punctuation
-		"Kubernetes schedules pods onto nodes according to resource requests and limit",          // one letter
-		"Refunds are issued within thirty days to the original payment card that was used",       // several words
-		"Photosynthesis converts light energy into chemical energy stored in glucose molecules",  // one word
-		"A balanced tree keeps keys sorted so that lookups and inserts take logarithmic time",    // rewritten
+		"The quick brown fox jumps over the lazy dog near the river bank every morning.",        // punctuation
+		"Kubernetes schedules pods onto nodes according to resource requests and limit",         // one letter
+		"Refunds are issued within thirty days to the original payment card that was used",      // several words
+		"Photosynthesis converts light energy into chemical energy stored in glucose molecules", // one word
+		"A balanced tree keeps keys sorted so that lookups and inserts take logarithmic time",   // rewritten
 		"The council rejected the plan for the old museum after a long debate on Tuesday night", // different
 	}
 	b.upsert(t, "origin", 1, origins...)
