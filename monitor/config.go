@@ -62,7 +62,7 @@ type Config struct {
 	Brokers []string `yaml:"brokers"`
 	// StreamMaxLen trims the Redis Stream <prefix>:monitor (approximately)
 	// to this many events. Defaults to 10000.
-	StreamMaxLen int64 `yaml:"stream_max_len"`
+	StreamMaxLen int `yaml:"stream_max_len"`
 	// MaxReplicas bounds the recommended replica count besides the
 	// partition count. Defaults to 0: the partition count only.
 	MaxReplicas int `yaml:"max_replicas"`

@@ -54,6 +54,12 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 	var aggs []Aggregate
 	var sigs []tagged
 
+	if !m.baseline {
+		if err := m.ensureCanaries(ctx); err != nil {
+			return nil, nil, err
+		}
+		m.baseline = true
+	}
 	have, err := m.st.canaries(ctx)
 	if err != nil {
 		return nil, nil, err

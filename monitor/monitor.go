@@ -64,6 +64,7 @@ type Monitor struct {
 	pinnedAt time.Time       // reference pin the windows were loaded at
 	lastID   int64           // chunks read into the windows up to this id
 	worst    []batchTrace
+	baseline bool // canary baselines are stored
 }
 
 // Status is the result of one check.
@@ -78,9 +79,11 @@ type Status struct {
 	Breach bool `json:"breach"`
 }
 
-// New builds the monitor, loads its persisted windows and stores the
-// canary baselines the index does not have yet (the first time it meets an
-// index, i.e. at its creation when the monitor is on from the start).
+// New builds the monitor and loads its persisted windows. The canary
+// baselines the index does not have yet are stored by the first check (the
+// first time the monitor meets an index, i.e. at its creation when the
+// monitor is on from the start); an embedding API that is down then only
+// delays them to the next check, it never stops serve.
 func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -111,9 +114,6 @@ func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor metrics: %w", err)
 	}
 	if err := m.loadWindows(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.ensureCanaries(ctx); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -48,6 +48,9 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		newBloomCmd(g),
 		newDupesCmd(g),
 		newPurgeCmd(g),
+		newMonitorCmd(g),
+		newFidelityCmd(g),
+		newRepairCmd(g),
 		newVersionCmd(),
 	)
 	return root

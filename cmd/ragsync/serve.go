@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -63,6 +64,8 @@ summary of what it did.`,
 
 func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
+	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
+	logger = slog.New(logs)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -85,10 +88,15 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	if ks, ok := src.(*cdc.KafkaSource); ok {
 		reg.MustRegister(cdc.NewLagCollector(ks))
 	}
+	mon, err := startMonitor(ctx, cfg, ix, src, reg, logs, logger, once)
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
 	var snk pipeline.Sink = st
 	var fd *frontDoor
 	if cfg.FrontDoor.Enabled && !once {
-		if fd, err = newFrontDoor(ctx, cfg, emb, st, reg, logger); err != nil {
+		if fd, err = newFrontDoor(ctx, cfg, mon.tap(emb), st, reg, logger); err != nil {
 			return err
 		}
 		defer fd.Close()
@@ -124,6 +132,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
+	g.Go(func() error { return mon.run(runCtx) })
 	if cfg.HTTP.Listen != "" && !once {
 		srv := &http.Server{Handler: httpHandler(reg, pool.Ping, ready), ReadHeaderTimeout: 5 * time.Second}
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
