@@ -48,8 +48,11 @@ func setup(t *testing.T) *bundle {
 func (b *bundle) monitor(t *testing.T, cfg monitor.Config, pubs ...monitor.Publisher) *monitor.Monitor {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg.Registerer = b.reg
-	m, err := monitor.New(t.Context(), cfg, monitor.Deps{Pool: b.pool, Schema: b.schema, Index: "docs", Embedder: b.emb, Publishers: pubs})
+	if b.reg != nil {
+		cfg.Registerer = b.reg
+	}
+	m, err := monitor.New(t.Context(), cfg, monitor.Deps{Pool: b.pool, Schema: b.schema, Index: "docs", Embedder: b.emb,
+		Publishers: pubs, ModelVersion: b.emb.ReportedModel})
 	require.NoError(t, err)
 	return m
 }
@@ -100,6 +103,8 @@ func noise(seed *uint64) func(_, _ string, v []float32) []float32 {
 		return out
 	}
 }
+
+var openaitestFault503 = openaitest.Fault{Status: 503}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
