@@ -65,7 +65,12 @@ summary of what it did.`,
 func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
-	logger = slog.New(logs)
+	logger = slog.New(traceLogs{logs})
+	stopTracing, err := setupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
