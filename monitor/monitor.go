@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -241,7 +242,14 @@ func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []E
 	if len(logs) > 10 {
 		logs = logs[len(logs)-10:]
 	}
+	// The slowest or failed batches recorded, then the traces of the
+	// warnings (a dead letter, a failed apply): both lead to a trace.
 	traces := m.worstTraces()
+	for i := len(logs) - 1; i >= 0 && len(traces) < 2*maxWorst; i-- {
+		if id := logs[i].TraceID; id != "" && !slices.Contains(traces, id) {
+			traces = append(traces, id)
+		}
+	}
 	out := make([]Event, 0, len(sigs))
 	for _, s := range sigs {
 		key := s.tag + "/" + s.sig.Method
