@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog lint services clean
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-monitor lint services clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder and sink (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink
@@ -52,6 +52,12 @@ bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, reca
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
 bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
+
+# Drains the same backlog with the monitor off and on (alternating, medians)
+# and fails if throughput with it on is below 95% of off.
+BENCH_MONITOR_FLAGS ?= -events 2000 -docs 600 -rounds 3
+bench-monitor: services ## issue 14: backlog events/s with the monitor on vs off, heap, monitor token spend
+	$(GO) run ./bench/monitor $(BENCH_MONITOR_FLAGS)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
