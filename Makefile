@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-pgsource bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, slot vs Kafka, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, slot vs Kafka, monitor cost, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -61,6 +61,12 @@ bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-
 BENCH_PGSOURCE_FLAGS ?= -events 20000 -runs 3
 bench-pgsource: services build ## issue 13: events/s from a Postgres slot into the sink vs the same changes through kfake
 	$(GO) run ./bench/pgsource -bin $(BIN) $(BENCH_PGSOURCE_FLAGS)
+
+# Drains the same backlog with the monitor off and on (alternating, medians)
+# and fails if throughput with it on is below 95% of off.
+BENCH_MONITOR_FLAGS ?= -events 2000 -docs 600 -rounds 3
+bench-monitor: services ## issue 14: backlog events/s with the monitor on vs off, heap, monitor token spend
+	$(GO) run ./bench/monitor $(BENCH_MONITOR_FLAGS)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

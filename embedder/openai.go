@@ -26,6 +26,9 @@ type OpenAI struct {
 	sleep  func(ctx context.Context, d time.Duration) error
 	limits limits
 	stats  stats
+	// reported is the model name of the last answer (monitor's
+	// model_version): providers name dated snapshots there.
+	reported atomic.Pointer[string]
 }
 
 // Stats are cumulative counters of an OpenAI client, for metrics and tests.
@@ -91,6 +94,15 @@ func (o *OpenAI) Model() string { return o.cfg.Model }
 
 // Dimensions returns the vector length every reply is checked against.
 func (o *OpenAI) Dimensions() int { return o.cfg.Dimensions }
+
+// ReportedModel returns the model name the API gave in its last successful
+// answer, or "" before the first one.
+func (o *OpenAI) ReportedModel() string {
+	if m := o.reported.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
 
 // Close releases idle HTTP connections. The client stays usable.
 func (o *OpenAI) Close() { o.transport.CloseIdleConnections() }
@@ -278,6 +290,9 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 	}
 	o.stats.inputs.Add(int64(len(batch)))
 	o.stats.tokens.Add(int64(resp.Usage.PromptTokens))
+	if m := string(resp.Model); m != "" {
+		o.reported.Store(&m)
+	}
 	return out, hdr, nil
 }
 

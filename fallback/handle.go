@@ -158,6 +158,8 @@ func (f *FrontDoor) finishServe(ctx context.Context, lookups []lookup, rest []fu
 func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, start time.Time) {
 	stream := f.keys.requests()
 	r, ck := l.r, l.ck
+	ctx, span := startMissSpan(ctx, r.TraceParent)
+	defer span.End()
 	for _, c := range l.checks {
 		if ok, err := c.mayContain(); err == nil && !ok {
 			f.finish(ctx, stream, r, reply{Status: StatusOK, Results: emptyResults, Source: SourceBloom}, outcomeBloomReject, start)

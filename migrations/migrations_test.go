@@ -25,7 +25,8 @@ func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 	return names
 }
 
-var allTables = []string{"backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes", "truncations"}
+var allTables = []string{"backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes",
+	"monitor_canaries", "monitor_samples", "monitor_window_vectors", "monitor_windows", "truncations"}
 
 func TestUpTwiceIsNoop(t *testing.T) {
 	t.Parallel()

@@ -31,7 +31,9 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		return nil
 	case cdc.OpDelete:
 		start := time.Now()
-		out, err := p.st.Sink.Delete(ctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
+		sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
+		out, err := p.st.Sink.Delete(sctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
+		endSpan(span, err)
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", DocID(ch), err)
 		}
@@ -68,7 +70,9 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	}
 	row := p.mergeUnavailable(ch, stored, found)
 	text := tbl.render(row)
+	_, span := tracer().Start(ctx, "ragsync.chunk")
 	chunks := p.st.Splitter.Split(text)
+	span.End()
 
 	doc := sink.Document{
 		ID:       id,
@@ -84,12 +88,16 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	for i, c := range chunks {
 		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 	}
-	saved, err := p.embedMissing(ctx, &doc)
+	ectx, span := tracer().Start(ctx, "ragsync.embed")
+	saved, err := p.embedMissing(ectx, &doc)
+	endSpan(span, err)
 	if err != nil {
 		return stageError{StageEmbedder, fmt.Errorf("embed %s: %w", id, err)}
 	}
 	start := time.Now()
-	out, err := p.st.Sink.Upsert(ctx, doc)
+	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
+	out, err := p.st.Sink.Upsert(sctx, doc)
+	endSpan(span, err)
 	if err != nil {
 		return fmt.Errorf("upsert %s: %w", id, err)
 	}

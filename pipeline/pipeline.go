@@ -236,7 +236,9 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 		return err
 	}
 	for _, m := range msgs {
+		dctx, span := tracer().Start(withTraceParent(ctx, messageTraceParent(m)), "ragsync.decode")
 		ch, err := p.st.Decoder.Decode(m)
+		endSpan(span, err)
 		var skip *cdc.SkipError
 		switch {
 		case errors.As(err, &skip):
@@ -248,7 +250,7 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			continue
 		case err != nil:
-			if err := p.deadLetter(ctx, m, err); err != nil {
+			if err := p.deadLetter(dctx, m, err); err != nil {
 				return err
 			}
 			continue
@@ -303,7 +305,9 @@ func (p *Pipeline) applyParallel(ctx context.Context, items []item) error {
 // applyOne applies a change, retrying transient failures, and dead-letters it
 // when it can never be applied.
 func (p *Pipeline) applyOne(ctx context.Context, it item) error {
+	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
 	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
+	endSpan(span, err)
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
@@ -360,5 +364,6 @@ func (p *Pipeline) deadLetter(ctx context.Context, m cdc.Message, cause error) e
 		return fmt.Errorf("no dead-letter destination for %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, cause)
 	}
 	p.log.WarnContext(ctx, "message dead-lettered", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "error", cause)
+	m = withTraceHeader(ctx, m)
 	return p.retry(ctx, "dead_letter", func() error { return p.st.DeadLetters.Put(ctx, m, cause) })
 }

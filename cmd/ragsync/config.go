@@ -18,6 +18,7 @@ import (
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 )
 
@@ -38,6 +39,7 @@ type Config struct {
 	Reuse     ReuseConfig     `yaml:"reuse"`
 	Purge     PurgeConfig     `yaml:"purge"`
 	Backfill  BackfillConfig  `yaml:"backfill"`
+	Monitor   monitor.Config  `yaml:"monitor"`
 }
 
 type SourceConfig struct {
@@ -375,6 +377,9 @@ func (c Config) validate(needSource bool) error {
 		if err := c.frontDoorConfig().Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.validateMonitor(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Pipeline.Workers < 0 {
 		add("pipeline.workers: must be >= 0 (0 means the default: 4, or 32 with provider openai)")

@@ -57,6 +57,9 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		newDupesCmd(g),
 		newPurgeCmd(g),
 		newSlotCmd(g),
+		newMonitorCmd(g),
+		newFidelityCmd(g),
+		newRepairCmd(g),
 		newVersionCmd(),
 	)
 	return root

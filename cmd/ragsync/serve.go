@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -94,6 +95,13 @@ func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
 
 func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
+	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
+	logger = slog.New(traceLogs{logs})
+	stopTracing, err := setupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
 	routeRedisLogs(logger)
 	// Bind before consuming: a port in use must fail at once, not after
 	// the source has been applied.
@@ -141,10 +149,15 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	if ks, ok := src.(*cdc.KafkaSource); ok {
 		reg.MustRegister(cdc.NewLagCollector(ks))
 	}
+	mon, err := startMonitor(ctx, cfg, ix, src, reg, logs, logger, once)
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
 	var snk pipeline.Sink = st
 	var fd *frontDoor
 	if cfg.FrontDoor.Enabled && !once {
-		if fd, err = newFrontDoor(ctx, cfg, emb, st, reg, logger); err != nil {
+		if fd, err = newFrontDoor(ctx, cfg, mon.tap(emb), st, reg, logger); err != nil {
 			return err
 		}
 		defer fd.Close()
@@ -198,6 +211,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })
 	}
+	g.Go(func() error { return mon.run(runCtx) })
 	if ln != nil {
 		handler := httpHandler(reg, pool.Ping, ready)
 		if pgSrc != nil {

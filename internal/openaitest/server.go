@@ -82,6 +82,7 @@ type Server struct {
 	mu     sync.Mutex
 	faults []Fault
 	hook   func(r Request) *Fault
+	xform  func(model, text string, v []float32) []float32
 	served []Request // successful requests, in order
 }
 
@@ -113,6 +114,15 @@ func (s *Server) SetHook(f func(r Request) *Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hook = f
+}
+
+// SetTransform installs f to change each served vector, given the model
+// name and the input text: a model swapped behind the same name, or noise.
+// nil restores the plain hashing vectors. f runs on server goroutines.
+func (s *Server) SetTransform(f func(model, text string, v []float32) []float32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.xform = f
 }
 
 // Served returns the requests answered successfully, in arrival order.
@@ -274,6 +284,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "server_error", err.Error())
 		return
+	}
+	s.mu.Lock()
+	xform := s.xform
+	s.mu.Unlock()
+	if xform != nil {
+		for i := range vecs {
+			vecs[i] = xform(req.Model, req.Input[i], vecs[i])
+		}
 	}
 	resp := wireResponse{Object: "list", Model: req.Model}
 	resp.Usage.PromptTokens, resp.Usage.TotalTokens = tokens, tokens

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/monitor"
+)
+
+// openMonitor opens the index and a monitor that publishes nothing: the
+// commands below read and report, serve publishes.
+func openMonitor(ctx context.Context, cmd *cobra.Command, g *globals) (*monitor.Monitor, func(), error) {
+	cfg, err := g.loadValid(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+	ix, err := openIndex(ctx, cfg, logger, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := newMonitor(ctx, cfg, ix, nil, nil, nil, logger, false)
+	if err != nil {
+		ix.Close()
+		return nil, nil, err
+	}
+	return w.m, func() { w.Close(); ix.Close() }, nil
+}
+
+func newMonitorCmd(g *globals) *cobra.Command {
+	var (
+		watch  bool
+		asJSON bool
+		every  time.Duration
+		sample int
+	)
+	cmd := &cobra.Command{
+		Use:   "monitor",
+		Short: "Show the fused monitor status: fidelity, drift, query drift, errors",
+		Long: `monitor runs one check of the index the way serve's monitor does — canary
+probes re-embedded and compared, the drift windows serve persisted compared
+with each other — and prints every signal with its score, threshold and
+state. It publishes nothing and leaves the persisted windows alone; the
+stored-vector sample is off unless --sample N asks for it (it spends tokens).
+--watch repeats every --every until interrupted.
+
+Example:
+  ragsync monitor --config ragsync.yaml
+  ragsync monitor --watch --every 30s
+  ragsync monitor --json | jq '.events[] | select(.signal.exceeded)'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			m, closeFn, err := openMonitor(ctx, cmd, g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			for {
+				st, err := m.Check(ctx, monitor.CheckOptions{SampleSize: sampleOrOff(sample), NoPublish: true, NoSave: true})
+				if err != nil && ctx.Err() == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "monitor: part of the check failed: %v\n", err)
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err := printStatus(cmd.OutOrStdout(), st, asJSON); err != nil {
+					return err
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "repeat the check every --every until interrupted")
+	cmd.Flags().DurationVar(&every, "every", 30*time.Second, "interval of --watch")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status (fused events included) as JSON")
+	cmd.Flags().IntVar(&sample, "sample", 0, "also re-embed N stored chunks (spends tokens)")
+	cmd.AddCommand(newMonitorReferenceCmd(g))
+	return cmd
+}
+
+// sampleOrOff maps a flag's 0 ("not asked") to "no sample".
+func sampleOrOff(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+func printStatus(w io.Writer, st monitor.Status, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(st)
+	}
+	state := "healthy"
+	if st.Breach {
+		state = "ALARM"
+	}
+	model, version := "", ""
+	if len(st.Events) > 0 {
+		model, version = st.Events[0].Model, st.Events[0].ModelVersion
+	}
+	fmt.Fprintf(w, "%s  %s  model %s", st.Time.UTC().Format(time.RFC3339), state, model)
+	if version != "" && version != model {
+		fmt.Fprintf(w, " (provider reports %s)", version)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TAG\tMETHOD\tSCORE\tTHRESHOLD\tSTATE")
+	for _, e := range st.Events {
+		s := "ok"
+		if e.Signal.Exceeded {
+			s = "EXCEEDED"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%s\n", e.SemanticTag, e.Signal.Method, e.Signal.Score, e.Signal.Threshold, s)
+	}
+	if !st.Drift.Ready {
+		fmt.Fprintf(tw, "drift\t(windows filling: reference %d, current %d)\t\t\t\n", st.Drift.RefN, st.Drift.CurN)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Fidelity) > 0 {
+		return printAggregates(w, st.Fidelity)
+	}
+	return nil
+}
+
+func printAggregates(w io.Writer, aggs []monitor.Aggregate) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tN\tP50 COSINE\tP99 COSINE\tMAX\tOVER BOUND\tOVER L2 BOUND")
+	for _, a := range aggs {
+		fmt.Fprintf(tw, "%s\t%d\t%.4g\t%.4g\t%.4g\t%.1f%%\t%.1f%%\n", a.Kind, a.N, a.P50, a.P99, a.Max, 100*a.ShareOver, 100*a.ShareOverL2)
+	}
+	return tw.Flush()
+}
+
+func newMonitorReferenceCmd(g *globals) *cobra.Command {
+	var reset bool
+	cmd := &cobra.Command{
+		Use:   "reference",
+		Short: "Pin the drift reference to a sample of the index as it is now",
+		Long: `reference --reset replaces the drift reference window with a uniform sample
+of monitor.reference_size chunk vectors of the index as it is now, and
+empties the current window, which refills from chunks written afterwards.
+Use it after a deliberate change (a new corpus, a re-embed) so drift is
+measured from there. A running serve picks the new reference up at its next
+check.
+
+Example:
+  ragsync monitor reference --reset --config ragsync.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !reset {
+				return fmt.Errorf("nothing to do: pass --reset to pin a new drift reference")
+			}
+			m, closeFn, err := openMonitor(cmd.Context(), cmd, g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			n, err := m.ResetReference(cmd.Context())
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "drift reference pinned: %d chunk vectors\n", n)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&reset, "reset", false, "pin a new reference (required)")
+	return cmd
+}
+
+func newFidelityCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fidelity",
+		Short: "Context-fidelity checks of the stored vectors",
+	}
+	var (
+		sample int
+		asJSON bool
+	)
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Re-embed the canaries and a sample of stored chunks; exit non-zero on a breach",
+		Long: `check re-embeds the canary probes and a sample of stored chunks (weighted to
+reused vectors and old cache entries, plus a uniform share) with the
+configured embedder, compares them with what the index holds, records the
+measurements (what ragsync repair acts on) and prints the distances by kind.
+It exits with status 1 when a fidelity signal is past its threshold, so cron
+and CI can use it.
+
+Example:
+  ragsync fidelity check --config ragsync.yaml --sample 200
+  ragsync fidelity check --json || alert "the model behind the name changed"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, closeFn, err := openMonitor(cmd.Context(), cmd, g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			st, err := m.Check(cmd.Context(), monitor.CheckOptions{SampleSize: sample, NoPublish: true, NoSave: true})
+			if err != nil {
+				return err
+			}
+			var breached []string
+			var fid []monitor.Event
+			for _, e := range st.Events {
+				if e.SemanticTag != monitor.TagFidelity {
+					continue
+				}
+				fid = append(fid, e)
+				if e.Signal.Exceeded {
+					breached = append(breached, fmt.Sprintf("%s %.4g > %.4g", e.Signal.Method, e.Signal.Score, e.Signal.Threshold))
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := json.NewEncoder(out).Encode(map[string]any{"aggregates": st.Fidelity, "events": fid, "breach": len(breached) > 0}); err != nil {
+					return err
+				}
+			} else if err := printAggregates(out, st.Fidelity); err != nil {
+				return err
+			}
+			if len(breached) > 0 {
+				return fmt.Errorf("fidelity breach: %s (ragsync repair re-embeds the chunks past the bound; a changed model needs a new index)",
+					strings.Join(breached, "; "))
+			}
+			return nil
+		},
+	}
+	check.Flags().IntVar(&sample, "sample", 0, "stored chunks to re-embed (default monitor.sample_size)")
+	check.Flags().BoolVar(&asJSON, "json", false, "print aggregates and events as JSON")
+	root.AddCommand(check)
+	return root
+}

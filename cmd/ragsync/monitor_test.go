@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/openaitest"
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// lastJSON decodes the last line of out that is a JSON object (warnings
+// share the buffer in these tests).
+func lastJSON(t *testing.T, out string, v any) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "{") {
+			require.NoError(t, json.Unmarshal([]byte(lines[i]), v), lines[i])
+			return
+		}
+	}
+	t.Fatalf("no JSON in %q", out)
+}
+
+// TestMonitorCommands drives fidelity check, monitor, repair and monitor
+// reference against a real index and the fake embedding API, before and
+// after the API silently swaps its model.
+func TestMonitorCommands(t *testing.T) {
+	pool, schema := pgtest.Schema(t)
+	srv := openaitest.New(t, openaitest.Options{Dimensions: 32})
+	base := []string{"--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema, "--index", "mon",
+		"--set", "embedder.provider=openai", "--set", "embedder.base_url=" + srv.URL, "--set", "embedder.model=embed-x",
+		"--set", "embedder.dimensions=32", "--set", "embedder.api_key=sk-test"}
+
+	// An index with a few chunks, written as the pipeline would.
+	ctx := context.Background()
+	emb, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "embed-x", Dimensions: 32, APIKey: "sk-test"})
+	require.NoError(t, err)
+	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "mon", Model: "embed-x", Dimensions: 32})
+	require.NoError(t, err)
+	texts := []string{"how to rotate a secret", "where are the logs kept", "deploy on friday afternoons"}
+	vecs, err := emb.Embed(ctx, texts)
+	require.NoError(t, err)
+	d := sink.Document{Table: "public.t", Key: "1", Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}}
+	for i, s := range texts {
+		d.Chunks = append(d.Chunks, sink.Chunk{Position: i, Hash: chunker.Hash(s), Text: s, Tokens: 5, Vector: vecs[i]})
+	}
+	_, err = st.Upsert(ctx, d)
+	require.NoError(t, err)
+
+	out, err := runCLI(t, "", append([]string{"fidelity", "check", "--sample", "3"}, base...)...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "canary")
+
+	out, err = runCLI(t, "", append([]string{"monitor"}, base...)...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "healthy")
+	require.Contains(t, out, "canary_p50_cosine")
+
+	srv.SetTransform(func(_, _ string, v []float32) []float32 {
+		out := make([]float32, len(v))
+		for i := range v {
+			out[(i+5)%len(v)] = v[i]
+		}
+		return out
+	})
+	out, err = runCLI(t, "", append([]string{"fidelity", "check", "--sample", "12", "--json"}, base...)...)
+	require.ErrorContains(t, err, "fidelity breach: canary_p50_cosine")
+	var res struct {
+		Breach bool `json:"breach"`
+	}
+	lastJSON(t, out, &res)
+	require.True(t, res.Breach)
+
+	out, err = runCLI(t, "", append([]string{"monitor", "--json"}, base...)...)
+	require.NoError(t, err, "monitor reports, it does not fail on an alarm")
+	var status struct {
+		Breach bool `json:"breach"`
+		Events []struct {
+			Schema string `json:"schema"`
+		} `json:"events"`
+	}
+	lastJSON(t, out, &status)
+	require.True(t, status.Breach)
+	require.Equal(t, "ragsync.monitor.event/v1", status.Events[0].Schema)
+
+	// Every sampled chunk now measures past the bound: repair re-embeds
+	// the three of them with the swapped model.
+	out, err = runCLI(t, "", append([]string{"repair", "--dry-run", "--json"}, base...)...)
+	require.NoError(t, err, out)
+	var rep struct{ Pending, Repaired int }
+	lastJSON(t, out, &rep)
+	require.Equal(t, 3, rep.Pending)
+	require.Zero(t, rep.Repaired)
+	out, err = runCLI(t, "", append([]string{"repair", "--json"}, base...)...)
+	require.NoError(t, err, out)
+	lastJSON(t, out, &rep)
+	require.Equal(t, 3, rep.Repaired)
+
+	out, err = runCLI(t, "", append([]string{"monitor", "reference", "--reset"}, base...)...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "drift reference pinned: 3 chunk vectors")
+	_, err = runCLI(t, "", append([]string{"monitor", "reference"}, base...)...)
+	require.ErrorContains(t, err, "--reset")
+
+	_, err = runCLI(t, "", append([]string{"monitor", "--set", "monitor.cosine_bound=3"}, base...)...)
+	require.ErrorContains(t, err, "monitor.cosine_bound")
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/monitor"
+)
+
+func newRepairCmd(g *globals) *cobra.Command {
+	var (
+		maxTokens, batch int
+		dryRun, asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Re-embed the chunks measured past the fidelity bound",
+		Long: `repair re-embeds exactly the chunks whose last measured cosine distance
+(serve's monitor, or ragsync fidelity check) is past monitor.cosine_bound and
+whose text has not changed since: each gets the vector of its own text, the
+cache entry of that text is replaced, and the measurement is dropped. Chunks
+never measured are left alone; measure more with fidelity check --sample N.
+--max-tokens stops before the budget would be exceeded.
+
+Example:
+  ragsync fidelity check --sample 500 ; ragsync repair --max-tokens 200000
+  ragsync repair --dry-run --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, closeFn, err := openMonitor(cmd.Context(), cmd, g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			opts := monitor.RepairOptions{MaxTokens: maxTokens, BatchSize: batch, DryRun: dryRun}
+			var bar *progressbar.ProgressBar
+			if !asJSON && !dryRun {
+				opts.Progress = func(done, total int) {
+					if bar == nil {
+						bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+							progressbar.OptionSetDescription("re-embedding"), progressbar.OptionShowCount())
+					}
+					_ = bar.Set(done)
+				}
+			}
+			res, err := m.Repair(cmd.Context(), opts)
+			if bar != nil {
+				_ = bar.Finish()
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(res)
+			}
+			if dryRun {
+				_, err = fmt.Fprintf(out, "%d chunks past the bound would be re-embedded (%d stale measurements dropped)\n", res.Pending, res.Stale)
+				return err
+			}
+			_, err = fmt.Fprintf(out, "re-embedded %d of %d chunks past the bound with %d tokens; %d left for lack of budget; %d stale measurements dropped\n",
+				res.Repaired, res.Pending, res.Tokens, res.BudgetLeft, res.Stale)
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&maxTokens, "max-tokens", 0, "token budget of this run (0: no limit)")
+	cmd.Flags().IntVar(&batch, "batch", 64, "chunks per embedding request")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be re-embedded, embed nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}

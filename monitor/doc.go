@@ -1,0 +1,20 @@
+// Package monitor watches an index for the ways it silently stops meaning
+// what the model would say now, and fuses those signals with the service's
+// metrics, logs and traces into one versioned event.
+//
+// Context fidelity: canary probes (canary.go) and a weighted sample of stored
+// vectors (sample.go) are re-embedded with the live embedder and compared
+// with what the index holds (distance.go); `ragsync repair` (repair.go)
+// re-embeds the chunks measured past the bound. Drift (drift.go, stats.go):
+// a persisted reference window and a sliding current window of chunk
+// vectors, compared by centroid distance, PSI and two-sample KS on 1-D
+// projections; the same for front-door queries (QueryTap). Lag (lag.go):
+// Kafka lag in records and seconds, its 15-minute prediction and a
+// recommended replica count. Every check publishes Events (event.go) to
+// Kafka, a Redis Stream and the log, and sets Prometheus gauges.
+//
+// The monitor must not block the write path: it reads the index's tables on
+// its own schedule, spends at most monitor.max_tokens_per_hour on
+// re-embedding, and a failed check is logged and retried at the next
+// interval.
+package monitor

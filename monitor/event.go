@@ -1,0 +1,171 @@
+package monitor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// EventSchema is the version of the fused event's JSON schema (README
+// "Fused monitor event"). Fields are only ever added under one version.
+const EventSchema = "ragsync.monitor.event/v1"
+
+// Semantic tags of events.
+const (
+	TagFidelity   = "fidelity"
+	TagDrift      = "drift"
+	TagQueryDrift = "query_drift"
+	TagLag        = "lag"
+	TagErrors     = "errors"
+)
+
+// Event is the fused monitor event: one signal with the metrics, warning
+// log lines and trace ids around it.
+type Event struct {
+	Schema string    `json:"schema"`
+	ID     string    `json:"id"`
+	Time   time.Time `json:"time"`
+	Index  string    `json:"index"`
+	Model  string    `json:"model"`
+	// ModelVersion is the model name the provider reported in its last
+	// answer (it may differ from Model, e.g. a dated snapshot); empty when
+	// the provider reports none.
+	ModelVersion string `json:"model_version"`
+	SemanticTag  string `json:"semantic_tag"`
+	Signal       Signal `json:"signal"`
+	// Changed says the signal's alarm state flipped at this check.
+	Changed  bool            `json:"changed"`
+	Metrics  MetricsSnapshot `json:"metrics"`
+	Logs     []LogLine       `json:"logs"`
+	TraceIDs []string        `json:"trace_ids"`
+}
+
+// Signal is one measured score against its threshold.
+type Signal struct {
+	Method    string  `json:"method"`
+	Score     float64 `json:"score"`
+	Threshold float64 `json:"threshold"`
+	// Exceeded is the alarm state: for drift it follows the hysteresis, so
+	// it can stay true while the score is back under the threshold.
+	Exceeded bool `json:"exceeded"`
+	// Details carries the numbers behind the score (per-kind percentiles,
+	// per-projection PSI, …).
+	Details map[string]float64 `json:"details,omitempty"`
+}
+
+// MetricsSnapshot is the service's state at the check, from its own
+// Prometheus registry. Rates are per second since the previous check.
+type MetricsSnapshot struct {
+	ThroughputPerSecond float64 `json:"throughput_per_second"`
+	LagRecords          int64   `json:"lag_records"`
+	LagSeconds          float64 `json:"lag_seconds"`
+	DeadLetters         float64 `json:"dead_letters"`
+	ErrorRate           float64 `json:"error_rate"`
+	RetryRate           float64 `json:"retry_rate"`
+}
+
+func newEventID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Publisher sends events somewhere. Publish is called from the monitor's
+// loop only.
+type Publisher interface {
+	Name() string
+	Publish(ctx context.Context, evs []Event) error
+}
+
+// KafkaPublisher produces events to a topic, keyed by index and tag so one
+// signal's events stay in order on one partition. It does not own the
+// client.
+type KafkaPublisher struct {
+	Client *kgo.Client
+	Topic  string
+}
+
+func (p KafkaPublisher) Name() string { return "kafka" }
+
+func (p KafkaPublisher) Publish(ctx context.Context, evs []Event) error {
+	recs := make([]*kgo.Record, 0, len(evs))
+	for _, e := range evs {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, &kgo.Record{Topic: p.Topic, Key: []byte(e.Index + "/" + e.SemanticTag), Value: b})
+	}
+	if err := p.Client.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce %d monitor events to %s: %w (check monitor.topic exists or topic auto-creation is on)", len(evs), p.Topic, err)
+	}
+	return nil
+}
+
+// RedisPublisher appends events to a stream trimmed to about MaxLen
+// entries. It does not own the client.
+type RedisPublisher struct {
+	Client redis.UniversalClient
+	Stream string
+	MaxLen int64
+}
+
+func (p RedisPublisher) Name() string { return "redis" }
+
+func (p RedisPublisher) Publish(ctx context.Context, evs []Event) error {
+	pipe := p.Client.Pipeline()
+	for _, e := range evs {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.Stream, MaxLen: p.MaxLen, Approx: true,
+			Values: []any{"tag", e.SemanticTag, "exceeded", e.Signal.Exceeded, "event", b}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("append %d monitor events to %s: %w", len(evs), p.Stream, err)
+	}
+	return nil
+}
+
+// LogPublisher writes each event as one log line: warn when exceeded, info
+// otherwise.
+type LogPublisher struct{ Logger *slog.Logger }
+
+func (p LogPublisher) Name() string { return "log" }
+
+func (p LogPublisher) Publish(ctx context.Context, evs []Event) error {
+	for _, e := range evs {
+		lvl := slog.LevelInfo
+		if e.Signal.Exceeded {
+			lvl = slog.LevelWarn
+		}
+		p.Logger.Log(ctx, lvl, "monitor event", "semantic_tag", e.SemanticTag, "method", e.Signal.Method,
+			"score", e.Signal.Score, "threshold", e.Signal.Threshold, "exceeded", e.Signal.Exceeded,
+			"changed", e.Changed, "event_id", e.ID, "model", e.Model, "index", e.Index)
+	}
+	return nil
+}
+
+// publishAll sends evs to every publisher; one failing does not stop the
+// others.
+func (m *Monitor) publishAll(ctx context.Context, evs []Event) error {
+	var errs []error
+	for _, p := range m.pubs {
+		if err := p.Publish(ctx, evs); err != nil {
+			m.metrics.events.WithLabelValues(p.Name(), "failed").Add(float64(len(evs)))
+			errs = append(errs, err)
+			continue
+		}
+		m.metrics.events.WithLabelValues(p.Name(), "ok").Add(float64(len(evs)))
+	}
+	return errors.Join(errs...)
+}

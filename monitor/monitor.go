@@ -1,0 +1,315 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Embedder is the live embedder the monitor re-embeds with.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Model() string
+	Dimensions() int
+}
+
+// Deps are what a Monitor reads and writes. Pool, Schema, Index and
+// Embedder are required; the rest is optional.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Schema   string
+	Index    string
+	Embedder Embedder
+	// Publishers receive every check's events (Kafka, Redis, log).
+	Publishers []Publisher
+	// Logs supplies the recent warnings events carry.
+	Logs *LogRing
+	// Gatherer is serve's registry, for the metrics snapshot.
+	Gatherer prometheus.Gatherer
+	// Lag is the Kafka source, when there is one.
+	Lag LagSource
+	// ModelVersion returns the model name the provider last reported.
+	ModelVersion func() string
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Monitor runs the checks of one index. Its methods are safe for
+// concurrent use; Run is called once.
+type Monitor struct {
+	cfg     Config
+	deps    Deps
+	st      *store
+	emb     Embedder
+	pubs    []Publisher
+	logger  *slog.Logger
+	metrics *metrics
+	budget  *budget
+	snap    snapshotter
+	lag     lagTracker
+	rng     *rand.Rand
+
+	drift, query *Drift
+
+	mu       sync.Mutex // guards the fields below and serialises checks
+	last     Status
+	alarms   map[string]bool // tag/method → state at the previous check
+	pinnedAt time.Time       // reference pin the windows were loaded at
+	lastID   int64           // chunks read into the windows up to this id
+	worst    []batchTrace
+	baseline bool // canary baselines are stored
+}
+
+// Status is the result of one check.
+type Status struct {
+	Time     time.Time   `json:"time"`
+	Events   []Event     `json:"events"`
+	Fidelity []Aggregate `json:"fidelity"`
+	Drift    DriftResult `json:"drift"`
+	Query    DriftResult `json:"query_drift"`
+	Lag      *LagStatus  `json:"lag,omitempty"`
+	// Breach is true when any signal is in alarm.
+	Breach bool `json:"breach"`
+}
+
+// New builds the monitor and loads its persisted windows. The canary
+// baselines the index does not have yet are stored by the first check (the
+// first time the monitor meets an index, i.e. at its creation when the
+// monitor is on from the start); an embedding API that is down then only
+// delays them to the next check, it never stops serve.
+func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Pool == nil || d.Embedder == nil || d.Index == "" {
+		return nil, errors.New("monitor: Pool, Embedder and Index are required")
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Schema == "" {
+		d.Schema = "ragsync"
+	}
+	m := &Monitor{
+		cfg: cfg, deps: d, emb: d.Embedder, pubs: d.Publishers,
+		logger: cfg.Logger.With("stage", "monitor", "index", d.Index),
+		st:     newStore(d.Pool, d.Schema, d.Index, d.Embedder.Model(), d.Embedder.Dimensions()),
+		budget: newBudget(cfg.MaxTokensPerHour, d.Now),
+		snap:   snapshotter{g: d.Gatherer},
+		rng:    rand.New(rand.NewPCG(uint64(d.Now().UnixNano()), 0x6d6f6e)),
+		drift:  NewDrift(cfg.ReferenceSize, cfg.WindowSize, cfg.Components),
+		alarms: map[string]bool{},
+	}
+	m.query = NewQueryDrift(m.drift, cfg.WindowSize)
+	var err error
+	if m.metrics, err = newMetrics(cfg.Registerer, m.budget.remaining); err != nil {
+		return nil, fmt.Errorf("monitor metrics: %w", err)
+	}
+	if err := m.loadWindows(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Run checks every monitor.interval until ctx ends, and returns nil then.
+// A failed check is logged and counted, never fatal: the monitor must not
+// stop the service it watches.
+func (m *Monitor) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := m.Check(ctx, CheckOptions{}); err != nil && ctx.Err() == nil {
+			m.logger.WarnContext(ctx, "monitor check failed; will retry at the next interval", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			// Keep what the windows saw since the last check.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := m.saveWindows(sctx); err != nil {
+				m.logger.Warn("could not save the drift windows at shutdown", "error", err)
+			}
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// CheckOptions change one check.
+type CheckOptions struct {
+	// SampleSize overrides monitor.sample_size (ragsync fidelity check
+	// --sample N); negative turns sampling off.
+	SampleSize int
+	// NoPublish computes and returns the events without publishing them.
+	NoPublish bool
+	// NoSave leaves the persisted windows alone (read-only status).
+	NoSave bool
+}
+
+// Last returns the status of the last check.
+func (m *Monitor) Last() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// Check runs every check once: canaries, the stored-vector sample, drift,
+// query drift, lag; then publishes one event per signal.
+func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.deps.Now()
+	st := Status{Time: now}
+	var sigs []tagged
+	var errs []error
+
+	fid, fsigs, err := m.checkFidelity(ctx, opts)
+	st.Fidelity, sigs = fid, append(sigs, fsigs...)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	if err := m.readNewChunks(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	st.Drift = m.drift.Check()
+	st.Query = m.query.Check()
+	sigs = append(sigs, driftSignals(TagDrift, st.Drift)...)
+	sigs = append(sigs, driftSignals(TagQueryDrift, st.Query)...)
+	if !opts.NoSave {
+		if err := m.saveWindows(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	snap := m.snap.take(now)
+	if m.deps.Lag != nil {
+		ls, err := m.checkLag(ctx, now, snap.ThroughputPerSecond)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			st.Lag = &ls
+			snap.LagRecords = ls.TotalRecords
+			snap.LagSeconds = max(snap.LagSeconds, ls.MaxSeconds)
+			sigs = append(sigs, tagged{TagLag, Signal{Method: "recommended_replicas", Score: float64(ls.Recommended),
+				Threshold: float64(ls.Replicas), Exceeded: ls.Recommended > ls.Replicas,
+				Details: map[string]float64{"lag_records": float64(ls.TotalRecords), "predicted_records_15m": ls.Predicted,
+					"slope_per_second": ls.SlopePerSecond, "max_seconds": ls.MaxSeconds}}})
+		}
+	}
+	sigs = append(sigs, tagged{TagErrors, Signal{Method: "dead_letters_per_second", Score: snap.ErrorRate,
+		Exceeded: snap.ErrorRate > 0, Details: map[string]float64{"retries_per_second": snap.RetryRate, "dead_letters": snap.DeadLetters}}})
+
+	st.Events = m.events(now, sigs, snap)
+	for _, e := range st.Events {
+		st.Breach = st.Breach || e.Signal.Exceeded
+	}
+	if !opts.NoPublish && len(m.pubs) > 0 {
+		if err := m.publishAll(ctx, st.Events); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.last = st
+	outcome := "ok"
+	if len(errs) > 0 {
+		outcome = "failed"
+	}
+	m.metrics.checks.WithLabelValues(outcome).Inc()
+	return st, errors.Join(errs...)
+}
+
+type tagged struct {
+	tag string
+	sig Signal
+}
+
+// events turns signals into fused events and sets their gauges.
+func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []Event {
+	version := ""
+	if m.deps.ModelVersion != nil {
+		version = m.deps.ModelVersion()
+	}
+	logs := m.deps.Logs.Recent(2 * m.cfg.Interval)
+	if len(logs) > 10 {
+		logs = logs[len(logs)-10:]
+	}
+	// The slowest or failed batches recorded, then the traces of the
+	// warnings (a dead letter, a failed apply): both lead to a trace.
+	traces := m.worstTraces()
+	for i := len(logs) - 1; i >= 0 && len(traces) < 2*maxWorst; i-- {
+		if id := logs[i].TraceID; id != "" && !slices.Contains(traces, id) {
+			traces = append(traces, id)
+		}
+	}
+	out := make([]Event, 0, len(sigs))
+	for _, s := range sigs {
+		key := s.tag + "/" + s.sig.Method
+		prev, seen := m.alarms[key]
+		m.alarms[key] = s.sig.Exceeded
+		m.metrics.score.WithLabelValues(s.tag, s.sig.Method).Set(s.sig.Score)
+		m.metrics.threshold.WithLabelValues(s.tag, s.sig.Method).Set(s.sig.Threshold)
+		m.metrics.exceeded.WithLabelValues(s.tag, s.sig.Method).Set(b2f(s.sig.Exceeded))
+		out = append(out, Event{
+			Schema: EventSchema, ID: newEventID(), Time: now, Index: m.deps.Index, Model: m.emb.Model(),
+			ModelVersion: version, SemanticTag: s.tag, Signal: s.sig, Changed: seen && prev != s.sig.Exceeded || !seen && s.sig.Exceeded,
+			Metrics: snap, Logs: nonNil(logs), TraceIDs: nonNil(traces),
+		})
+	}
+	return out
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// driftSignals turns a drift result into signals: PSI carries the
+// hysteresis alarm; KS and the centroid distance are reported beside it.
+func driftSignals(tag string, r DriftResult) []tagged {
+	if !r.Ready {
+		return nil
+	}
+	det := map[string]float64{"reference_n": float64(r.RefN), "current_n": float64(r.CurN),
+		"ks_p_corrected": r.KSPCorrected, "centroid_cosine": r.CentroidCosine, "centroid_euclidean": r.CentroidEuclidean}
+	for i, name := range r.Projections {
+		det["psi_"+name] = r.PSI[i]
+		det["ks_d_"+name] = r.KSD[i]
+	}
+	return []tagged{
+		{tag, Signal{Method: "psi_max", Score: r.PSIMax, Threshold: PSIMajor, Exceeded: r.Alarm, Details: det}},
+		{tag, Signal{Method: "ks_p_bonferroni", Score: r.KSPCorrected, Threshold: KSAlpha, Exceeded: r.KSPCorrected < KSAlpha}},
+		{tag, Signal{Method: "centroid_cosine", Score: r.CentroidCosine}},
+	}
+}
+
+func (m *Monitor) checkLag(ctx context.Context, now time.Time, throughput float64) (LagStatus, error) {
+	lag, err := m.deps.Lag.Lag(ctx)
+	if err != nil {
+		return LagStatus{}, fmt.Errorf("read kafka lag: %w", err)
+	}
+	parts, err := m.deps.Lag.Partitions(ctx)
+	if err != nil {
+		return LagStatus{}, fmt.Errorf("read partition count: %w", err)
+	}
+	ls := m.lag.observe(now, lag, throughput, parts, m.cfg.MaxReplicas, m.cfg.DrainTarget)
+	m.setLagMetrics(ls)
+	return ls, nil
+}
