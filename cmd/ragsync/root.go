@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -20,10 +22,13 @@ type globals struct {
 	// shortcuts for the settings people change most from the command line
 	postgresURL string
 	index       string
+	// red masks secrets in everything written to stderr (errors, logs);
+	// load teaches it the configured secrets.
+	red *redact.Redactor
 }
 
 func newRootCmd() *cobra.Command {
-	g := &globals{}
+	g := &globals{red: redact.New()}
 	root := &cobra.Command{
 		Use:   "ragsync",
 		Short: "Keep a pgvector index in sync with a document database from Debezium change events",
@@ -34,6 +39,12 @@ the result to Postgres/pgvector in one transaction per document.
 Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
 		SilenceUsage: true,
+		// Errors and logs go through the redactor: a library error may quote
+		// a URL or DSN with its password (issue 10).
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			root := cmd.Root()
+			root.SetErr(g.red.Writer(root.ErrOrStderr()))
+		},
 	}
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")
 	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override one setting by its YAML path, e.g. --set embedder.model=text-embedding-3-large (repeatable)")
@@ -62,7 +73,9 @@ func (g *globals) load() (Config, error) {
 	if g.index != "" {
 		sets = append(sets, "index="+g.index)
 	}
-	return loadConfig(g.configPath, sets)
+	cfg, err := loadConfig(g.configPath, sets)
+	g.red.Add(cfg.secrets()...)
+	return cfg, err
 }
 
 // newLogger builds the process logger: JSON for serve (machines read it),
