@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,10 +32,38 @@ const versionTable = "goose_db_version"
 // them take turns, and the later ones find nothing to do. Up does not change
 // pool's settings; it runs the migrations over a short-lived copy of pool's
 // configuration whose search_path is "schema, public". A nil logger discards.
+//
+// A run interrupted by a lost connection (backend terminated, server
+// restarting, connection reset) is tried again, up to upAttempts times with
+// a doubling wait: each migration file is one transaction, so a retry picks
+// up where the interrupted run stopped (issue 10: serve used to exit).
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	wait := upRetryWait
+	for attempt := 1; ; attempt++ {
+		err := up(ctx, pool, schema, logger)
+		if err == nil || attempt >= upAttempts || !interrupted(err) || ctx.Err() != nil {
+			return err
+		}
+		logger.WarnContext(ctx, "migration interrupted by a lost connection; retrying",
+			"schema", schema, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+const (
+	upAttempts  = 6
+	upRetryWait = 200 * time.Millisecond
+)
+
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	p, closeFn, err := newProvider(ctx, pool, schema)
 	if err != nil {
 		return err
