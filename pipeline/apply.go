@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -19,6 +20,12 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		p.count(op, "skipped")
 		return nil
 	case cdc.OpTruncate:
+		if _, ok := p.table(ch.Table); !ok {
+			// Not ours: applying it would delete nothing, yet leave a
+			// fence row for a table the index does not hold.
+			p.count(op, "unmatched_table")
+			return nil
+		}
 		n, err := p.st.Sink.Truncate(ctx, ch.Table, ch.Version, ch.SourceTS)
 		if err != nil {
 			return fmt.Errorf("truncate %s: %w", ch.Table, err)
@@ -27,6 +34,12 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		p.stats.add("documents_deleted", n)
 		return nil
 	case cdc.OpDelete:
+		if _, ok := p.table(ch.Table); !ok {
+			// Not ours: a delete would leave a tombstone row for a
+			// document the index never held.
+			p.count(op, "unmatched_table")
+			return nil
+		}
 		start := time.Now()
 		out, err := p.st.Sink.Delete(ctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
 		if err != nil {
@@ -64,8 +77,26 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		return nil
 	}
 	row := p.mergeUnavailable(ch, stored, found)
+	if stripped, n := stripNUL(row); n > 0 {
+		// Postgres text and jsonb cannot hold U+0000: every retry would
+		// fail the same way (SQLSTATE 22021/22P05). The row is stored and
+		// embedded without it; see README "How changes are applied".
+		row = stripped.(map[string]any)
+		p.stats.add("nul_stripped", 1)
+		p.metrics.nulStripped.Inc()
+	}
+	if err := p.checkTemplate(ctx, tbl, ch.Table, row); err != nil {
+		return err
+	}
 	text := tbl.render(row)
+	if len(text) > p.cfg.MaxDocumentBytes {
+		p.metrics.tooLarge.Inc()
+		return permanent(fmt.Errorf("document %s: its text is %d bytes, over pipeline.max_document_bytes (%d): "+
+			"dead-lettered so it cannot exhaust memory or hold other documents back; raise the limit and replay it with `ragsync dlq replay` to index it",
+			id, len(text), p.cfg.MaxDocumentBytes))
+	}
 	chunks := p.st.Splitter.Split(text)
+	text = "" // the chunks hold the text from here on
 
 	doc := sink.Document{
 		ID:       id,
@@ -192,21 +223,138 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 	if len(texts) == 0 {
 		return nil
 	}
-	vecs, err := p.st.Embedder.Embed(ctx, texts)
-	if err != nil {
-		return err
+	hashOf := make([]string, len(texts))
+	for h, n := range index {
+		hashOf[n] = h
 	}
-	if len(vecs) != len(texts) {
-		return fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
+	// Embed in slices of EmbedSliceChunks. With a cache stage each slice's
+	// vectors go to the embedding cache at once and are dropped here: the
+	// vectors held stay bounded whatever the document's size, and a
+	// failure or restart later re-embeds nothing already paid for (the
+	// sink takes cached vectors by hash). Without one they stay on the
+	// chunks, as before.
+	vecs := make([][]float32, len(texts))
+	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
+		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
+		got, err := p.st.Embedder.Embed(ctx, texts[lo:hi])
+		if err != nil {
+			return err
+		}
+		if len(got) != hi-lo {
+			return fmt.Errorf("embedder returned %d vectors for %d texts", len(got), hi-lo)
+		}
+		p.stats.add("chunks_embedded", hi-lo)
+		p.metrics.chunks.WithLabelValues("embedded").Add(float64(hi - lo))
+		if p.st.Cache != nil {
+			if err := p.st.Cache.CacheVectors(ctx, hashOf[lo:hi], texts[lo:hi], got); err != nil {
+				return err
+			}
+			continue
+		}
+		copy(vecs[lo:hi], got)
 	}
-	p.stats.add("chunks_embedded", len(texts))
-	p.metrics.chunks.WithLabelValues("embedded").Add(float64(len(texts)))
+	if p.st.Cache != nil {
+		return nil
+	}
 	for i := range chunks {
 		if n, ok := index[chunks[i].Hash]; ok {
 			chunks[i].Vector = vecs[n]
 		}
 	}
 	return nil
+}
+
+// checkTemplate counts a row that lacks columns its table's template names,
+// warning once per table with the missing names. A row with none of them
+// would render to the template's bare text (a lone "#"), so it is refused
+// as permanent: dead-lettered with the reason, and past the dead-letter
+// guard's limit the pipeline stops, which is what a template that matches
+// nothing deserves.
+func (p *Pipeline) checkTemplate(ctx context.Context, tbl TableConfig, table string, row map[string]any) error {
+	cols := tbl.templateColumns()
+	var missing []string
+	for _, c := range cols {
+		if _, ok := row[c]; !ok && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	p.stats.add("template_missing_columns", 1)
+	p.metrics.missingColumns.WithLabelValues(table).Inc()
+	if _, seen := p.warned.LoadOrStore(table, true); !seen {
+		p.log.WarnContext(ctx, "rows lack columns the tables[].text template names; they render as empty",
+			"table", table, "missing_columns", missing, "template", tbl.Text,
+			"fix", "name the row's columns in tables[].text (see `ragsync inspect`), or include them in the connector's column list")
+	}
+	distinct := 0
+	for i, c := range cols {
+		if !slices.Contains(cols[:i], c) {
+			distinct++
+		}
+	}
+	if len(missing) == distinct {
+		return permanent(fmt.Errorf("table %s: the row has none of the columns tables[].text names (%v): nothing to index; fix the template", table, missing))
+	}
+	return nil
+}
+
+// stripNUL returns v without U+0000 in any string or map key, and how many
+// strings it changed.
+func stripNUL(v any) (any, int) {
+	switch v := v.(type) {
+	case string:
+		if strings.IndexByte(v, 0) < 0 {
+			return v, 0
+		}
+		return strings.ReplaceAll(v, "\x00", ""), 1
+	case map[string]any:
+		n := 0
+		var out map[string]any
+		for k, e := range v {
+			e2, m := stripNUL(e)
+			k2 := k
+			if strings.IndexByte(k, 0) >= 0 {
+				k2, m = strings.ReplaceAll(k, "\x00", ""), m+1
+			}
+			if m > 0 && out == nil {
+				out = make(map[string]any, len(v))
+				for k0, e0 := range v {
+					out[k0] = e0
+				}
+			}
+			if out != nil {
+				if k2 != k {
+					delete(out, k)
+				}
+				out[k2] = e2
+			}
+			n += m
+		}
+		if out == nil {
+			return v, 0
+		}
+		return out, n
+	case []any:
+		n := 0
+		var out []any
+		for i, e := range v {
+			e2, m := stripNUL(e)
+			if m > 0 && out == nil {
+				out = slices.Clone(v)
+			}
+			if out != nil {
+				out[i] = e2
+			}
+			n += m
+		}
+		if out == nil {
+			return v, 0
+		}
+		return out, n
+	}
+	return v, 0
 }
 
 func (p *Pipeline) table(name string) (TableConfig, bool) {

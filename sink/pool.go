@@ -66,7 +66,7 @@ func redactURL(s string) string { return redact.String(s) }
 // the schema was never migrated.
 func hintMigrate(err error, schema string) error {
 	if isCode(err, "42P01") || isCode(err, "3F000") {
-		return fmt.Errorf("%w (schema %s is not migrated: run `ragsync migrate`)", err, schema)
+		return classify(err, schema)
 	}
 	return err
 }

@@ -43,7 +43,7 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 		return err
 	})
 	if err != nil {
-		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
+		return Outcome{}, fmt.Errorf("upsert %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	if out.edited {
 		// After commit, so a retried transaction counts once.

@@ -93,6 +93,8 @@ type PipelineConfig struct {
 	Workers int `yaml:"workers"`
 	// StallAfter is how long a batch may be retried before /readyz fails.
 	StallAfter time.Duration `yaml:"stall_after"`
+	// Dead-letter guard and document size bounds (config_pipeline.go).
+	PipelineLimits `yaml:",inline"`
 }
 
 // FrontDoorConfig is the Redis Stream query front door: enabled, plus every
@@ -365,6 +367,9 @@ func (c Config) validate(needSource bool) error {
 	}
 	if c.Pipeline.Workers < 0 {
 		add("pipeline.workers: must be >= 0 (0 means the default, 4)")
+	}
+	if err := c.pipelineConfig(nil, nil).Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

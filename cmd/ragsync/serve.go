@@ -99,7 +99,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once bool) error
 		logger.Info("front door bloom filters rebuilt", "documents", n)
 		snk = bloomSink{Sink: st, bloom: fd.fd.Bloom()}
 	}
-	p, err := newPipeline(cfg, src, dlq, emb, snk, reg, logger)
+	p, err := newPipeline(cfg, src, dlq, emb, snk, st, reg, logger)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ var (
 	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
 	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
 	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+	_ pipeline.VectorCache = (*sink.Store)(nil)
 )
 
 // index is what a command that reads or writes the index opens: the
@@ -129,7 +130,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 }
 
 // newPipeline wires every stage.
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// cache receives each slice of a document's new vectors as they are
+// embedded (pipeline.embed_slice_chunks).
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err
@@ -141,19 +144,14 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.New(pipeline.Config{
-		Tables:     cfg.pipelineTables(),
-		Workers:    cfg.Pipeline.Workers,
-		StallAfter: cfg.Pipeline.StallAfter,
-		Logger:     logger,
-		Registerer: reg,
-	}, pipeline.Stages{
+	return pipeline.New(cfg.pipelineConfig(logger, reg), pipeline.Stages{
 		Source:      src,
 		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
 		Splitter:    ch,
 		Embedder:    reusing,
 		Sink:        st,
 		DeadLetters: dlq,
+		Cache:       cache,
 		Transient:   transient,
 		Fatal:       fatal,
 	})
@@ -184,6 +182,9 @@ func transient(err error) bool {
 // one by one would empty the topic into the DLQ, so the pipeline stops and
 // the error names the fix.
 func fatal(err error) bool {
+	if sink.Fatal(err) {
+		return true // lost privilege, dropped table, read-only server
+	}
 	var dim *embedder.DimensionError
 	if errors.As(err, &dim) {
 		return true

@@ -1,0 +1,58 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/pgvector/pgvector-go"
+)
+
+// CacheVectors writes embeddings to the embedding cache under their content
+// hashes (with the text each was computed from), for this store's model and
+// dimensions, in its own short transaction. The pipeline calls it for each
+// slice of a large document as the vectors arrive, so they are kept even if
+// the document's own transaction never commits, and a later Upsert of chunks
+// with nil vectors takes them from here. Entries are written in hash order,
+// like Upsert's, so concurrent writers cannot deadlock on them.
+func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error {
+	if len(hashes) != len(vecs) || len(hashes) != len(texts) {
+		return fmt.Errorf("cache vectors: %d hashes, %d texts, %d vectors: %w", len(hashes), len(texts), len(vecs), ErrInvalidDocument)
+	}
+	if len(hashes) == 0 {
+		return nil
+	}
+	order := make([]int, len(hashes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case hashes[a] < hashes[b]:
+			return -1
+		case hashes[a] > hashes[b]:
+			return 1
+		}
+		return 0
+	})
+	keys := make([]string, 0, len(hashes))
+	ts := make([]string, 0, len(hashes))
+	vs := make([]pgvector.Vector, 0, len(hashes))
+	for _, i := range order {
+		if len(vecs[i]) != s.cfg.Dimensions {
+			return fmt.Errorf("cache vectors: vector of %s has %d dimensions, want %d: %w", hashes[i], len(vecs[i]), s.cfg.Dimensions, ErrInvalidDocument)
+		}
+		if len(keys) > 0 && keys[len(keys)-1] == hashes[i] {
+			continue
+		}
+		keys, ts, vs = append(keys, hashes[i]), append(ts, texts[i]), append(vs, pgvector.NewVector(vecs[i]))
+	}
+	_, err := s.pool.Exec(ctx, "INSERT INTO "+s.tCache+" AS c (model, dimensions, content_hash, embedding, text)"+
+		" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
+		" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
+		s.cfg.Model, s.cfg.Dimensions, keys, vs, ts)
+	if err != nil {
+		return fmt.Errorf("cache %d vectors: %w", len(keys), classify(err, s.cfg.Schema))
+	}
+	return nil
+}
