@@ -186,7 +186,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) error {
 			hashes = append(hashes, c.Hash)
 		}
 	}
-	known, err := p.st.Sink.Vectors(ctx, hashes)
+	known, err := p.cachedHashes(ctx, hashes)
 	if err != nil {
 		return err
 	}
@@ -355,6 +355,20 @@ func stripNUL(v any) (any, int) {
 		return out, n
 	}
 	return v, 0
+}
+
+// cachedHashes returns the hashes that have a stored vector. With a cache
+// stage it does not read the vectors: a large document's would not fit.
+func (p *Pipeline) cachedHashes(ctx context.Context, hashes []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(hashes))
+	if p.st.Cache != nil {
+		return p.st.Cache.Cached(ctx, hashes)
+	}
+	vecs, err := p.st.Sink.Vectors(ctx, hashes)
+	for h := range vecs {
+		out[h] = true
+	}
+	return out, err
 }
 
 func (p *Pipeline) table(name string) (TableConfig, bool) {

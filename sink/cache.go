@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
 )
 
@@ -55,4 +56,33 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 		return fmt.Errorf("cache %d vectors: %w", len(keys), classify(err, s.cfg.Schema))
 	}
 	return nil
+}
+
+// Cached reports which of hashes have a vector in the embedding cache for
+// this store's model and dimensions, without reading the vectors, and marks
+// them used as Vectors does. For documents too large to hold all their
+// vectors at once.
+func (s *Store) Cached(ctx context.Context, hashes []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(hashes))
+	if len(hashes) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, "SELECT content_hash FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3)", s.cfg.Model, s.cfg.Dimensions, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("look up %d hashes in the cache: %w", len(hashes), classify(err, s.cfg.Schema))
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up %d hashes in the cache: %w", len(hashes), classify(err, s.cfg.Schema))
+	}
+	for _, h := range have {
+		out[h] = true
+	}
+	if len(have) > 0 {
+		if err := s.touchCache(ctx, have); err != nil {
+			return nil, fmt.Errorf("mark %d cached vectors used: %w", len(have), classify(err, s.cfg.Schema))
+		}
+	}
+	return out, nil
 }
