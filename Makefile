@@ -19,7 +19,7 @@ services: ## make sure Postgres (with pgvector, wal_level=logical) and Redis are
 
 test: services ## set up services and run every test (with -race)
 	$(GO) build -race -o bin/ragsync-race ./cmd/ragsync
-	RAGSYNC_TEST_BIN=$(CURDIR)/bin/ragsync-race $(GO) test $(TEST_FLAGS) $(PKGS)
+	E2E_RAGSYNC_BIN=$(CURDIR)/bin/ragsync-race $(GO) test $(TEST_FLAGS) $(PKGS)
 
 test-short: ## run the tests that need no Postgres, Redis or Kafka
 	$(GO) test -short $(PKGS)
