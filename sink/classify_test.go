@@ -69,6 +69,9 @@ func TestCacheVectors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, vecFor("h1"), got["h1"])
 	require.Equal(t, vecFor("h2"), got["h2"])
+	have, err := s.Cached(ctx, []string{"h1", "h2", "h9"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"h1": true, "h2": true}, have)
 	cs := chunks("h1", "h2")
 	for i := range cs {
 		cs[i].Vector = nil
