@@ -17,12 +17,12 @@ var ErrVectorUnavailable = errors.New("the pgvector extension is not available o
 // ErrBadSchema means a schema name is not a plain lower-case identifier.
 var ErrBadSchema = errors.New("schema name must match [a-z_][a-z0-9_]{0,62}")
 
-// interrupted reports whether err means the connection was lost under a
+// Interrupted reports whether err means the connection was lost under a
 // migration rather than that the migration is wrong: the backend was
 // terminated (57P01) or the server is shutting down or starting (57P02,
 // 57P03), a connection exception (class 08), or a reset, refused or closed
 // connection. Such a run can simply be tried again.
-func interrupted(err error) bool {
+func Interrupted(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

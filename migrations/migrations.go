@@ -34,17 +34,18 @@ const versionTable = "goose_db_version"
 // configuration whose search_path is "schema, public". A nil logger discards.
 //
 // A run interrupted by a lost connection (backend terminated, server
-// restarting, connection reset) is tried again, up to upAttempts times with
-// a doubling wait: each migration file is one transaction, so a retry picks
-// up where the interrupted run stopped (issue 10: serve used to exit).
+// restarting, connection reset) is tried again for up to upRetryFor, with a
+// doubling wait capped at upMaxWait: each migration file is one
+// transaction, so a retry picks up where the interrupted run stopped
+// (issue 10: serve used to exit).
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	wait := upRetryWait
+	wait, start := upRetryWait, time.Now()
 	for attempt := 1; ; attempt++ {
 		err := up(ctx, pool, schema, logger)
-		if err == nil || attempt >= upAttempts || !interrupted(err) || ctx.Err() != nil {
+		if err == nil || time.Since(start) > upRetryFor || !Interrupted(err) || ctx.Err() != nil {
 			return err
 		}
 		logger.WarnContext(ctx, "migration interrupted by a lost connection; retrying",
@@ -54,13 +55,14 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Log
 			return err
 		case <-time.After(wait):
 		}
-		wait *= 2
+		wait = min(wait*2, upMaxWait)
 	}
 }
 
 const (
-	upAttempts  = 6
+	upRetryFor  = 2 * time.Minute
 	upRetryWait = 200 * time.Millisecond
+	upMaxWait   = 5 * time.Second
 )
 
 func up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {

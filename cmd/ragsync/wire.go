@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,14 +66,27 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 		pool.Close()
 		return nil, err
 	}
-	st, err := sink.New(ctx, pool, sink.Config{
-		Schema:     cfg.Postgres.Schema,
-		Index:      cfg.Index,
-		Model:      emb.Model(),
-		Dimensions: emb.Dimensions(),
-		Logger:     logger,
-		Registerer: reg,
-	})
+	var st *sink.Store
+	// Like the migrations, registering the index survives a backend
+	// terminated under it (issue 10); a registry can take the metrics once.
+	for wait, start := 200*time.Millisecond, time.Now(); ; wait = min(wait*2, 5*time.Second) {
+		st, err = sink.New(ctx, pool, sink.Config{
+			Schema:     cfg.Postgres.Schema,
+			Index:      cfg.Index,
+			Model:      emb.Model(),
+			Dimensions: emb.Dimensions(),
+			Logger:     logger,
+			Registerer: reg,
+		})
+		if err == nil || !migrations.Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
+			break
+		}
+		logger.WarnContext(ctx, "opening the index was interrupted by a lost connection; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		pool.Close()
 		return nil, err
