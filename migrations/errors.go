@@ -2,6 +2,8 @@ package migrations
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"io"
 	"net"
@@ -41,5 +43,8 @@ func Interrupted(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		// goose talks through database/sql, which reports a connection the
+		// server closed under it as these.
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
