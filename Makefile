@@ -6,7 +6,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 20m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -18,7 +18,8 @@ services: ## make sure Postgres (with pgvector, wal_level=logical) and Redis are
 	@bash scripts/services.sh
 
 test: services ## set up services and run every test (with -race)
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) build -race -o bin/ragsync-race ./cmd/ragsync
+	E2E_RAGSYNC_BIN=$(CURDIR)/bin/ragsync-race $(GO) test $(TEST_FLAGS) $(PKGS)
 
 test-short: ## run the tests that need no Postgres, Redis or Kafka
 	$(GO) test -short $(PKGS)
@@ -26,7 +27,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-throughput bench-bulk bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, write throughput, bulk load, slot vs Kafka, monitor cost, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, slot vs Kafka, monitor cost, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -41,6 +42,9 @@ bench-frontdoor: services ## issue 5: front-door hit/miss vs direct pgvector, p5
 # by default a hash-chosen 30% of its documents replay, each with its whole
 # history. BENCH_INCREMENTAL_A_SAMPLE=1 runs it in full.
 BENCH_INCREMENTAL_A_SAMPLE ?= 0.3
+bench-largedoc: services ## issue 10: peak heap applying one large document, sliced+cached vs whole (baseline) vs over max_document_bytes
+	$(GO) test -run '^$$' -bench LargeDocument -benchtime 1x -count 3 ./pipeline
+
 bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, recall@5, convergence on ../shared/data edits-C and edits-A
 	@rc=0; \
 	$(GO) run ./bench/incremental -sets edits-C $(BENCH_INCREMENTAL_FLAGS) || rc=1; \

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,6 +32,12 @@ const versionTable = "goose_db_version"
 // them take turns, and the later ones find nothing to do. Up does not change
 // pool's settings; it runs the migrations over a short-lived copy of pool's
 // configuration whose search_path is "schema, public". A nil logger discards.
+//
+// A run interrupted by a lost connection (backend terminated, server
+// restarting, connection reset) is tried again for up to upRetryFor, with a
+// doubling wait capped at upMaxWait: each migration file is one
+// transaction, so a retry picks up where the interrupted run stopped
+// (issue 10: serve used to exit).
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	_, err := Apply(ctx, pool, schema, logger)
 	return err
@@ -42,6 +49,31 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	wait, start, total := upRetryWait, time.Now(), 0
+	for attempt := 1; ; attempt++ {
+		n, err := up(ctx, pool, schema, logger)
+		total += n
+		if err == nil || time.Since(start) > upRetryFor || !Interrupted(err) || ctx.Err() != nil {
+			return total, err
+		}
+		logger.WarnContext(ctx, "migration interrupted by a lost connection; retrying",
+			"schema", schema, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return total, err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, upMaxWait)
+	}
+}
+
+const (
+	upRetryFor  = 2 * time.Minute
+	upRetryWait = 200 * time.Millisecond
+	upMaxWait   = 5 * time.Second
+)
+
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) (int, error) {
 	p, closeFn, err := newProvider(ctx, pool, schema)
 	if err != nil {
 		return 0, err

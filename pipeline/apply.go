@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -22,6 +23,12 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		p.count(op, "skipped")
 		return nil
 	case cdc.OpTruncate:
+		if _, ok := p.table(ch.Table); !ok {
+			// Not ours: applying it would delete nothing, yet leave a
+			// fence row for a table the index does not hold.
+			p.count(op, "unmatched_table")
+			return nil
+		}
 		n, err := p.st.Sink.Truncate(ctx, ch.Table, ch.Version, ch.SourceTS)
 		if err != nil {
 			return fmt.Errorf("truncate %s: %w", ch.Table, err)
@@ -30,6 +37,12 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		p.stats.add("documents_deleted", n)
 		return nil
 	case cdc.OpDelete:
+		if _, ok := p.table(ch.Table); !ok {
+			// Not ours: a delete would leave a tombstone row for a
+			// document the index never held.
+			p.count(op, "unmatched_table")
+			return nil
+		}
 		start := time.Now()
 		sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
 		out, err := p.st.Sink.Delete(sctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
@@ -69,10 +82,28 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		return nil
 	}
 	row := p.mergeUnavailable(ch, stored, found)
+	if stripped, n := stripNUL(row); n > 0 {
+		// Postgres text and jsonb cannot hold U+0000: every retry would
+		// fail the same way (SQLSTATE 22021/22P05). The row is stored and
+		// embedded without it; see README "How changes are applied".
+		row = stripped.(map[string]any)
+		p.stats.add("nul_stripped", 1)
+		p.metrics.nulStripped.Inc()
+	}
+	if err := p.checkTemplate(ctx, tbl, ch.Table, row); err != nil {
+		return err
+	}
 	text := tbl.render(row)
+	if len(text) > p.cfg.MaxDocumentBytes {
+		p.metrics.tooLarge.Inc()
+		return permanent(fmt.Errorf("document %s: its text is %d bytes, over pipeline.max_document_bytes (%d): "+
+			"dead-lettered so it cannot exhaust memory or hold other documents back; raise the limit and replay it with `ragsync dlq replay` to index it",
+			id, len(text), p.cfg.MaxDocumentBytes))
+	}
 	_, span := tracer().Start(ctx, "ragsync.chunk")
 	chunks := p.st.Splitter.Split(text)
 	span.End()
+	text = "" // the chunks hold the text from here on
 
 	doc := sink.Document{
 		ID:       id,
@@ -172,7 +203,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 			hashes = append(hashes, c.Hash)
 		}
 	}
-	known, err := p.st.Sink.Vectors(ctx, hashes)
+	known, err := p.cachedHashes(ctx, hashes)
 	if err != nil {
 		return savedChunks{}, err
 	}
@@ -207,21 +238,46 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 	if len(texts) == 0 {
 		return saved, nil
 	}
-	var vecs [][]float32
-	if ce, ok := p.st.Embedder.(CountingEmbedder); ok {
-		vecs, err = ce.EmbedCounted(ctx, texts, tokens)
-	} else {
-		vecs, err = p.st.Embedder.Embed(ctx, texts)
+	hashOf := make([]string, len(texts))
+	for h, n := range index {
+		hashOf[n] = h
 	}
-	if err != nil {
-		return savedChunks{}, err
+	// Embed in slices of EmbedSliceChunks. With a cache stage each slice's
+	// vectors go to the embedding cache at once and are dropped here: the
+	// vectors held stay bounded whatever the document's size, and a
+	// failure or restart later re-embeds nothing already paid for (the
+	// sink takes cached vectors by hash). Without one they stay on the
+	// chunks, as before.
+	ce, counting := p.st.Embedder.(CountingEmbedder)
+	vecs := make([][]float32, len(texts))
+	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
+		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
+		var got [][]float32
+		if counting {
+			got, err = ce.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
+		} else {
+			got, err = p.st.Embedder.Embed(ctx, texts[lo:hi])
+		}
+		if err != nil {
+			return savedChunks{}, err
+		}
+		if len(got) != hi-lo {
+			return savedChunks{}, fmt.Errorf("embedder returned %d vectors for %d texts", len(got), hi-lo)
+		}
+		// Counted here, not after the write: the API call was paid either way.
+		p.stats.add("chunks_embedded", hi-lo)
+		p.metrics.chunks.WithLabelValues("embedded").Add(float64(hi - lo))
+		if p.st.Cache != nil {
+			if err := p.st.Cache.CacheVectors(ctx, hashOf[lo:hi], texts[lo:hi], got); err != nil {
+				return savedChunks{}, err
+			}
+			continue
+		}
+		copy(vecs[lo:hi], got)
 	}
-	if len(vecs) != len(texts) {
-		return savedChunks{}, fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
+	if p.st.Cache != nil {
+		return saved, nil
 	}
-	// Counted here, not after the write: the API call was paid either way.
-	p.stats.add("chunks_embedded", len(texts))
-	p.metrics.chunks.WithLabelValues("embedded").Add(float64(len(texts)))
 	for i := range chunks {
 		if n, ok := index[chunks[i].Hash]; ok {
 			chunks[i].Vector = vecs[n]
@@ -233,6 +289,113 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 // savedChunks counts a document's distinct chunks that needed no API call:
 // cached (content hash embedded before) and reused (near-duplicate).
 type savedChunks struct{ cached, reused int }
+
+// checkTemplate counts a row that lacks columns its table's template names,
+// warning once per table with the missing names. A row with none of them
+// would render to the template's bare text (a lone "#"), so it is refused
+// as permanent: dead-lettered with the reason, and past the dead-letter
+// guard's limit the pipeline stops, which is what a template that matches
+// nothing deserves.
+func (p *Pipeline) checkTemplate(ctx context.Context, tbl TableConfig, table string, row map[string]any) error {
+	cols := tbl.templateColumns()
+	var missing []string
+	for _, c := range cols {
+		if _, ok := row[c]; !ok && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	p.stats.add("template_missing_columns", 1)
+	p.metrics.missingColumns.WithLabelValues(table).Inc()
+	if _, seen := p.warned.LoadOrStore(table, true); !seen {
+		p.log.WarnContext(ctx, "rows lack columns the tables[].text template names; they render as empty",
+			"table", table, "missing_columns", missing, "template", tbl.Text,
+			"fix", "name the row's columns in tables[].text (see `ragsync inspect`), or include them in the connector's column list")
+	}
+	distinct := 0
+	for i, c := range cols {
+		if !slices.Contains(cols[:i], c) {
+			distinct++
+		}
+	}
+	if len(missing) == distinct {
+		return permanent(fmt.Errorf("table %s: the row has none of the columns tables[].text names (%v): nothing to index; fix the template", table, missing))
+	}
+	return nil
+}
+
+// stripNUL returns v without U+0000 in any string or map key, and how many
+// strings it changed.
+func stripNUL(v any) (any, int) {
+	switch v := v.(type) {
+	case string:
+		if strings.IndexByte(v, 0) < 0 {
+			return v, 0
+		}
+		return strings.ReplaceAll(v, "\x00", ""), 1
+	case map[string]any:
+		n := 0
+		var out map[string]any
+		for k, e := range v {
+			e2, m := stripNUL(e)
+			k2 := k
+			if strings.IndexByte(k, 0) >= 0 {
+				k2, m = strings.ReplaceAll(k, "\x00", ""), m+1
+			}
+			if m > 0 && out == nil {
+				out = make(map[string]any, len(v))
+				for k0, e0 := range v {
+					out[k0] = e0
+				}
+			}
+			if out != nil {
+				if k2 != k {
+					delete(out, k)
+				}
+				out[k2] = e2
+			}
+			n += m
+		}
+		if out == nil {
+			return v, 0
+		}
+		return out, n
+	case []any:
+		n := 0
+		var out []any
+		for i, e := range v {
+			e2, m := stripNUL(e)
+			if m > 0 && out == nil {
+				out = slices.Clone(v)
+			}
+			if out != nil {
+				out[i] = e2
+			}
+			n += m
+		}
+		if out == nil {
+			return v, 0
+		}
+		return out, n
+	}
+	return v, 0
+}
+
+// cachedHashes returns the hashes that have a stored vector. With a cache
+// stage it does not read the vectors: a large document's would not fit.
+func (p *Pipeline) cachedHashes(ctx context.Context, hashes []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(hashes))
+	if p.st.Cache != nil {
+		return p.st.Cache.Cached(ctx, hashes)
+	}
+	vecs, err := p.st.Sink.Vectors(ctx, hashes)
+	for h := range vecs {
+		out[h] = true
+	}
+	return out, err
+}
 
 func (p *Pipeline) table(name string) (TableConfig, bool) {
 	if len(p.cfg.Tables) == 0 {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,7 +15,8 @@ import (
 // TableConfig says how the rows of one source table become documents.
 type TableConfig struct {
 	// Match is the Debezium source "schema.table" (MongoDB "db.collection"),
-	// or "*" for any table.
+	// or a path.Match pattern: "public.*", "*" for any table. An exact
+	// match wins over a pattern.
 	Match string
 	// Text is a template over the row's columns, "{{column}}" for each value,
 	// e.g. "# {{title}}\n\n{{body}}". Defaults to every text column, sorted by
@@ -43,10 +45,27 @@ func (t TableConfig) templateColumns() []string {
 // render builds the document text from a row.
 func (t TableConfig) render(row map[string]any) string {
 	if t.Text != "" {
-		return placeholder.ReplaceAllStringFunc(t.Text, func(s string) string {
-			col := placeholder.FindStringSubmatch(s)[1]
-			return textOf(row[col])
-		})
+		// Line by line: a template line whose columns are all missing or
+		// empty is left out, so a row without a title indexes no bare "#"
+		// (or "Title:") chunk.
+		lines := strings.Split(t.Text, "\n")
+		out := lines[:0:0]
+		for _, line := range lines {
+			filled, holes := false, false
+			r := placeholder.ReplaceAllStringFunc(line, func(s string) string {
+				holes = true
+				v := textOf(row[placeholder.FindStringSubmatch(s)[1]])
+				if strings.TrimSpace(v) != "" {
+					filled = true
+				}
+				return v
+			})
+			if holes && !filled {
+				continue
+			}
+			out = append(out, r)
+		}
+		return strings.Join(out, "\n")
 	}
 	var cols []string
 	for c, v := range row {
@@ -107,10 +126,17 @@ func textOf(v any) string {
 	}
 }
 
-// tableFor returns the first table config matching a change's table.
+// tableFor returns the table config for a change's table: the first whose
+// Match equals it, else the first whose Match is a path.Match pattern
+// matching it ("public.*", "*"), as the decoder picks id columns.
 func tableFor(tables []TableConfig, table string) (TableConfig, bool) {
 	for _, t := range tables {
-		if t.Match == table || t.Match == "*" {
+		if t.Match == table {
+			return t, true
+		}
+	}
+	for _, t := range tables {
+		if ok, _ := path.Match(t.Match, table); ok {
 			return t, true
 		}
 	}

@@ -11,11 +11,17 @@ type metrics struct {
 	retries   *prometheus.CounterVec // stage, cause
 	batchSecs prometheus.Histogram   // batch processing duration
 	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
+	// missingColumns counts rows lacking template columns, by table.
+	missingColumns *prometheus.CounterVec
+	nulStripped    prometheus.Counter // rows stored and embedded without their NUL characters
+	tooLarge       prometheus.Counter // documents over max_document_bytes, dead-lettered
 }
 
 // newMetrics registers the pipeline's metrics; inFlight reports the age of
 // the batch in flight for ragsync_pipeline_batch_in_flight_seconds.
-func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
+// and dlqRatio the dead-letter guard's window share for
+// ragsync_pipeline_dead_letter_ratio.
+func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *metrics {
 	m := &metrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_changes_total",
@@ -48,8 +54,24 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		Name: "ragsync_pipeline_batch_in_flight_seconds",
 		Help: "Age of the batch being applied, 0 when idle; a value that keeps growing is a stall (see /readyz).",
 	}, inFlight)
+	m.missingColumns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ragsync_pipeline_template_missing_columns_total",
+		Help: "Rows lacking a column their table's tables[].text template names, by table (warned once per table).",
+	}, []string{"table"})
+	m.nulStripped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ragsync_pipeline_nul_stripped_total",
+		Help: "Rows whose NUL (U+0000) characters were removed: Postgres text and jsonb cannot hold them.",
+	})
+	m.tooLarge = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ragsync_pipeline_documents_too_large_total",
+		Help: "Documents whose text is over pipeline.max_document_bytes, dead-lettered.",
+	})
+	dlqShare := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ragsync_pipeline_dead_letter_ratio",
+		Help: "Share of the last pipeline.dead_letter_window messages that were dead-lettered; past pipeline.dead_letter_max_ratio the pipeline stops.",
+	}, dlqRatio)
 	if reg != nil {
-		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge)
+		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,26 @@ type Config struct {
 	// StageDeadLetters, StageSource), the settings to check, e.g.
 	// "embedder.base_url"; the stall summary prints it. Nil prints none.
 	Settings map[string]string
+	// DeadLetterWindow is how many of the latest messages the dead-letter
+	// guard looks at. Defaults to 100.
+	DeadLetterWindow int
+	// DeadLetterMaxRatio is the share of DeadLetterWindow that may be
+	// dead-lettered: one more and the pipeline stops (without committing
+	// the batch) and Healthy reports false, because an error that hits
+	// every message must not drain the topic into the dead-letter
+	// destination. 1 never stops. Defaults to 0.5.
+	DeadLetterMaxRatio float64
+	// MaxDocumentBytes bounds the text of one document (after its
+	// template): a larger one is dead-lettered with the reason, so that
+	// one huge row can neither exhaust memory nor hold every other
+	// document behind it. Defaults to 8 MiB.
+	MaxDocumentBytes int
+	// EmbedSliceChunks is how many chunks of one document are embedded
+	// and written to the embedding cache at a time: memory for vectors in
+	// flight stays bounded by it whatever the document's size, and a
+	// restart after a failure re-embeds nothing already cached. Defaults
+	// to 256.
+	EmbedSliceChunks int
 	// Logger receives start/stop summaries and actionable warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -73,10 +94,40 @@ func (c Config) withDefaults() Config {
 	if c.StallLogInterval <= 0 {
 		c.StallLogInterval = 30 * time.Second
 	}
+	if c.DeadLetterWindow <= 0 {
+		c.DeadLetterWindow = 100
+	}
+	if c.DeadLetterMaxRatio <= 0 {
+		c.DeadLetterMaxRatio = 0.5
+	}
+	if c.MaxDocumentBytes <= 0 {
+		c.MaxDocumentBytes = 8 << 20
+	}
+	if c.EmbedSliceChunks <= 0 {
+		c.EmbedSliceChunks = 256
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// Validate reports every setting out of range, naming its YAML path.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DeadLetterWindow < 0 {
+		errs = append(errs, errors.New("pipeline.dead_letter_window: must be >= 0 (0 means the default, 100)"))
+	}
+	if c.DeadLetterMaxRatio < 0 || c.DeadLetterMaxRatio > 1 {
+		errs = append(errs, fmt.Errorf("pipeline.dead_letter_max_ratio: %g must be between 0 and 1 (0 means the default, 0.5; 1 never stops)", c.DeadLetterMaxRatio))
+	}
+	if c.MaxDocumentBytes < 0 {
+		errs = append(errs, errors.New("pipeline.max_document_bytes: must be >= 0 (0 means the default, 8388608)"))
+	}
+	if c.EmbedSliceChunks < 0 {
+		errs = append(errs, errors.New("pipeline.embed_slice_chunks: must be >= 0 (0 means the default, 256)"))
+	}
+	return errors.Join(errs...)
 }
 
 // Stages are the pipeline's collaborators. DeadLetters may be nil, in which
@@ -88,6 +139,11 @@ type Stages struct {
 	Embedder    Embedder
 	Sink        Sink
 	DeadLetters DeadLetters
+	// Cache, when set, receives each slice of new vectors as it is
+	// embedded (see Config.EmbedSliceChunks); chunks then reach the Sink
+	// without vectors, which it takes from the same cache. Nil keeps the
+	// vectors on the chunks.
+	Cache VectorCache
 	// Transient reports whether an error is worth retrying without limit
 	// (a dependency that will come back). Nil treats no error as transient.
 	Transient func(error) bool
@@ -114,10 +170,17 @@ type Pipeline struct {
 	// failing is the batch's latest retried failure, for the stall summary.
 	failing failureNote
 	now     func() time.Time
+	guard   *dlqGuard
+	// warned remembers the tables already warned about (template columns
+	// missing from their rows), so each is warned once.
+	warned sync.Map
 }
 
 // New checks that every stage is present and builds a pipeline.
 func New(cfg Config, st Stages) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	var errs []error
 	if st.Source == nil {
@@ -150,18 +213,23 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 		log:   cfg.Logger.With("stage", "pipeline"),
 		stats: newStats(),
 		now:   time.Now,
+		guard: newDLQGuard(cfg.DeadLetterWindow, cfg.DeadLetterMaxRatio),
 	}
-	p.metrics = newMetrics(cfg.Registerer, p.inFlightSeconds)
+	p.metrics = newMetrics(cfg.Registerer, p.inFlightSeconds, p.guard.ratio)
 	return p, nil
 }
 
 // Healthy reports false when a batch has been in flight for longer than
 // Config.StallAfter and needed retries meanwhile: the pipeline is stuck
 // behind a dependency (provider or Postgres down, dead-letter topic
-// unwritable) and has stopped fetching. serve's /readyz should fail then so
-// the orchestrator notices; a batch that is slow without failing is not a
-// stall. Safe for concurrent use.
+// unwritable) and has stopped fetching. It also reports false once the
+// dead-letter guard tripped (see Config.DeadLetterMaxRatio). serve's
+// /readyz should fail then so the orchestrator notices; a batch that is
+// slow without failing is not a stall. Safe for concurrent use.
 func (p *Pipeline) Healthy() bool {
+	if p.guard.Err() != nil {
+		return false
+	}
 	return !(p.inFlightSeconds() > p.cfg.StallAfter.Seconds() && p.batchRetries.Load() > 0)
 }
 
@@ -244,10 +312,12 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 		case errors.As(err, &skip):
 			p.stats.add("skipped_"+skip.Reason, 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
+			p.guard.ok()
 			continue
 		case errors.Is(err, cdc.ErrSkip):
 			p.stats.add("skipped", 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
+			p.guard.ok()
 			continue
 		case err != nil:
 			if err := p.deadLetter(dctx, m, err); err != nil {
@@ -308,14 +378,21 @@ func (p *Pipeline) applyOne(ctx context.Context, it item) error {
 	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
 	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
 	endSpan(span, err)
-	if err == nil || ctx.Err() != nil {
+	if err == nil {
+		p.guard.ok()
+		return nil
+	}
+	if ctx.Err() != nil {
 		return err
 	}
 	if p.st.Fatal(err) {
 		return fmt.Errorf("stop at %s/%d@%d: %w", it.msg.Topic, it.msg.Partition, it.msg.Offset, err)
 	}
+	if err := p.deadLetter(ctx, it.msg, err); err != nil {
+		return err
+	}
 	p.metrics.changes.WithLabelValues(string(it.change.Op), "dead_lettered").Inc()
-	return p.deadLetter(ctx, it.msg, err)
+	return nil
 }
 
 // retry runs fn until it succeeds, fails permanently, fails with an
@@ -331,6 +408,10 @@ func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) err
 		}
 		var perm interface{ Permanent() bool }
 		if errors.As(err, &perm) && perm.Permanent() {
+			return err
+		}
+		if p.st.Fatal(err) {
+			// Every message would hit it: no point waiting.
 			return err
 		}
 		transient := p.st.Transient(err)
@@ -359,6 +440,9 @@ func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) err
 }
 
 func (p *Pipeline) deadLetter(ctx context.Context, m cdc.Message, cause error) error {
+	if err := p.guard.deadLetter(cause); err != nil {
+		return fmt.Errorf("stop at %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+	}
 	p.stats.add("dead_lettered", 1)
 	if p.st.DeadLetters == nil {
 		return fmt.Errorf("no dead-letter destination for %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, cause)

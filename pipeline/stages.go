@@ -55,3 +55,13 @@ type Sink interface {
 type DeadLetters interface {
 	Put(ctx context.Context, m cdc.Message, cause error) error
 }
+
+// VectorCache keeps embeddings by content hash. The pipeline writes each
+// slice of a document's new vectors to it as soon as they are computed, so
+// a large document holds few vectors at a time and a failure after
+// embedding pays nothing twice; the sink then takes them from the cache.
+// Cached tells which hashes have a cached vector without reading them.
+type VectorCache interface {
+	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
+	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
+}

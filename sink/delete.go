@@ -30,7 +30,7 @@ func (s *Store) Delete(ctx context.Context, table, key string, v cdc.Version, ts
 		return err
 	})
 	if err != nil {
-		return Outcome{}, fmt.Errorf("delete %s: %w", id, err)
+		return Outcome{}, fmt.Errorf("delete %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	return out, nil
 }
@@ -159,7 +159,7 @@ func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts ti
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("truncate %s: %w", table, err)
+		return 0, fmt.Errorf("truncate %s: %w", table, classify(err, s.cfg.Schema))
 	}
 	return n, nil
 }

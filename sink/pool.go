@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgxvector "github.com/pgvector/pgvector-go/pgx"
 
+	"github.com/ragsync/ragsync/internal/redact"
 	"github.com/ragsync/ragsync/migrations"
 )
 
@@ -24,6 +24,12 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	safe := redactURL(url)
 	if err := migrations.ValidSchema(schema); err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+	}
+	if strings.Contains(url, "://") && strings.Contains(redact.Password(url), "@") {
+		// pgx splits the user info at the first '@', takes the rest of the
+		// password for the host and quotes it in its DNS error: refuse
+		// before connecting.
+		return nil, fmt.Errorf("open postgres %s: the password contains a raw '@' (check postgres.url: percent-encode it as %%40)", safe)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -71,26 +77,14 @@ func connectError(safe, database string, err error) error {
 	return fmt.Errorf("connect postgres %s: %w (is Postgres running? run `make services` or fix postgres.url)", safe, err)
 }
 
-var (
-	passwordRE = regexp.MustCompile(`(?i)(password=)('[^']*'|[^\s&]*)`)
-	// userinfoRE catches URLs net/url refuses to parse (bad port etc.).
-	userinfoRE = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
-)
-
 // redactURL hides the password of a URL or keyword/value connection string.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		s = u.Redacted()
-	}
-	s = userinfoRE.ReplaceAllString(s, "${1}xxxxx@")
-	return passwordRE.ReplaceAllString(s, "${1}xxxxx")
-}
+func redactURL(s string) string { return redact.String(s) }
 
 // hintMigrate adds the fix to "relation/schema does not exist", which means
 // the schema was never migrated.
 func hintMigrate(err error, schema string) error {
 	if isCode(err, "42P01") || isCode(err, "3F000") {
-		return fmt.Errorf("%w (schema %s is not migrated: run `ragsync migrate`)", err, schema)
+		return classify(err, schema)
 	}
 	return err
 }

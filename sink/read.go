@@ -56,11 +56,11 @@ func (s *Store) Vectors(ctx context.Context, hashes []string) (map[string][]floa
 	}
 	m, err := s.vectors(ctx, s.pool, hashes)
 	if err != nil {
-		return nil, fmt.Errorf("read vectors of %d hashes: %w", len(hashes), hintMigrate(err, s.cfg.Schema))
+		return nil, fmt.Errorf("read vectors of %d hashes: %w", len(hashes), classify(err, s.cfg.Schema))
 	}
 	if len(m) > 0 {
 		if err := s.touchCache(ctx, hashes); err != nil {
-			return nil, fmt.Errorf("mark %d cached vectors used: %w", len(m), err)
+			return nil, fmt.Errorf("mark %d cached vectors used: %w", len(m), classify(err, s.cfg.Schema))
 		}
 	}
 	return m, nil
@@ -137,7 +137,7 @@ func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, 
 		return StoredDocument{}, false, nil
 	}
 	if err != nil {
-		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, hintMigrate(err, s.cfg.Schema))
+		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	if d.Version, err = storedVersion(version, sourceTS); err != nil {
 		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, err)

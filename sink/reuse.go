@@ -42,7 +42,7 @@ func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, err
 		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position",
 		s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
 	if err != nil {
-		return nil, fmt.Errorf("read chunks of %s: %w", id, hintMigrate(err, s.cfg.Schema))
+		return nil, fmt.Errorf("read chunks of %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredChunk, error) {
 		var c StoredChunk

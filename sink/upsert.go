@@ -43,7 +43,7 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 		return err
 	})
 	if err != nil {
-		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
+		return Outcome{}, fmt.Errorf("upsert %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	if out.edited {
 		// After commit, so a retried transaction counts once.
@@ -212,34 +212,43 @@ func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document)
 	return out, br.Close()
 }
 
-// fillVectors takes the vectors of chunks that came without one from the
-// embedding cache.
+// fillVectors checks that every chunk that came without a vector has one in
+// the embedding cache, and locks those cache rows (FOR KEY SHARE) so a
+// concurrent Purge cannot remove them before commit. The vectors are not
+// read: applyPlan inserts such chunks with a join on the cache, so a large
+// document's vectors never all sit in memory at once (issue 10).
 func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) error {
 	var need []string
 	for _, c := range inserts {
-		if c.Vector == nil {
+		if c.Vector == nil && !slices.Contains(need, c.vectorKey()) {
 			need = append(need, c.vectorKey())
 		}
 	}
 	if len(need) == 0 {
 		return nil
 	}
-	known, err := s.vectors(ctx, tx, need)
+	slices.Sort(need) // lock in key order, like every cache writer
+	rows, err := tx.Query(ctx, "SELECT content_hash FROM "+s.tCache+
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) ORDER BY content_hash FOR KEY SHARE",
+		s.cfg.Model, s.cfg.Dimensions, need)
 	if err != nil {
 		return err
 	}
-	for i, c := range inserts {
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, c := range inserts {
 		if c.Vector != nil {
 			continue
 		}
-		v, ok := known[c.vectorKey()]
+		_, ok := slices.BinarySearch(have, c.vectorKey())
 		if !ok && c.VectorHash != "" && c.VectorHash != c.Hash {
 			return fmt.Errorf("chunk %d (hash %s, vector hash %s): %w", c.Position, c.Hash, c.VectorHash, ErrOriginGone)
 		}
 		if !ok {
 			return fmt.Errorf("chunk %d (hash %s, vector hash %s): %w", c.Position, c.Hash, c.vectorKey(), ErrMissingVector)
 		}
-		inserts[i].Vector = v
 	}
 	return nil
 }
@@ -262,12 +271,35 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 			" FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[]) AS u(id, position, text, tokens)"+
 			" WHERE c.id = u.id", ids, pos, texts, toks)
 	}
-	if len(p.inserts) > 0 {
-		n := len(p.inserts)
+	var given, cached []Chunk
+	for _, c := range p.inserts {
+		if c.Vector == nil {
+			cached = append(cached, c)
+		} else {
+			given = append(given, c)
+		}
+	}
+	if len(cached) > 0 {
+		// Vectors already in the cache (checked and locked by fillVectors)
+		// are copied inside Postgres.
+		n := len(cached)
+		pos, toks := make([]int32, n), make([]int32, n)
+		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
+		for i, c := range cached {
+			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
+		}
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
+			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding"+
+			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[]) AS u(position, content_hash, vector_hash, text, tokens)"+
+			" JOIN "+s.tCache+" e ON e.model = $8 AND e.dimensions = $9 AND e.content_hash = u.vector_hash",
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions)
+	}
+	if len(given) > 0 {
+		n := len(given)
 		pos, toks := make([]int32, n), make([]int32, n)
 		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
 		vecs := make([]pgvector.Vector, n)
-		for i, c := range p.inserts {
+		for i, c := range given {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
@@ -287,7 +319,7 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 			text *string
 		}
 		cache := make(map[string]entry, n)
-		for _, c := range p.inserts {
+		for _, c := range given {
 			k := c.vectorKey()
 			e := cache[k]
 			e.vec = c.Vector

@@ -14,6 +14,7 @@ import (
 // three sample queries return the expected documents first and that the edit
 // phase re-used unchanged chunks.
 func TestDemo(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
 	cmd := exec.Command("go", "run", "../examples/demo", "--ragsync", bin, "--dir", "../examples/demo",
 		"--postgres-url", pgtest.URL(), "--schema", e.schema)

@@ -40,6 +40,7 @@ var (
 func body(paras ...string) string { return strings.Join(paras, "\n\n") }
 
 func TestFileSourceEndToEnd(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
 	events := filepath.Join(e.dir, "events.jsonl")
 	updated := append([]string{}, espresso...)
@@ -91,6 +92,7 @@ func TestFileSourceEndToEnd(t *testing.T) {
 }
 
 func TestStaleChangeIsSkipped(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
 	events := filepath.Join(e.dir, "events.jsonl")
 	writeLines(t, events,
@@ -108,6 +110,7 @@ func TestStaleChangeIsSkipped(t *testing.T) {
 }
 
 func TestDeleteDisappearsFromQuery(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
 	events := filepath.Join(e.dir, "events.jsonl")
 	writeLines(t, events, article{op: "c", id: 9, lsn: 10, title: "Espresso", body: body(espresso...)}.line())
@@ -127,6 +130,7 @@ func TestDeleteDisappearsFromQuery(t *testing.T) {
 }
 
 func TestKafkaSourceEndToEnd(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	if testing.Short() {
 		t.Skip("needs Postgres")
 	}
@@ -210,6 +214,7 @@ func TestKafkaSourceEndToEnd(t *testing.T) {
 }
 
 func TestInvalidConfigNamesTheField(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "source:\n  kind: carrier-pigeon\n")
 	out, err := e.run(true, "serve", "--once", "--set", "chunker.max_tokens=10", "--set", "embedder.dimensions=0")
 	require.Error(t, err)
@@ -229,6 +234,7 @@ func writeConfigSource(t *testing.T, e *env, source string) {
 // TestServeWarnsWhenAutovacuumSkips: a table autovacuum skips fills with
 // dead chunk rows, so serve says which and how to fix it, and carries on.
 func TestServeWarnsWhenAutovacuumSkips(t *testing.T) {
+	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
 	events := filepath.Join(e.dir, "events.jsonl")
 	writeLines(t, events, article{op: "c", id: 1, lsn: 100, title: "Glaciers", body: body(glacier...)}.line())

@@ -173,7 +173,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	p, err := newPipeline(cfg, source, nil, emb, snk, prometheus.NewRegistry(), logger)
+	// No vector cache stage either: the bulk sink and the dry run take
+	// vectors on the chunks.
+	p, err := newPipeline(cfg, source, nil, emb, snk, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}

@@ -100,6 +100,8 @@ type PipelineConfig struct {
 	// StallLogInterval is how often a stall is summarised in the log
 	// (what fails, since when, the setting to check). Defaults to 30s.
 	StallLogInterval time.Duration `yaml:"stall_log_interval"`
+	// Dead-letter guard and document size bounds (config_pipeline.go).
+	PipelineLimits `yaml:",inline"`
 }
 
 // FrontDoorConfig is the Redis Stream query front door: enabled, plus every
@@ -386,6 +388,9 @@ func (c Config) validate(needSource bool) error {
 	}
 	if c.Pipeline.StallLogInterval < 0 {
 		add("pipeline.stall_log_interval: must be >= 0 (0 means the default, 30s)")
+	}
+	if err := c.pipelineConfig(nil, nil).Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

@@ -41,30 +41,28 @@ database; tables[].id from --config decide document keys.`,
 				defer f.Close()
 				in = f
 			}
-			raw, err := io.ReadAll(in)
-			if err != nil {
-				return err
-			}
 			dec := cdc.NewDecoder(cfg.decoderConfig())
 			failed := 0
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false)
-			for i, v := range splitValues(raw) {
-				m := cdc.ParseLine(v, int64(i+1))
+			// Each message is printed as soon as it is read, so a live
+			// `kcat -C -J | ragsync inspect` shows changes as they come.
+			err = scanValues(in, inspectMaxLine, func(line int, v []byte) error {
+				m := cdc.ParseLine(v, int64(line))
 				ch, err := dec.Decode(m)
 				var skip *cdc.SkipError
 				switch {
 				case errors.As(err, &skip):
-					err = enc.Encode(map[string]any{"line": i + 1, "skip": skip.Reason})
+					return enc.Encode(map[string]any{"line": line, "skip": skip.Reason})
 				case err != nil:
 					failed++
-					err = enc.Encode(map[string]any{"line": i + 1, "error": err.Error()})
+					return enc.Encode(map[string]any{"line": line, "error": err.Error()})
 				default:
-					err = enc.Encode(ch)
+					return enc.Encode(ch)
 				}
-				if err != nil {
-					return err
-				}
+			})
+			if err != nil {
+				return err
 			}
 			if failed > 0 {
 				return fmt.Errorf("%d message(s) failed to decode", failed)
@@ -74,40 +72,77 @@ database; tables[].id from --config decide document keys.`,
 	}
 }
 
-// splitValues returns the input's messages: one per line, unless the lines
-// are not JSON each but the whole input is a stream of JSON values (pretty-
-// printed messages, as Debezium's docs show them).
-func splitValues(raw []byte) [][]byte {
-	var lines [][]byte
-	allJSON := true
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+// inspectMaxLine bounds one input line (and one pretty-printed value).
+var inspectMaxLine = 64 << 20
+
+// scanValues calls fn with each message of r as soon as it is complete, with
+// the number of the line it starts on. A message is one line holding a JSON
+// value, or — as Debezium's docs show them — a pretty-printed value over
+// several lines: a line that is not JSON alone and starts with '{' or '['
+// opens one, continued until the lines read so far form a value. A line
+// that is JSON on its own and starts in column 0 closes an unfinished value
+// (reported as a bad message), so one broken line never swallows the rest.
+// Read errors, including a line longer than maxLine, are returned with the
+// line number.
+func scanValues(r io.Reader, maxLine int, fn func(line int, v []byte) error) error {
+	sc := bufio.NewScanner(r)
+	// The limit is the larger of maxLine and the first buffer's capacity.
+	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
+	var pending []byte
+	start, n := 0, 0
+	flushPending := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		v := bytes.TrimSpace(pending)
+		pending = pending[:0]
+		return fn(start, v)
+	}
 	for sc.Scan() {
-		l := bytes.TrimSpace(sc.Bytes())
+		n++
+		raw := sc.Bytes()
+		l := bytes.TrimSpace(raw)
 		if len(l) == 0 {
 			continue
 		}
-		if !json.Valid(l) {
-			allJSON = false
-		}
-		lines = append(lines, append([]byte(nil), l...))
-	}
-	if allJSON {
-		return lines
-	}
-	var values [][]byte
-	d := json.NewDecoder(bytes.NewReader(raw))
-	for {
-		var v json.RawMessage
-		if err := d.Decode(&v); err != nil {
-			if errors.Is(err, io.EOF) {
-				return values
+		alone := json.Valid(l)
+		if len(pending) > 0 {
+			if alone && len(raw) > 0 && raw[0] != ' ' && raw[0] != '\t' {
+				if err := flushPending(); err != nil {
+					return err
+				}
+			} else {
+				if len(pending)+len(raw) > maxLine {
+					return fmt.Errorf("read line %d: a value starting there is longer than %d bytes", start, maxLine)
+				}
+				pending = append(append(pending, '\n'), raw...)
+				if json.Valid(pending) {
+					var buf bytes.Buffer
+					if err := json.Compact(&buf, pending); err != nil {
+						return err
+					}
+					pending = pending[:0]
+					if err := fn(start, buf.Bytes()); err != nil {
+						return err
+					}
+				}
+				continue
 			}
-			return lines // not a value stream either: report per line
 		}
-		var buf bytes.Buffer
-		if json.Compact(&buf, v) == nil {
-			values = append(values, buf.Bytes())
+		if !alone && (l[0] == '{' || l[0] == '[') {
+			start = n
+			pending = append(pending[:0], raw...)
+			continue
+		}
+		if err := fn(n, l); err != nil {
+			return err
 		}
 	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("read line %d: longer than %d bytes (one message a line is expected)", n+1, maxLine)
+		}
+		return fmt.Errorf("read line %d: %w", n+1, err)
+	}
+	return flushPending()
 }

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -68,4 +72,81 @@ func TestQueryRejectsBadArguments(t *testing.T) {
 	require.ErrorContains(t, err, "out of range")
 	_, err = runCLI(t, "", "query", "x", "--filter", "novalue")
 	require.ErrorContains(t, err, "want key=value")
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the command writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInspectStreams feeds inspect through a pipe that stays open, as
+// `kcat -C -J | ragsync inspect` does: each message must be printed before
+// the input ends.
+func TestInspectStreams(t *testing.T) {
+	pr, pw := io.Pipe()
+	var out syncBuffer
+	cmd := newRootCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetIn(pr)
+	cmd.SetArgs([]string{"inspect"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+
+	msg := func(id, lsn int) string {
+		return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":"c","after":{"id":%d,"body":"hi"},"source":{"connector":"postgresql","schema":"public","table":"t","lsn":%d}}}`+"\n", id, id, lsn)
+	}
+	for i := 1; i <= 2; i++ {
+		_, err := io.WriteString(pw, msg(i, 40+i))
+		require.NoError(t, err)
+		want := fmt.Sprintf(`"doc_key":"%d"`, i)
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), want) }, 10*time.Second, 10*time.Millisecond,
+			"message %d printed while the input is still open; output so far: %q", i, out.String())
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("inspect returned before its input ended: %v", err)
+	default:
+	}
+	require.NoError(t, pw.Close())
+	require.NoError(t, <-done)
+}
+
+func TestInspectReportsReadErrors(t *testing.T) {
+	old := inspectMaxLine
+	inspectMaxLine = 1 << 10
+	t.Cleanup(func() { inspectMaxLine = old })
+	good := `{"key":{"id":1},"value":{"op":"c","after":{"id":1,"body":"hi"},"source":{"connector":"postgresql","schema":"public","table":"t","lsn":42}}}`
+	in := good + "\n" + `{"op":"c","after":{"body":"` + strings.Repeat("x", 2<<10) + `"}}` + "\n" + good + "\n"
+	out, err := runCLI(t, in, "inspect")
+	require.ErrorContains(t, err, "read line 2: longer than 1024 bytes")
+	require.Contains(t, out, `"doc_key":"1"`, "the message before the long line was printed")
+	require.Contains(t, out, "Error: read line 2")
+}
+
+// TestInspectBrokenLineDoesNotSwallowTheRest: a truncated message that
+// starts like a pretty-printed value is reported, and the next message is
+// still decoded.
+func TestInspectBrokenLineDoesNotSwallowTheRest(t *testing.T) {
+	good := `{"key":{"id":2},"value":{"op":"c","after":{"id":2,"body":"hi"},"source":{"connector":"postgresql","schema":"public","table":"t","lsn":43}}}`
+	out, err := runCLI(t, `{"op":"c","after":{"id":9001,`+"\n"+good+"\n", "inspect")
+	require.ErrorContains(t, err, "1 message(s) failed to decode")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.GreaterOrEqual(t, len(lines), 2)
+	require.Contains(t, lines[0], `"line":1`)
+	require.Contains(t, lines[0], `"error"`)
+	require.Contains(t, lines[1], `"doc_key":"2"`)
 }

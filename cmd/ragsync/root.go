@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -22,10 +24,13 @@ type globals struct {
 	index       string
 	// warn receives configuration warnings (the command's stderr).
 	warn io.Writer
+	// red masks secrets in everything written to stderr (errors, logs);
+	// load teaches it the configured secrets.
+	red *redact.Redactor
 }
 
 func newRootCmd() *cobra.Command {
-	g := &globals{}
+	g := &globals{red: redact.New()}
 	root := &cobra.Command{
 		Use:   "ragsync",
 		Short: "Keep a pgvector index in sync with a document database from Debezium change events",
@@ -36,7 +41,11 @@ the result to Postgres/pgvector in one transaction per document.
 Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
 		SilenceUsage: true,
+		// Errors and logs go through the redactor: a library error may quote
+		// a URL or DSN with its password (issue 10).
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			root := cmd.Root()
+			root.SetErr(g.red.Writer(root.ErrOrStderr()))
 			g.warn = cmd.ErrOrStderr()
 		},
 	}
@@ -75,6 +84,7 @@ func (g *globals) load() (Config, error) {
 		sets = append(sets, "index="+g.index)
 	}
 	cfg, err := loadConfig(g.configPath, sets)
+	g.red.Add(cfg.secrets()...)
 	if err == nil && g.warn != nil {
 		for _, w := range cfg.warnings() {
 			fmt.Fprintln(g.warn, "warning:", w)

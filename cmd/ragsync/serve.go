@@ -173,7 +173,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		return err
 	}
 	defer stopEmb()
-	p, err := newPipeline(cfg, src, dlq, pemb, snk, reg, logger)
+	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 			return
 		}
 		if !ready() {
-			http.Error(w, "pipeline stopped or stalled behind a failing dependency; see the logs", http.StatusServiceUnavailable)
+			http.Error(w, "pipeline stopped, stalled behind a failing dependency, or over its dead-letter limit (pipeline.dead_letter_max_ratio); see the logs", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ var (
 	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
 	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
 	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+	_ pipeline.VectorCache = (*sink.Store)(nil)
 )
 
 // index is what a command that reads or writes the index opens: the
@@ -63,14 +65,27 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 		pool.Close()
 		return nil, err
 	}
-	st, err := sink.New(ctx, pool, sink.Config{
-		Schema:     cfg.Postgres.Schema,
-		Index:      cfg.Index,
-		Model:      emb.Model(),
-		Dimensions: emb.Dimensions(),
-		Logger:     logger,
-		Registerer: reg,
-	})
+	var st *sink.Store
+	// Like the migrations, registering the index survives a backend
+	// terminated under it (issue 10); a registry can take the metrics once.
+	for wait, start := 200*time.Millisecond, time.Now(); ; wait = min(wait*2, 5*time.Second) {
+		st, err = sink.New(ctx, pool, sink.Config{
+			Schema:     cfg.Postgres.Schema,
+			Index:      cfg.Index,
+			Model:      emb.Model(),
+			Dimensions: emb.Dimensions(),
+			Logger:     logger,
+			Registerer: reg,
+		})
+		if err == nil || !migrations.Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
+			break
+		}
+		logger.WarnContext(ctx, "opening the index was interrupted by a lost connection; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -124,7 +139,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 }
 
 // newPipeline wires every stage.
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// cache receives each slice of a document's new vectors as they are
+// embedded (pipeline.embed_slice_chunks).
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err
@@ -136,22 +153,14 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.New(pipeline.Config{
-		Tables:     cfg.pipelineTables(),
-		Workers:    cfg.pipelineWorkers(),
-		StallAfter: cfg.Pipeline.StallAfter,
-		Settings:   stallSettings(cfg),
-		// StallLogInterval: 0 is the pipeline's default (30s).
-		StallLogInterval: cfg.Pipeline.StallLogInterval,
-		Logger:           logger,
-		Registerer:       reg,
-	}, pipeline.Stages{
+	return pipeline.New(cfg.pipelineConfig(logger, reg), pipeline.Stages{
 		Source:      src,
 		Decoder:     newDecoder(cfg),
 		Splitter:    ch,
 		Embedder:    reusing,
 		Sink:        st,
 		DeadLetters: dlq,
+		Cache:       cache,
 		Transient:   transient,
 		Fatal:       fatal,
 	})
@@ -201,6 +210,9 @@ func transient(err error) bool {
 // one by one would empty the topic into the DLQ, so the pipeline stops and
 // the error names the fix.
 func fatal(err error) bool {
+	if sink.Fatal(err) {
+		return true // lost privilege, dropped table, read-only server
+	}
 	var dim *embedder.DimensionError
 	if errors.As(err, &dim) {
 		return true

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/pipeline"
+)
+
+// PipelineLimits are the pipeline's guards (issue 10), inlined in
+// `pipeline:`. Zero means the default.
+type PipelineLimits struct {
+	// DeadLetterWindow is how many of the latest messages the dead-letter
+	// guard looks at; default 100.
+	DeadLetterWindow int `yaml:"dead_letter_window"`
+	// DeadLetterMaxRatio is the share of the window that may be
+	// dead-lettered before serve stops (and /readyz fails); default 0.5,
+	// 1 never stops.
+	DeadLetterMaxRatio float64 `yaml:"dead_letter_max_ratio"`
+	// MaxDocumentBytes bounds one document's text; a larger one is
+	// dead-lettered with the reason. Default 8388608 (8 MiB).
+	MaxDocumentBytes int `yaml:"max_document_bytes"`
+	// EmbedSliceChunks is how many chunks of a document are embedded and
+	// cached at a time; default 256.
+	EmbedSliceChunks int `yaml:"embed_slice_chunks"`
+}
+
+// pipelineConfig is the pipeline's Config from `pipeline:` and `tables:`.
+func (c Config) pipelineConfig(logger *slog.Logger, reg prometheus.Registerer) pipeline.Config {
+	return pipeline.Config{
+		Tables:     c.pipelineTables(),
+		Workers:    c.pipelineWorkers(),
+		StallAfter: c.Pipeline.StallAfter,
+		Settings:   stallSettings(c),
+		// StallLogInterval: 0 is the pipeline's default (30s).
+		StallLogInterval:   c.Pipeline.StallLogInterval,
+		DeadLetterWindow:   c.Pipeline.DeadLetterWindow,
+		DeadLetterMaxRatio: c.Pipeline.DeadLetterMaxRatio,
+		MaxDocumentBytes:   c.Pipeline.MaxDocumentBytes,
+		EmbedSliceChunks:   c.Pipeline.EmbedSliceChunks,
+		Logger:             logger,
+		Registerer:         reg,
+	}
+}
