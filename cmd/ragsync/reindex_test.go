@@ -49,6 +49,10 @@ func TestReindexAndIndexCommands(t *testing.T) {
 			if !live {
 				h = "deleted"
 			}
+			// The rebuilt document keeps its position; it arrives as a
+			// snapshot read, which sorts just before the same streamed
+			// position, so the flag is left out of the comparison.
+			v = strings.TrimSuffix(v, ";snapshot")
 			out[id] = v + " " + h
 		}
 		require.NoError(t, rows.Err())
