@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
 // readmeCommands returns the README's "Using it" commands in order, each
@@ -205,6 +209,38 @@ frontdoor:
 			_, code := run("dupes", "--min-score", "80")
 			require.Equal(t, 0, code)
 		},
+		"backfill": func(t *testing.T) {
+			// The document database: a database of the test's own holding
+			// public.articles, the table the config's tables[] names.
+			srcURL := sourceDatabase(t, e.schema+"_src", `CREATE TABLE public.articles (id int PRIMARY KEY, title text, body text, tenant text, tags text);
+				INSERT INTO public.articles VALUES
+				(10, 'Tea', 'Green tea steeps at eighty degrees for two minutes; black tea takes boiling water.', 'acme', NULL),
+				(11, 'Bread', 'A sourdough starter wants flour and water every day, and a warm kitchen.', 'acme', NULL)`)
+			out, code := run("backfill", "--source-url", srcURL, "--table", "public.articles", "--dry-run", "--progress", "none")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "dry run: 2 documents")
+			out, code = run("backfill", "--source-url", srcURL, "--table", "public.articles", "--progress", "none")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "backfill: 2 rows read")
+			out, code = run("query", "how long does green tea steep", "-k", "3", "--json")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, `"doc_id":"public.articles/10"`, "a backfilled row is searchable")
+		},
+		"reindex": func(t *testing.T) {
+			out, code := run("reindex", "--to", "articles_v2", "--dimensions", "64")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "reindex articles -> articles_v2")
+		},
+		"index": func(t *testing.T) {
+			out, code := run("index", "list")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "articles_v2")
+			out, code = run("index", "drop", "articles_v2")
+			require.Equal(t, 0, code, out)
+			out, code = run("index", "list")
+			require.Equal(t, 0, code, out)
+			require.NotContains(t, out, "articles_v2")
+		},
 		"version": func(t *testing.T) {
 			out, code := run("version")
 			require.Equal(t, 0, code)
@@ -222,4 +258,33 @@ frontdoor:
 		}
 	}
 	require.Empty(t, steps, "steps for commands the README no longer lists")
+}
+
+// sourceDatabase creates a database of the test's own (from template0, which
+// nobody connects to, so parallel runs cannot block it), runs setup in it and
+// returns its URL; the database is dropped when the test ends.
+func sourceDatabase(t *testing.T, name, setup string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), pgtest.URL())
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
+	cfg, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	u := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	src, err := pgx.Connect(ctx, u)
+	require.NoError(t, err)
+	defer src.Close(ctx)
+	_, err = src.Exec(ctx, setup)
+	require.NoError(t, err)
+	return u
 }
