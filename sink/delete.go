@@ -94,7 +94,7 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 // Versions are compared in Go with cdc.Version.Compare: across kinds the
 // order goes by commit time, which the stored text does not sort by. The
 // table's document rows are locked (as the UPDATE before issue 10 did) and
-// read once; a truncate is rare enough for that to be the right trade.
+// read once, a page at a time.
 func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
 	if table == "" || v.IsZero() {
 		return 0, fmt.Errorf("truncate %s: %w: table and version are required", table, ErrInvalidDocument)
@@ -104,59 +104,23 @@ func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts ti
 		if err := s.raiseFence(ctx, tx, table, v); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "SELECT id, version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
-			" WHERE index_name = $1 AND source_table = $2 FOR UPDATE", s.cfg.Index, table)
-		if err != nil {
-			return fmt.Errorf("lock documents: %w", err)
-		}
-		var live, dead []string
-		for rows.Next() {
-			var (
-				id, text string
-				sts      *time.Time
-				deleted  bool
-			)
-			if err := rows.Scan(&id, &text, &sts, &deleted); err != nil {
-				rows.Close()
-				return fmt.Errorf("lock documents: %w", err)
-			}
-			sv, err := storedVersion(text, sts)
+		// Pages in id order, each locked and applied before the next is
+		// read, so memory stays at one page however large the table is.
+		// Locking page by page is as safe as locking all rows at once: the
+		// fence raised above already holds back older creates, and a row a
+		// later page meets is compared with v like any other.
+		var after string
+		for {
+			page, err := s.truncatePage(ctx, tx, table, after, v, ts)
 			if err != nil {
-				rows.Close()
-				return fmt.Errorf("document %s: %w", id, err)
+				return err
 			}
-			// A live document at the truncate's own version goes too: a
-			// position-less tie is won by the later arrival, the truncate.
-			switch c := sv.Compare(v); {
-			case !deleted && c <= 0:
-				live = append(live, id)
-			case deleted && c < 0:
-				// Already deleted rows take v too, so their fence is the
-				// truncate's.
-				dead = append(dead, id)
+			n += page.deleted
+			if page.read < s.truncateRows() {
+				return nil
 			}
+			after = page.last
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock documents: %w", err)
-		}
-		if len(live) > 0 {
-			tag, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
-				" SET version = $3, source_ts = coalesce($4, source_ts), deleted_at = now(), updated_at = now()"+
-				" WHERE index_name = $1 AND id = ANY($2)",
-				s.cfg.Index, live, v.String(), nullTime(ts))
-			if err != nil {
-				return fmt.Errorf("mark deleted: %w", err)
-			}
-			n = int(tag.RowsAffected())
-		}
-		if len(dead) > 0 {
-			if _, err := tx.Exec(ctx, "UPDATE "+s.tDocs+" SET version = $3, updated_at = now()"+
-				" WHERE index_name = $1 AND id = ANY($2)", s.cfg.Index, dead, v.String()); err != nil {
-				return fmt.Errorf("raise tombstones: %w", err)
-			}
-		}
-		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("truncate %s: %w", table, classify(err, s.cfg.Schema))
@@ -192,4 +156,83 @@ func (s *Store) raiseFence(ctx context.Context, tx pgx.Tx, table string, v cdc.V
 		return fmt.Errorf("record fence: %w", err)
 	}
 	return nil
+}
+
+// truncatePageRows is how many document rows Truncate reads, locks and
+// updates at a time, unless a test set Store.truncatePageRows.
+const truncatePageRows = 2000
+
+// truncatedPage is what one page of Truncate read and did.
+type truncatedPage struct {
+	read, deleted int
+	last          string
+}
+
+// truncatePage applies the truncate at v to the page of table's documents
+// whose ids follow after (from the first when after is empty).
+func (s *Store) truncatePage(ctx context.Context, tx pgx.Tx, table, after string, v cdc.Version, ts time.Time) (truncatedPage, error) {
+	var page truncatedPage
+	rows, err := tx.Query(ctx, "SELECT id, version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
+		" WHERE index_name = $1 AND source_table = $2 AND id > $3 ORDER BY id LIMIT $4 FOR UPDATE",
+		s.cfg.Index, table, after, s.truncateRows())
+	if err != nil {
+		return page, fmt.Errorf("lock documents: %w", err)
+	}
+	var live, dead []string
+	for rows.Next() {
+		var (
+			id, text string
+			sts      *time.Time
+			deleted  bool
+		)
+		if err := rows.Scan(&id, &text, &sts, &deleted); err != nil {
+			rows.Close()
+			return page, fmt.Errorf("lock documents: %w", err)
+		}
+		page.read++
+		page.last = id
+		sv, err := storedVersion(text, sts)
+		if err != nil {
+			rows.Close()
+			return page, fmt.Errorf("document %s: %w", id, err)
+		}
+		// A live document at the truncate's own version goes too: a
+		// position-less tie is won by the later arrival, the truncate.
+		switch c := sv.Compare(v); {
+		case !deleted && c <= 0:
+			live = append(live, id)
+		case deleted && c < 0:
+			// Already deleted rows take v too, so their fence is the
+			// truncate's.
+			dead = append(dead, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return page, fmt.Errorf("lock documents: %w", err)
+	}
+	if len(live) > 0 {
+		tag, err := tx.Exec(ctx, "UPDATE "+s.tDocs+
+			" SET version = $3, source_ts = coalesce($4, source_ts), deleted_at = now(), updated_at = now()"+
+			" WHERE index_name = $1 AND id = ANY($2)",
+			s.cfg.Index, live, v.String(), nullTime(ts))
+		if err != nil {
+			return page, fmt.Errorf("mark deleted: %w", err)
+		}
+		page.deleted = int(tag.RowsAffected())
+	}
+	if len(dead) > 0 {
+		if _, err := tx.Exec(ctx, "UPDATE "+s.tDocs+" SET version = $3, updated_at = now()"+
+			" WHERE index_name = $1 AND id = ANY($2)", s.cfg.Index, dead, v.String()); err != nil {
+			return page, fmt.Errorf("raise tombstones: %w", err)
+		}
+	}
+	return page, nil
+}
+
+func (s *Store) truncateRows() int {
+	if s.truncatePageRows > 0 {
+		return s.truncatePageRows
+	}
+	return truncatePageRows
 }

@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,4 +144,44 @@ func TestTruncate(t *testing.T) {
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, sink.Stats{Documents: 3, Deleted: 3, Chunks: 5, CacheEntries: 5}, st)
+}
+
+// TestTruncatePages: a table larger than a page is truncated page by page
+// with the same outcome as in one read: every live document at or below the
+// version goes, later ones and other tables stay, tombstones take the fence.
+func TestTruncatePages(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	sink.SetTruncatePageRowsForTest(s, 3)
+	ctx := context.Background()
+
+	var wantLeft []string
+	for i := range 11 {
+		key := fmt.Sprintf("k%02d", i)
+		v := uint64(1 + i%3)
+		if i%4 == 3 {
+			v = 9 // written after the truncate
+			wantLeft = append(wantLeft, "public.articles/"+key+"#0")
+		}
+		_, err := s.Upsert(ctx, doc(key, v, chunks("text "+key)))
+		require.NoError(t, err)
+	}
+	_, err := s.Delete(ctx, "public.articles", "k99", ver(1), time.Time{})
+	require.NoError(t, err)
+
+	n, err := s.Truncate(ctx, "public.articles", ver(5), time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 11-len(wantLeft), n)
+
+	hits, err := s.Search(ctx, vecFor("text k00"), sink.Query{K: 20})
+	require.NoError(t, err)
+	require.ElementsMatch(t, wantLeft, hitIDs(hits))
+	// The tombstone on the last page took the truncate's version: a change
+	// between its old version and the truncate's stays out.
+	out, err := s.Upsert(ctx, doc("k99", 4, chunks("late")))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Stale: true}, out)
+	n, err = s.Truncate(ctx, "public.articles", ver(5), time.Time{})
+	require.NoError(t, err)
+	require.Zero(t, n, "replayed truncate")
 }

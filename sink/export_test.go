@@ -5,3 +5,6 @@ func SearchSQLForTest(s *Store, vec []float32, q Query) (string, []any) {
 	q, _ = q.withDefaults()
 	return s.searchSQL(vec, q)
 }
+
+// SetTruncatePageRowsForTest makes s's Truncate page n rows at a time.
+func SetTruncatePageRowsForTest(s *Store, n int) { s.truncatePageRows = n }

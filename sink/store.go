@@ -26,6 +26,8 @@ type Store struct {
 	// vecType is "vector(D)": queries cast with exactly the HNSW index's
 	// expression so the planner can use it.
 	vecType string
+	// truncatePageRows overrides truncatePageRows (tests page small tables).
+	truncatePageRows int
 }
 
 // New registers cfg.Index in the indexes table (or checks that it is
