@@ -3,6 +3,7 @@ package fallback
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,9 +125,24 @@ func OpenRedis(ctx context.Context, url string) (*redis.Client, error) {
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w (is Redis running? try `make services`; with ACLs, check the user and password in frontdoor.redis_url)", opts.Addr, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w (%s)", opts.Addr, err, redisHint(err, opts))
 	}
 	return rdb, nil
+}
+
+// redisHint names the likely fix for a failed first PING.
+func redisHint(err error, opts *redis.Options) string {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	switch {
+	case errors.As(err, &unknownCA):
+		return "the server's certificate is signed by a CA this machine does not trust: add the CA to the system store or point SSL_CERT_FILE at it"
+	case errors.As(err, &badHost):
+		return "the server's certificate does not name the host in frontdoor.redis_url: connect by a name the certificate holds"
+	case opts.TLSConfig == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		return "the server closed the connection: if it speaks TLS only, use a rediss:// URL"
+	}
+	return "is Redis running? try `make services`; with ACLs, check the user and password in frontdoor.redis_url"
 }
 
 func redisOptions(url string) (*redis.Options, error) {
