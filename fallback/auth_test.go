@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/redistest"
@@ -31,19 +32,7 @@ func TestACLUserLimitedToThePrefix(t *testing.T) {
 	// The limit is real: a key outside the prefix is refused.
 	require.ErrorContains(t, rdb.Set(ctx, "elsewhere:"+b.prefix, "x", time.Minute).Err(), "NOPERM")
 
-	fd, err := NewFrontDoor(b.cfg, rdb, b.emb, b.searcher, prometheus.NewRegistry(), nil)
-	require.NoError(t, err)
-	rebuildBloomFromTestDocs(t, fd)
-	run(t, fd)
-	c := NewClient(rdb, b.prefix)
-	t.Cleanup(func() { _ = c.Close() })
-	for _, source := range []string{SourceSearch, SourceCache} {
-		res, err := c.Search(ctx, Query{Text: "redis streams workers", K: 2, Tenant: "acme"})
-		require.NoError(t, err)
-		require.Equal(t, StatusOK, res.Status)
-		require.Equal(t, source, res.Source)
-		require.NotEmpty(t, res.Hits)
-	}
+	fd := serveAndAskTwice(t, b, rdb)
 	// Writes that record index changes need no key outside the prefix either.
 	require.NoError(t, fd.Changes().Deleted(ctx, "public.articles/1"))
 	require.NoError(t, fd.Changes().Truncated(ctx, "public.other"))
@@ -68,4 +57,25 @@ func TestRedisURLForms(t *testing.T) {
 	_, err = redisOptions("http://user:topsecret@host/0")
 	require.ErrorContains(t, err, "frontdoor.redis_url")
 	require.NotContains(t, err.Error(), "topsecret", "the password is not echoed")
+}
+
+// serveAndAskTwice runs a front door with b's settings over rdb and checks
+// that one query is answered from a search, then from the cache. It returns
+// the running front door.
+func serveAndAskTwice(t *testing.T, b *bundle, rdb *redis.Client) *FrontDoor {
+	t.Helper()
+	fd, err := NewFrontDoor(b.cfg, rdb, b.emb, b.searcher, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	rebuildBloomFromTestDocs(t, fd)
+	run(t, fd)
+	c := NewClient(rdb, b.prefix)
+	t.Cleanup(func() { _ = c.Close() })
+	for _, source := range []string{SourceSearch, SourceCache} {
+		res, err := c.Search(t.Context(), Query{Text: "redis streams workers", K: 2, Tenant: "acme"})
+		require.NoError(t, err)
+		require.Equal(t, StatusOK, res.Status)
+		require.Equal(t, source, res.Source)
+		require.NotEmpty(t, res.Hits)
+	}
+	return fd
 }

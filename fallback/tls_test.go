@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,18 +82,7 @@ func TestTLSRedisChild(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rdb.Close() })
 	b := setup(t, nil) // store, embedder and a fresh prefix; its own Redis client stays unused
-	fd, err := NewFrontDoor(b.cfg, rdb, b.emb, b.searcher, prometheus.NewRegistry(), nil)
-	require.NoError(t, err)
-	rebuildBloomFromTestDocs(t, fd)
-	run(t, fd)
-	c := NewClient(rdb, b.prefix)
-	t.Cleanup(func() { _ = c.Close() })
-	for _, source := range []string{SourceSearch, SourceCache} {
-		res, err := c.Search(ctx, Query{Text: "redis streams workers", K: 2, Tenant: "acme"})
-		require.NoError(t, err)
-		require.Equal(t, StatusOK, res.Status)
-		require.Equal(t, source, res.Source)
-	}
+	serveAndAskTwice(t, b, rdb)
 	t.Log("tls-child: hit and miss answered")
 }
 
