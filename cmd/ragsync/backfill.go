@@ -130,7 +130,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	defer ix.Close()
 	var cp *backfill.Checkpoints
 	if !f.dryRun {
-		cp = backfill.NewCheckpoints(ix.pool, cfg.Index)
+		cp = backfill.NewCheckpoints(ix.pool, ix.name)
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
