@@ -329,3 +329,37 @@ func (c *Catalog) AliasesTo(ctx context.Context, index string) ([]string, error)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// HoldServing marks, for as long as the returned release is not called,
+// that a serve writes family: a shared advisory lock on a connection of
+// its own, which ServeRunning sees. The lock ends with the connection, so a
+// serve that dies stops counting at once.
+func (c *Catalog) HoldServing(ctx context.Context, family string) (release func(), err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", lockKey("ragsync.serve", c.schema, family)); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+	}
+	return func() {
+		// Destroyed, not returned: the lock must not outlive serve in the
+		// pool's idle connection.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+	}, nil
+}
+
+// ServeRunning reports whether a serve of family holds its serving lock
+// (HoldServing), by trying the exclusive lock for a moment.
+func (c *Catalog) ServeRunning(ctx context.Context, family string) (bool, error) {
+	var free bool
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockKey("ragsync.serve", c.schema, family)).Scan(&free)
+	})
+	if err != nil {
+		return false, fmt.Errorf("look for a running serve of %s: %w", family, err)
+	}
+	return !free, nil
+}
