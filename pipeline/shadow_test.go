@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,4 +194,58 @@ func TestShadowPermanentFailureKeepsPrimary(t *testing.T) {
 	require.Equal(t, 6, st["applied"])
 	require.Zero(t, st["retries"], "a permanent shadow failure is not retried")
 	require.Empty(t, b.dlq.letters, "nothing is dead-lettered: the primary has every change")
+}
+
+// blockingSink holds the first Upsert until release is closed.
+type blockingSink struct {
+	pipeline.Sink
+	entered, release chan struct{}
+	once             *sync.Once
+}
+
+func (s blockingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Sink.Upsert(ctx, d)
+}
+
+// SetShadows waits for the batch in flight: a change of a batch that began
+// before it never reaches the new shadow half-way (reindex's second pass
+// covers it, see docs/reindex.md), and every later batch does.
+func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
+	b := setupShadow(t)
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	blocking := blockingSink{Sink: b.primary, entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	p, err := pipeline.New(pipeline.Config{Workers: 1}, pipeline.Stages{
+		Source:  &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}},
+		Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: b.emb, Sink: blocking, Cache: b.primary,
+	})
+	require.NoError(t, err)
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(t.Context()) }()
+	<-blocking.entered
+	swapped := make(chan struct{})
+	go func() {
+		p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: b.shad, Embedder: b.shadowEmb, Cache: b.shad}})
+		close(swapped)
+	}()
+	// A wait for the swap to be pending, not a timing assertion.
+	require.Eventually(t, func() bool { return pipeline.ShadowSwapPending(p) }, 30*time.Second, time.Millisecond)
+	select {
+	case <-swapped:
+		t.Fatal("SetShadows returned while a batch was in flight")
+	default:
+	}
+	close(blocking.release)
+	<-swapped
+	require.NoError(t, <-ran)
+	shadow := indexState(t, b.pool, "docs_v2")
+	require.Len(t, shadow, 1, "only the batch after the swap reached the shadow")
+	require.Equal(t, "public.docs/2", shadow[0].ID)
+	require.Len(t, indexState(t, b.pool, "docs"), 2)
 }
