@@ -331,15 +331,17 @@ func (c *Catalog) AliasesTo(ctx context.Context, index string) ([]string, error)
 }
 
 // HoldServing marks, for as long as the returned release is not called,
-// that a serve writes family: a shared advisory lock on a connection of
-// its own, which ServeRunning sees. The lock ends with the connection, so a
-// serve that dies stops counting at once.
-func (c *Catalog) HoldServing(ctx context.Context, family string) (release func(), err error) {
+// that a serve writes family with primary as its pipeline's index: shared
+// advisory locks on a connection of its own, which ServeRunning and
+// PrimaryInUse see. The locks end with the connection, so a serve that dies
+// stops counting at once.
+func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (release func(), err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", lockKey("ragsync.serve", c.schema, family)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)",
+		lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
@@ -354,12 +356,27 @@ func (c *Catalog) HoldServing(ctx context.Context, family string) (release func(
 // ServeRunning reports whether a serve of family holds its serving lock
 // (HoldServing), by trying the exclusive lock for a moment.
 func (c *Catalog) ServeRunning(ctx context.Context, family string) (bool, error) {
-	var free bool
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockKey("ragsync.serve", c.schema, family)).Scan(&free)
-	})
+	held, err := c.held(ctx, lockKey("ragsync.serve", c.schema, family))
 	if err != nil {
 		return false, fmt.Errorf("look for a running serve of %s: %w", family, err)
 	}
-	return !free, nil
+	return held, nil
+}
+
+// PrimaryInUse reports whether a running serve writes index as its
+// pipeline's index (HoldServing): dropping it would fail every write.
+func (c *Catalog) PrimaryInUse(ctx context.Context, index string) (bool, error) {
+	held, err := c.held(ctx, lockKey("ragsync.primary", c.schema, index))
+	if err != nil {
+		return false, fmt.Errorf("look for a serve writing %s: %w", index, err)
+	}
+	return held, nil
+}
+
+func (c *Catalog) held(ctx context.Context, key int64) (bool, error) {
+	var free bool
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&free)
+	})
+	return !free, err
 }

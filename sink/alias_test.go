@@ -220,3 +220,36 @@ func TestAliasViewSwitchIsAtomic(t *testing.T) {
 	require.Positive(t, reads.Load())
 	require.Equal(t, []int{8}, viewDims(t, b, "articles_chunks")) // the last of the 20 switches promoted
 }
+
+func TestServingLocks(t *testing.T) {
+	t.Parallel()
+	_, _, cat, _ := setupFamily(t)
+	ctx := context.Background()
+	running, err := cat.ServeRunning(ctx, "articles")
+	require.NoError(t, err)
+	require.False(t, running)
+	release, err := cat.HoldServing(ctx, "articles", "articles")
+	require.NoError(t, err)
+	release2, err := cat.HoldServing(ctx, "articles", "articles") // a second replica
+	require.NoError(t, err)
+	running, err = cat.ServeRunning(ctx, "articles")
+	require.NoError(t, err)
+	require.True(t, running)
+	inUse, err := cat.PrimaryInUse(ctx, "articles")
+	require.NoError(t, err)
+	require.True(t, inUse)
+	inUse, err = cat.PrimaryInUse(ctx, "articles_v2")
+	require.NoError(t, err)
+	require.False(t, inUse, "a shadow is not a serve's own index")
+	running, err = cat.ServeRunning(ctx, "other")
+	require.NoError(t, err)
+	require.False(t, running)
+	release()
+	running, err = cat.ServeRunning(ctx, "articles")
+	require.NoError(t, err)
+	require.True(t, running, "the other replica still holds it")
+	release2()
+	running, err = cat.ServeRunning(ctx, "articles")
+	require.NoError(t, err)
+	require.False(t, running)
+}

@@ -72,7 +72,7 @@ reuse:
 `, events, redisURL(), prefix))
 
 	serve := exec.Command(bin, "serve", "--config", e.cfg)
-	var logs strings.Builder
+	var logs syncBuffer
 	serve.Stderr = &logs
 	require.NoError(t, serve.Start())
 	t.Cleanup(func() {
@@ -199,6 +199,10 @@ reuse:
 	require.Eventually(t, func() bool { return viaRedis.small.Load() > 2 && viaCLI.small.Load() > 2 }, 90*time.Second, 200*time.Millisecond,
 		"answers from articles_v2 after the promote")
 	largeBefore := viaRedis.large.Load()
+	// The retired index is still the running serve's own: not droppable.
+	out, err = e.run(true, "index", "drop", "articles")
+	require.Error(t, err)
+	require.Contains(t, out, "a running serve writes to it")
 
 	out, err = e.run(false, "index", "rollback")
 	require.NoError(t, err, out)
@@ -279,6 +283,34 @@ reuse:
 		}
 		require.Equal(t, strings.Replace(s, "| 256", "| 64", 1), next[id], "document %d: same chunks, the new model's vectors", id)
 	}
+
+	// The retired articles_v2 can go; serve stops writing it and goes on.
+	out, err = e.run(false, "index", "drop", "articles_v2")
+	require.NoError(t, err, out)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"shadows":[]`) }, 30*time.Second, 200*time.Millisecond)
+	out, err = e.run(false, "query", "--via", "redis", "--json", question)
+	require.NoError(t, err, out)
+	hits := parseHits(t, out)
+	require.NotEmpty(t, hits)
+	require.Equal(t, 256, model(hits), "answered from articles")
+}
+
+// syncBuffer is a strings.Builder safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 type bgHit struct {

@@ -296,6 +296,11 @@ previous index removes its way back (rollback then has nowhere to go).`,
 				return fmt.Errorf("index drop %s: it is the live target of alias %s; run ragsync index rollback %s, or ragsync index promote ANOTHER --alias %s, first",
 					name, strings.Join(targetOf, ", "), targetOf[0], targetOf[0])
 			}
+			if inUse, err := cat.PrimaryInUse(ctx, name); err != nil {
+				return err
+			} else if inUse {
+				return fmt.Errorf("index drop %s: a running serve writes to it (it started before the last promote or rollback); restart serve first: it then writes the alias's target", name)
+			}
 			if live, err := liveIndex(cmd, cat, cfg.Index); err != nil {
 				return err
 			} else if name == live {

@@ -184,7 +184,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	// Dual-write to the family's other indexes from the first batch on,
 	// and follow alias moves (blue/green re-index).
 	fam := newFamily(cfg, ix, p, fd, mon.tap, logger)
-	releaseServing, err := fam.cat.HoldServing(ctx, cfg.Index)
+	releaseServing, err := fam.cat.HoldServing(ctx, cfg.Index, ix.name)
 	if err != nil {
 		return err
 	}
