@@ -199,6 +199,10 @@ func (c *Catalog) MarkDualWrite(ctx context.Context, index string) error {
 // an alias row yet, the previous target is the index that carries the
 // alias's name, if any. It refuses an index still building unless force.
 func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) (Alias, error) {
+	if !indexNameRE.MatchString(alias) {
+		// It names the view <alias>_chunks too.
+		return Alias{}, fmt.Errorf("promote %q: an alias must match [a-z][a-z0-9_]{0,40}", alias)
+	}
 	var out Alias
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.alias", c.schema, alias)); err != nil {

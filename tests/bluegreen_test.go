@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -360,4 +361,50 @@ func (e *env) runQuiet(args ...string) (string, error) {
 		return out.String() + errb.String(), err
 	}
 	return out.String(), nil
+}
+
+// TestBackfillWritesTheFamily: a backfill into an index that another index
+// follows (after `reindex`) writes both, as serve's changes do.
+func TestBackfillWritesTheFamily(t *testing.T) {
+	e := newEnv(t, "")
+	srcURL := sourceDatabase(t, e.schema+"_src", `CREATE TABLE public.articles (id int PRIMARY KEY, title text, body text, tenant text, tags text);
+		INSERT INTO public.articles VALUES
+		(1, 'Tea', 'Green tea steeps at eighty degrees for two minutes; black tea takes boiling water.', 'acme', NULL),
+		(2, 'Bread', 'A sourdough starter wants flour and water every day, and a warm kitchen.', 'acme', NULL)`)
+	backfill := func() {
+		out, err := e.run(false, "backfill", "--source-url", srcURL, "--table", "public.articles", "--progress", "none")
+		require.NoError(t, err, out)
+	}
+	backfill()
+	out, err := e.run(false, "reindex", "--to", "articles_v2", "--dimensions", "64")
+	require.NoError(t, err, out)
+	conn, err := pgx.Connect(context.Background(), srcURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), `UPDATE public.articles SET body = 'Oolong sits between green and black tea.' WHERE id = 1;
+		INSERT INTO public.articles VALUES (3, 'Kayak', 'A sea kayak wants a paddle sized to your height.', 'acme', NULL)`)
+	require.NoError(t, err)
+	backfill()
+
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	docs := func(index string) map[string]string {
+		rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, coalesce(string_agg(c.content_hash, ',' ORDER BY c.position), '')
+			FROM %[1]s.documents d LEFT JOIN %[1]s.chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
+			WHERE d.index_name = $1 GROUP BY 1, 2`, e.schema), index)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var id, v, h string
+			require.NoError(t, rows.Scan(&id, &v, &h))
+			out[id] = v + " " + h
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	old := docs("articles")
+	require.Len(t, old, 3)
+	require.Equal(t, old, docs("articles_v2"))
 }

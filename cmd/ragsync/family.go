@@ -184,6 +184,24 @@ func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.Ind
 	return emb, st, nil
 }
 
+// familyShadows opens the other indexes that follow the configured name
+// (index:), for a command that writes ix once (backfill).
+func familyShadows(ctx context.Context, cfg Config, ix *index, logger *slog.Logger) ([]pipeline.Shadow, error) {
+	infos, err := sink.NewCatalog(ix.pool, cfg.Postgres.Schema).Shadows(ctx, ix.name, cfg.Index)
+	if err != nil {
+		return nil, err
+	}
+	var out []pipeline.Shadow
+	for _, x := range infos {
+		emb, st, err := openIndexOn(ctx, cfg, ix.pool, x, logger)
+		if err != nil {
+			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
+		}
+		out = append(out, pipeline.Shadow{Name: x.Name, Sink: st, Embedder: emb, Cache: st})
+	}
+	return out, nil
+}
+
 func sameKeys(a, b map[string]shadowIndex) bool {
 	if len(a) != len(b) {
 		return false
