@@ -340,21 +340,19 @@ func (c *Catalog) AliasesTo(ctx context.Context, index string) ([]string, error)
 // PrimaryInUse see. The locks end with the connection, so a serve that dies
 // stops counting at once.
 func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (release func(), err error) {
-	conn, err := c.pool.Acquire(ctx)
+	// A connection of its own, outside the pool: held for serve's
+	// lifetime, it would take one of the pool's few connections away
+	// from the pipeline's workers.
+	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)",
 		lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)); err != nil {
-		conn.Release()
+		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
-	return func() {
-		// Destroyed, not returned: the lock must not outlive serve in the
-		// pool's idle connection.
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}, nil
+	return func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 // ServeRunning reports whether a serve of family holds its serving lock
