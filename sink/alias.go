@@ -347,12 +347,18 @@ func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (rele
 	if err != nil {
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)",
-		lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)); err != nil {
+	keys := []any{lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)", keys...); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
 	}
-	return func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+	return func() {
+		// Unlocked before closing: the backend ends after Close returns,
+		// and a reindex started right after must not see a serve.
+		ctx := context.WithoutCancel(ctx)
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1), pg_advisory_unlock_shared($2)", keys...)
+		_ = conn.Close(ctx)
+	}, nil
 }
 
 // ServeRunning reports whether a serve of family holds its serving lock
