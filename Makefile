@@ -8,7 +8,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -29,7 +29,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, slot vs Kafka, monitor cost, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -58,6 +58,9 @@ bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, reca
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
 bench-bulk: services ## issue 12: bulk load (COPY + one HNSW build) vs streaming upserts of the same 100k chunks, and their ratio
 	$(GO) run ./bench/bulk $(BENCH_BULK_FLAGS)
+
+bench-shadow: services ## issue 12: pipeline changes/s into one index vs one index plus a dual-written shadow of another model, and their ratio
+	$(GO) run ./bench/shadow $(BENCH_SHADOW_FLAGS)
 
 bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)

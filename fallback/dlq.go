@@ -87,7 +87,8 @@ func (f *FrontDoor) handleDeadLetter(ctx context.Context, msg redis.XMessage, _ 
 		return
 	}
 	gen, _ := f.rdb.Get(ctx, f.keys.generation()).Int64()
-	rep := f.degrade(ctx, r, requestKeys(f.cfg.Index, gen, r), fieldString(msg.Values, fieldDLQReason))
+	t := f.target.Load()
+	rep := f.degrade(ctx, t, r, requestKeys(t.index, gen, r), fieldString(msg.Values, fieldDLQReason))
 	if ctx.Err() != nil {
 		return // reclaimed and cancelled: left pending, not answered "canceled"
 	}
@@ -108,18 +109,18 @@ func withoutDeadline(values map[string]any) map[string]any {
 // good answer for the key, less every document since deleted or moved out
 // of the request's tenant (see liveHits), else a full-text search (no
 // embedding needed), else an error carrying both reasons.
-func (f *FrontDoor) degrade(ctx context.Context, r request, ck cacheKeys, reason string) reply {
+func (f *FrontDoor) degrade(ctx context.Context, t *target, r request, ck cacheKeys, reason string) reply {
 	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Result(); err == nil {
 		if hits, err := f.liveHits(ctx, v, r); err == nil && len(hits) > 0 {
 			return reply{Status: StatusDegraded, Results: encodeWire(hits, r.K), Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}
 		}
 	}
-	if f.search == nil {
+	if t.search == nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason}
 	}
 	sctx, cancel := context.WithTimeout(ctx, f.cfg.SearchTimeout)
 	defer cancel()
-	hits, err := f.search.SearchText(sctx, r.Query, sinkQueryOf(r))
+	hits, err := t.search.SearchText(sctx, r.Query, sinkQueryOf(r))
 	if err != nil {
 		return reply{Status: StatusError, Source: SourceNone, Reason: reason + "; full-text fallback failed: " + err.Error()}
 	}

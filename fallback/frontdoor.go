@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,10 +38,12 @@ type Searcher interface {
 // with NewFrontDoor and call Run; several processes may run front doors on
 // the same prefix and group. Safe for concurrent use.
 type FrontDoor struct {
-	cfg     Config
-	rdb     *redis.Client
-	emb     Embedder
-	search  Searcher
+	cfg Config
+	rdb *redis.Client
+	// target is the physical index answered, with its embedder and
+	// searcher: one pointer, read once per batch of requests, so no
+	// request embeds with one index's model and searches another.
+	target  atomic.Pointer[target]
 	keys    keys
 	bloom   *Bloom
 	breaker *breaker
@@ -84,18 +87,41 @@ func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, 
 	f := &FrontDoor{
 		cfg:     cfg,
 		rdb:     rdb,
-		emb:     emb,
-		search:  search,
 		keys:    keys{prefix: cfg.Prefix, index: cfg.Index},
 		bloom:   NewBloom(rdb, cfg.Prefix, cfg.Index, cfg.Bloom),
 		metrics: m,
 		logger:  logger.With("stage", "frontdoor"),
 	}
+	f.target.Store(&target{index: cfg.Index, emb: emb, search: search})
 	f.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
 		m.breakerState.Set(float64(s))
 	})
 	return f, nil
 }
+
+// target is what a request is answered from; see FrontDoor.SetTarget.
+type target struct {
+	index  string
+	emb    Embedder
+	search Searcher
+}
+
+// SetTarget switches the front door to physical index (an alias's new
+// target after `ragsync index promote` or `rollback`), answered with emb
+// and search built for it. Requests already read keep the target they
+// started with. Result and query-embedding cache keys include the physical
+// index, so no cached answer crosses indexes even between replicas that
+// switch at different moments; the caller also bumps the generation
+// (BumpGeneration) so every replica drops its fresh answers. The Bloom
+// filters and the document map stay keyed by Config.Index (the alias):
+// every index of a family holds the same documents (serve dual-writes
+// them), so they are right for either. Safe for concurrent use.
+func (f *FrontDoor) SetTarget(index string, emb Embedder, search Searcher) {
+	f.target.Store(&target{index: index, emb: emb, search: search})
+}
+
+// Target is the physical index the front door answers from.
+func (f *FrontDoor) Target() string { return f.target.Load().index }
 
 // Bloom returns the front door's Bloom filters, for the sink (Add) and the
 // rebuild command (Rebuild).
@@ -193,7 +219,7 @@ func randomID() string {
 // lock_wait); requests taken but not answered stay pending and are reclaimed
 // by another front door. It returns nil on cancellation.
 func (f *FrontDoor) Run(ctx context.Context) error {
-	if f.emb == nil || f.search == nil {
+	if t := f.target.Load(); t.emb == nil || t.search == nil {
 		return ErrNotRunnable
 	}
 	if err := f.ensureGroups(ctx); err != nil {

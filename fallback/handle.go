@@ -26,6 +26,7 @@ func (f *FrontDoor) handleRequest(ctx context.Context, msg redis.XMessage, deliv
 
 // lookup is one request of a batch on its way through the hit path.
 type lookup struct {
+	t       *target
 	msg     redis.XMessage
 	r       request
 	ck      cacheKeys
@@ -61,6 +62,7 @@ func (f *FrontDoor) queueServe(ctx context.Context, pipe redis.Pipeliner, msgs [
 	stream := f.keys.requests()
 	var rest []func(context.Context)
 	lookups := make([]lookup, 0, len(msgs))
+	t := f.target.Load()
 	for _, msg := range msgs {
 		r, err := parseRequest(msg.ID, msg.Values, f.cfg, start)
 		if r.ReplyTo == "" {
@@ -75,7 +77,7 @@ func (f *FrontDoor) queueServe(ctx context.Context, pipe redis.Pipeliner, msgs [
 			})
 			continue
 		}
-		l := lookup{msg: msg, r: r, ck: cacheKeys{base: baseKey(f.cfg.Index, r)}}
+		l := lookup{t: t, msg: msg, r: r, ck: cacheKeys{base: baseKey(t.index, r)}}
 		if deliveries > 1 {
 			// A redelivery may have been answered by a worker that died
 			// before its ack reached us (see the miss path below).
@@ -168,14 +170,14 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	}
 
 	if !f.breaker.Allow() {
-		rep := f.degrade(ctx, r, ck, "circuit breaker open: the embedder or pgvector keeps failing")
+		rep := f.degrade(ctx, l.t, r, ck, "circuit breaker open: the embedder or pgvector keeps failing")
 		if ctx.Err() != nil {
 			return // reclaimed and cancelled: left pending
 		}
 		f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 		return
 	}
-	results, source, err := f.coalescedSearch(ctx, r, ck)
+	results, source, err := f.coalescedSearch(ctx, l.t, r, ck)
 	// The leader's searchVector reported to the breaker; a follower (or a
 	// Redis failure before any search) only gives its probe back.
 	f.breaker.Release()
@@ -277,13 +279,13 @@ func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64,
 
 // coalescedSearch runs at most one embed+search per cache key in this process
 // (singleflight) and, through a Redis lock, across processes.
-func (f *FrontDoor) coalescedSearch(ctx context.Context, r request, ck cacheKeys) ([]byte, string, error) {
+func (f *FrontDoor) coalescedSearch(ctx context.Context, t *target, r request, ck cacheKeys) ([]byte, string, error) {
 	type out struct {
 		results []byte
 		source  string
 	}
 	v, err, shared := f.sf.Do(ck.fresh, func() (any, error) {
-		res, src, err := f.lockedSearch(ctx, r, ck)
+		res, src, err := f.lockedSearch(ctx, t, r, ck)
 		return out{res, src}, err
 	})
 	if err != nil {
@@ -305,7 +307,7 @@ return 0
 
 // lockedSearch takes the cross-worker miss lock (SET NX PX) and searches, or
 // waits for the holder's result to appear in the cache.
-func (f *FrontDoor) lockedSearch(ctx context.Context, r request, ck cacheKeys) ([]byte, string, error) {
+func (f *FrontDoor) lockedSearch(ctx context.Context, t *target, r request, ck cacheKeys) ([]byte, string, error) {
 	lockKey, cacheKey := f.keys.lock(ck.fresh), f.keys.cache(ck.fresh)
 	token := randomID()
 	deadline := time.Now().Add(f.cfg.LockWait)
@@ -316,7 +318,7 @@ func (f *FrontDoor) lockedSearch(ctx context.Context, r request, ck cacheKeys) (
 			return nil, "", fmt.Errorf("take search lock: %w", err)
 		}
 		if ok {
-			return f.searchAndStore(ctx, r, ck, lockKey, token)
+			return f.searchAndStore(ctx, t, r, ck, lockKey, token)
 		}
 		// Another worker is searching: wait for its result or its release.
 		for {
@@ -343,7 +345,7 @@ func (f *FrontDoor) lockedSearch(ctx context.Context, r request, ck cacheKeys) (
 	}
 }
 
-func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys, lockKey, token string) ([]byte, string, error) {
+func (f *FrontDoor) searchAndStore(ctx context.Context, t *target, r request, ck cacheKeys, lockKey, token string) ([]byte, string, error) {
 	release := func() { _ = releaseScript.Run(ctx, f.rdb, []string{lockKey}, token).Err() }
 	// Double-check: the previous holder may have stored the result between
 	// our cache miss and our lock.
@@ -351,7 +353,7 @@ func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys,
 		release()
 		return v, SourceShared, nil
 	}
-	results, err := f.searchVector(ctx, r)
+	results, err := f.searchVector(ctx, t, r)
 	if err != nil {
 		release()
 		return nil, "", err
@@ -376,17 +378,17 @@ func (f *FrontDoor) searchAndStore(ctx context.Context, r request, ck cacheKeys,
 
 // searchVector embeds the query (through the embedding cache) and runs the
 // vector search, feeding the breaker.
-func (f *FrontDoor) searchVector(parent context.Context, r request) ([]byte, error) {
+func (f *FrontDoor) searchVector(parent context.Context, t *target, r request) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(parent, f.cfg.SearchTimeout)
 	defer cancel()
-	vec, err := f.embed(ctx, r.Query)
+	vec, err := f.embed(ctx, t, r.Query)
 	if err != nil {
 		if parent.Err() == nil {
 			f.breaker.Failure()
 		}
 		return nil, err
 	}
-	hits, err := f.search.Search(ctx, vec, sinkQueryOf(r))
+	hits, err := t.search.Search(ctx, vec, sinkQueryOf(r))
 	if errors.Is(err, sink.ErrInvalidQuery) || (err != nil && parent.Err() != nil) {
 		// The request's input, or a shutdown, not the database: no
 		// verdict for the breaker.
@@ -406,15 +408,15 @@ func sinkQueryOf(r request) sinkQuery {
 	return sinkQuery{K: r.K, Tenant: r.Tenant, Filter: r.Filter, Table: r.Table, DocID: r.DocID}
 }
 
-func (f *FrontDoor) embed(ctx context.Context, text string) ([]float32, error) {
-	key := f.keys.embedding(text)
+func (f *FrontDoor) embed(ctx context.Context, t *target, text string) ([]float32, error) {
+	key := f.keys.embeddingOf(t.index, text)
 	if b, err := f.rdb.Get(ctx, key).Bytes(); err == nil {
 		if v, ok := decodeVector(b); ok {
 			f.metrics.embeddings.WithLabelValues("cache").Inc()
 			return v, nil
 		}
 	}
-	vecs, err := f.emb.Embed(ctx, []string{text})
+	vecs, err := t.emb.Embed(ctx, []string{text})
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
 	}

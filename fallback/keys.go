@@ -19,9 +19,16 @@ func (k keys) generation() string           { return k.prefix + ":generation:" +
 func (k keys) cache(fresh string) string    { return k.prefix + ":cache:" + fresh }
 func (k keys) stale(base string) string     { return k.prefix + ":stale:" + base }
 func (k keys) lock(fresh string) string     { return k.prefix + ":lock:" + fresh }
-func (k keys) embedding(text string) string { return k.prefix + ":emb:" + k.index + ":" + sha(text) }
-func (k keys) docs() string                 { return k.prefix + ":docs:" + k.index }
-func (k keys) docsBuilding() string         { return k.prefix + ":docs:" + k.index + ":building" }
+func (k keys) embedding(text string) string { return k.embeddingOf(k.index, text) }
+
+// embeddingOf keys a query embedding by the physical index searched (see
+// FrontDoor.SetTarget): after an alias moves to an index of another model,
+// a vector of the old model must never be sent to the new index.
+func (k keys) embeddingOf(index, text string) string {
+	return k.prefix + ":emb:" + index + ":" + sha(text)
+}
+func (k keys) docs() string         { return k.prefix + ":docs:" + k.index }
+func (k keys) docsBuilding() string { return k.prefix + ":docs:" + k.index + ":building" }
 
 // replied is the idempotency marker of a request. It is scoped to the
 // requester (reply_to) as well as the id: keyed by id alone, a request

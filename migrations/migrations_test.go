@@ -25,7 +25,7 @@ func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 	return names
 }
 
-var allTables = []string{"backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes",
+var allTables = []string{"aliases", "backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes",
 	"monitor_canaries", "monitor_samples", "monitor_window_vectors", "monitor_windows", "source_loads", "truncations"}
 
 func TestUpTwiceIsNoop(t *testing.T) {

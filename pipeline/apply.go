@@ -35,7 +35,7 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		}
 		p.count(op, "applied")
 		p.stats.add("documents_deleted", n)
-		return nil
+		return p.shadowTruncate(ctx, ch)
 	case cdc.OpDelete:
 		if _, ok := p.table(ch.Table); !ok {
 			// Not ours: a delete would leave a tombstone row for a
@@ -55,7 +55,12 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		if out.Applied {
 			p.stats.add("documents_deleted", 1)
 		}
-		return nil
+		if out.Stale {
+			// The primary holds a newer change, which reached the
+			// shadows or is read by reindex's second pass.
+			return nil
+		}
+		return p.shadowDelete(ctx, ch)
 	case cdc.OpCreate, cdc.OpUpdate, cdc.OpRead:
 		return p.upsert(ctx, ch)
 	default:
@@ -152,7 +157,12 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	p.metrics.chunks.WithLabelValues("unchanged").Add(float64(out.Unchanged))
 	p.metrics.chunks.WithLabelValues("moved").Add(float64(out.Moved))
 	p.metrics.chunks.WithLabelValues("removed").Add(float64(out.Removed))
-	return nil
+	if out.Stale {
+		return nil
+	}
+	// Applied or Duplicate (a replay after a shadow's transient failure):
+	// the shadows get the same document.
+	return p.shadowUpsert(ctx, doc)
 }
 
 // mergeUnavailable fills the columns Debezium marked as unchanged TOAST (or

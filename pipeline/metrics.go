@@ -13,8 +13,9 @@ type metrics struct {
 	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
 	// missingColumns counts rows lacking template columns, by table.
 	missingColumns *prometheus.CounterVec
-	nulStripped    prometheus.Counter // rows stored and embedded without their NUL characters
-	tooLarge       prometheus.Counter // documents over max_document_bytes, dead-lettered
+	nulStripped    prometheus.Counter     // rows stored and embedded without their NUL characters
+	tooLarge       prometheus.Counter     // documents over max_document_bytes, dead-lettered
+	shadowWrites   *prometheus.CounterVec // outcome: applied, retried, failed (see shadow.go)
 }
 
 // newMetrics registers the pipeline's metrics; inFlight reports the age of
@@ -70,7 +71,9 @@ func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *m
 		Name: "ragsync_pipeline_dead_letter_ratio",
 		Help: "Share of the last pipeline.dead_letter_window messages that were dead-lettered; past pipeline.dead_letter_max_ratio the pipeline stops.",
 	}, dlqRatio)
+	m.shadowWrites = newShadowMetric()
 	if reg != nil {
+		reg.MustRegister(m.shadowWrites)
 		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
 	}
 	return m

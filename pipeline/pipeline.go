@@ -174,6 +174,10 @@ type Pipeline struct {
 	// warned remembers the tables already warned about (template columns
 	// missing from their rows), so each is warned once.
 	warned sync.Map
+	// shadowMu is held for reading by Process for a whole batch and for
+	// writing by SetShadows, so the set changes only between batches.
+	shadowMu sync.RWMutex
+	shadows  []Shadow
 }
 
 // New checks that every stage is present and builds a pipeline.
@@ -297,6 +301,8 @@ type item struct {
 // applied, skipped or dead-lettered, and an error if one could not be (the
 // caller must then not acknowledge the batch).
 func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
+	p.shadowMu.RLock()
+	defer p.shadowMu.RUnlock()
 	var segment []item
 	flush := func() error {
 		err := p.applyParallel(ctx, segment)

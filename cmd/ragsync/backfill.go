@@ -130,7 +130,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	defer ix.Close()
 	var cp *backfill.Checkpoints
 	if !f.dryRun {
-		cp = backfill.NewCheckpoints(ix.pool, cfg.Index)
+		cp = backfill.NewCheckpoints(ix.pool, ix.name)
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
@@ -147,9 +147,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		dry = backfill.NewDryRun(ix.st, ix.emb.Dimensions())
 		emb, snk = dryEmbedder{DryRun: dry, id: ix.emb}, dry
 	}
+	var shadows []pipeline.Shadow
+	if !f.dryRun {
+		if shadows, err = familyShadows(ctx, cfg, ix, logger); err != nil {
+			return err
+		}
+	}
 	var bulk *sink.Bulk
 	var source pipeline.Source = src
-	if !f.dryRun && f.bulk != "off" {
+	// The bulk path writes one index; with indexes following this one,
+	// every row goes through the pipeline to all of them.
+	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
 		bulk, err = ix.st.BeginBulk(ctx)
 		switch {
 		case errors.Is(err, sink.ErrNotEmpty):
@@ -179,6 +187,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	if err != nil {
 		return err
 	}
+	// Backfilled rows reach the family's other indexes too, as serve's
+	// changes do (blue/green re-index).
+	p.SetShadows(shadows)
 	start := time.Now()
 	done := make(chan struct{})
 	progressDone := make(chan struct{})

@@ -76,6 +76,10 @@ func viaDebezium(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			return fmt.Errorf("read index clock: %w", err)
 		}
 		pool = p
+		// serve applies to the alias's target (see resolveIndex).
+		if r, ok, err := sink.NewCatalog(p, cfg.Postgres.Schema).Resolve(ctx, cfg.Index); err == nil && ok {
+			cfg.Index = r.Index.Name
+		}
 	}
 
 	switch {

@@ -25,12 +25,17 @@ import (
 // Config is ragsync.yaml. Names are a contract (DESIGN.md): add fields,
 // never rename.
 type Config struct {
-	Source    SourceConfig    `yaml:"source"`
-	Tables    []TableConfig   `yaml:"tables"`
-	Chunker   ChunkerConfig   `yaml:"chunker"`
-	Embedder  embedder.Config `yaml:"embedder"`
-	Postgres  PostgresConfig  `yaml:"postgres"`
-	Index     string          `yaml:"index"`
+	Source   SourceConfig    `yaml:"source"`
+	Tables   []TableConfig   `yaml:"tables"`
+	Chunker  ChunkerConfig   `yaml:"chunker"`
+	Embedder embedder.Config `yaml:"embedder"`
+	Postgres PostgresConfig  `yaml:"postgres"`
+	Index    string          `yaml:"index"`
+	// IndexPoll is how often serve reads the aliases and index states:
+	// within it, a new shadow index (ragsync reindex) starts receiving
+	// every change and an alias moved by ragsync index promote or
+	// rollback switches the front door. Defaults to 2s.
+	IndexPoll time.Duration   `yaml:"index_poll"`
 	Pipeline  PipelineConfig  `yaml:"pipeline"`
 	FrontDoor FrontDoorConfig `yaml:"frontdoor"`
 	DLQ       DLQConfig       `yaml:"dlq"`
@@ -353,6 +358,9 @@ func (c Config) validate(needSource bool) error {
 		if t.Text != "" && !strings.Contains(t.Text, "{{") {
 			add("tables[%d].text: the template names no column; write e.g. \"# {{title}}\\n\\n{{body}}\"", i)
 		}
+	}
+	if c.IndexPoll < 0 {
+		add("index_poll: %s must be a positive duration such as 2s (0 means the default, 2s)", c.IndexPoll)
 	}
 	if !indexName.MatchString(c.Index) {
 		add("index: %q must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", c.Index)

@@ -87,7 +87,7 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 	if reg != nil {
 		mc.Registerer = reg
 	}
-	deps := monitor.Deps{Pool: ix.pool, Schema: cfg.Postgres.Schema, Index: cfg.Index, Embedder: ix.emb, Logs: logs}
+	deps := monitor.Deps{Pool: ix.pool, Schema: cfg.Postgres.Schema, Index: ix.name, Embedder: ix.emb, Logs: logs}
 	if reg != nil {
 		deps.Gatherer = reg
 	}

@@ -89,9 +89,10 @@ func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	cfg.Tables = []TableConfig{{Match: "", Text: "no placeholders"}}
 	cfg.Embedder.Dimensions = 0
 	cfg.Log.Level = "loud"
+	cfg.IndexPoll = -time.Second
 	err := cfg.validate(true)
 	require.Error(t, err)
-	for _, want := range []string{"source.kind", "index:", "tables[0].match", "tables[0].text", "embedder.dimensions", "log.level"} {
+	for _, want := range []string{"source.kind", "index:", "index_poll:", "tables[0].match", "tables[0].text", "embedder.dimensions", "log.level"} {
 		require.ErrorContains(t, err, want)
 	}
 	require.NoError(t, defaultConfig().validate(false), "the defaults are valid without a source")

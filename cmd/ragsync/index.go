@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -16,9 +20,9 @@ import (
 func newIndexCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "index",
-		Short: "List or drop the indexes in the schema",
+		Short: "List, promote, roll back or drop the indexes in the schema",
 	}
-	cmd.AddCommand(newIndexListCmd(g), newIndexDropCmd(g))
+	cmd.AddCommand(newIndexListCmd(g), newIndexDropCmd(g), newIndexPromoteCmd(g), newIndexRollbackCmd(g))
 	return cmd
 }
 
@@ -31,16 +35,47 @@ type indexInfo struct {
 	Chunks     int64     `json:"chunks"`
 	HNSWBytes  int64     `json:"hnsw_bytes"`
 	State      string    `json:"state"`
+	Follows    string    `json:"follows,omitempty"`
+	Aliases    []string  `json:"aliases,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
+}
+
+// openCatalog opens the pool (migrated) and the catalog of the configured
+// schema; the caller closes the pool.
+func openCatalog(cmd *cobra.Command, cfg Config) (*pgxpool.Pool, *sink.Catalog, error) {
+	ctx := cmd.Context()
+	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, nil); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, sink.NewCatalog(pool, cfg.Postgres.Schema), nil
+}
+
+// liveIndex is the index index: resolves to: an alias's target, else the
+// index of that name.
+func liveIndex(cmd *cobra.Command, cat *sink.Catalog, name string) (string, error) {
+	r, found, err := cat.Resolve(cmd.Context(), name)
+	if err != nil || !found {
+		return name, err
+	}
+	return r.Index.Name, nil
 }
 
 func newIndexListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "Show each index with its model, dimensions, documents, chunks, HNSW size and state",
-		Long: `list shows every index in postgres.schema. State is "live" for the index the
-config names (index:), "built" for the others.`,
+		Short: "Show each index with its model, dimensions, documents, chunks, HNSW size and state, and the aliases",
+		Long: `list shows every index in postgres.schema and every alias. State is "live"
+for an alias's target, and for the configured index (index:) when no alias
+names it; else "building" (ragsync reindex is filling it), "caught-up"
+(complete; serve writes every change to it too) or "retired" (the alias
+moved away from it; still written, so ragsync index rollback loses nothing,
+until ragsync index drop removes it).`,
 		Example: `  ragsync index list --config ragsync.yaml [--json]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,15 +84,22 @@ config names (index:), "built" for the others.`,
 				return err
 			}
 			ctx := cmd.Context()
-			pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+			pool, cat, err := openCatalog(cmd, cfg)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, nil); err != nil {
+			aliases, err := cat.Aliases(ctx)
+			if err != nil {
 				return err
 			}
-			rows, err := pool.Query(ctx, `SELECT i.name, i.model, i.dimensions, i.created_at,
+			live := map[string][]string{}
+			configuredIsAlias := false
+			for _, a := range aliases {
+				live[a.Index] = append(live[a.Index], a.Name)
+				configuredIsAlias = configuredIsAlias || a.Name == cfg.Index
+			}
+			rows, err := pool.Query(ctx, `SELECT i.name, i.model, i.dimensions, i.created_at, i.state, coalesce(i.follows, ''),
 				(SELECT count(*) FROM documents d WHERE d.index_name = i.name AND d.deleted_at IS NULL),
 				(SELECT count(*) FROM chunks c WHERE c.index_name = i.name),
 				coalesce(pg_relation_size(to_regclass(quote_ident($1) || '.' || quote_ident('chunks_hnsw_' || i.name))), 0)
@@ -67,9 +109,9 @@ config names (index:), "built" for the others.`,
 			}
 			infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (indexInfo, error) {
 				var x indexInfo
-				err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.CreatedAt, &x.Documents, &x.Chunks, &x.HNSWBytes)
-				x.State = "built"
-				if x.Name == cfg.Index {
+				err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.CreatedAt, &x.State, &x.Follows, &x.Documents, &x.Chunks, &x.HNSWBytes)
+				x.Aliases = live[x.Name]
+				if len(x.Aliases) > 0 || (x.Name == cfg.Index && !configuredIsAlias) {
 					x.State = "live"
 				}
 				return x, err
@@ -88,9 +130,20 @@ config names (index:), "built" for the others.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE")
+			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tALIASES")
 			for _, x := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks, float64(x.HNSWBytes)/(1<<20), x.State)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
+					float64(x.HNSWBytes)/(1<<20), x.State, strings.Join(x.Aliases, ","))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(aliases) > 0 {
+				fmt.Fprintln(out)
+				fmt.Fprintln(tw, "ALIAS\tINDEX\tPREVIOUS\tSWITCHED")
+				for _, a := range aliases {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.Index, dash(a.Previous), a.SwitchedAt.UTC().Format(time.RFC3339))
+				}
 			}
 			return tw.Flush()
 		},
@@ -99,12 +152,125 @@ config names (index:), "built" for the others.`,
 	return cmd
 }
 
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newIndexPromoteCmd(g *globals) *cobra.Command {
+	var alias string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "promote NEW",
+		Short: "Point an alias (default: index:) at index NEW, atomically, with its SQL view",
+		Long: `promote moves alias --alias (default: the configured index:) to index NEW in
+one transaction, together with the view <alias>_chunks that SQL users query.
+If no alias of that name exists yet it is created, and the index that
+carries the name becomes its previous target, so index: keeps working
+without a config change. Every command resolves index: on start (query on
+every run); a running serve notices within index_poll and switches its
+front door (bumping its cache generation). The old target is kept up to
+date (retired) until ragsync index drop removes it, so ragsync index rollback
+is instant and loses nothing. NEW must have caught up (ragsync reindex sets
+that when done) unless --force.`,
+		Example: `  ragsync index promote articles_v2 --config ragsync.yaml`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := g.loadValid(false)
+			if err != nil {
+				return err
+			}
+			if alias == "" {
+				alias = cfg.Index
+			}
+			if !indexName.MatchString(alias) {
+				return fmt.Errorf("--alias %q: must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", alias)
+			}
+			pool, cat, err := openCatalog(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			a, err := cat.Promote(cmd.Context(), alias, args[0], force)
+			if err != nil {
+				return err
+			}
+			return reportSwitch(cmd, cfg, a)
+		},
+	}
+	cmd.Flags().StringVar(&alias, "alias", "", "alias to move (default: index: from the config)")
+	cmd.Flags().BoolVar(&force, "force", false, "promote an index that is still building (has not caught up)")
+	return cmd
+}
+
+func newIndexRollbackCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollback [ALIAS]",
+		Short: "Move an alias (default: index:) back to its previous index",
+		Long: `rollback moves ALIAS (default: the configured index:) back to the index it
+pointed at before the last promote, with its view, in one transaction. serve
+kept that index up to date meanwhile, so nothing is lost.`,
+		Example: `  ragsync index rollback --config ragsync.yaml`,
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := g.loadValid(false)
+			if err != nil {
+				return err
+			}
+			alias := cfg.Index
+			if len(args) == 1 {
+				alias = args[0]
+			}
+			pool, cat, err := openCatalog(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			a, err := cat.Rollback(cmd.Context(), alias)
+			if err != nil {
+				return err
+			}
+			return reportSwitch(cmd, cfg, a)
+		},
+	}
+	return cmd
+}
+
+// reportSwitch prints the alias's new target and bumps the front door's
+// cache generation when it is enabled (serve does too when it notices;
+// this one makes the switch immediate for replicas that have not polled
+// yet — their cache keys carry the physical index anyway).
+func reportSwitch(cmd *cobra.Command, cfg Config, a sink.Alias) error {
+	fmt.Fprintf(cmd.OutOrStdout(), "alias %s -> %s (previous: %s); SQL view %s.%s_chunks\n", a.Name, a.Index, dash(a.Previous), cfg.Postgres.Schema, a.Name)
+	if !cfg.FrontDoor.Enabled {
+		return nil
+	}
+	fcfg := cfg.frontDoorConfig()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
+	if err == nil {
+		defer rdb.Close()
+		_, err = fallback.BumpGeneration(ctx, rdb, fcfg.Prefix, fcfg.Index)
+	}
+	if err != nil {
+		// The switch is done; cached answers are keyed by the physical
+		// index, so none can cross indexes. Only the warning is due.
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: could not bump the front door's cache generation (%v); serve does it when it notices the switch\n", err)
+	}
+	return nil
+}
+
 func newIndexDropCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "drop NAME",
 		Short: "Remove an index: its documents, chunks and HNSW index (the embedding cache stays)",
-		Long: `drop removes index NAME from postgres.schema. It refuses the configured index
-(index:): switch the config to another index first.`,
+		Long: `drop removes index NAME from postgres.schema. It refuses the live index: the
+target of an alias (roll back or promote another index first), or the
+configured index (index:) when no alias names it. Dropping an alias's
+previous index removes its way back (rollback then has nowhere to go).`,
 		Example: `  ragsync index drop articles_v1 --config ragsync.yaml`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -113,25 +279,42 @@ func newIndexDropCmd(g *globals) *cobra.Command {
 				return err
 			}
 			name := args[0]
-			if name == cfg.Index {
-				return fmt.Errorf("index drop %s: it is the configured index (index:); point index: at another index first", name)
-			}
 			if !indexName.MatchString(name) {
 				return fmt.Errorf("index drop %q: not an index name", name)
 			}
 			ctx := cmd.Context()
-			pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+			pool, cat, err := openCatalog(cmd, cfg)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
+			targetOf, err := cat.AliasesTo(ctx, name)
+			if err != nil {
+				return err
+			}
+			if len(targetOf) > 0 {
+				return fmt.Errorf("index drop %s: it is the live target of alias %s; run ragsync index rollback %s, or ragsync index promote ANOTHER --alias %s, first",
+					name, strings.Join(targetOf, ", "), targetOf[0], targetOf[0])
+			}
+			if inUse, err := cat.PrimaryInUse(ctx, name); err != nil {
+				return err
+			} else if inUse {
+				return fmt.Errorf("index drop %s: a running serve writes to it (it started before the last promote or rollback); restart serve first: it then writes the alias's target", name)
+			}
+			if live, err := liveIndex(cmd, cat, cfg.Index); err != nil {
+				return err
+			} else if name == live {
+				return fmt.Errorf("index drop %s: it is the configured index (index:); point index: at another index first", name)
+			}
 			var docs int64
 			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				if err := tx.QueryRow(ctx, "SELECT count(*) FROM documents WHERE index_name = $1", name).Scan(&docs); err != nil {
 					return err
 				}
 				// Chunks reference documents, documents the index: the
-				// cascade removes both, and the checkpoints.
+				// cascade removes both, and the checkpoints; an alias's
+				// previous pointer is set to NULL. An alias made the
+				// target meanwhile fails the FK: nothing is dropped.
 				tag, err := tx.Exec(ctx, "DELETE FROM indexes WHERE name = $1", name)
 				if err != nil {
 					return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +23,7 @@ func newReindexCmd(g *globals) *cobra.Command {
 	var to, model string
 	var dims, pageRows int
 	var bulkMode string
+	var waitServe time.Duration
 	cmd := &cobra.Command{
 		Use:   "reindex",
 		Short: "Build another index (model, dimensions) from the documents the current one stores",
@@ -32,9 +34,12 @@ running reindex again later only applies what changed in between; an empty
 target is loaded with COPY and its HNSW index built at the end. The embedding
 cache serves chunks already embedded with the same model and dimensions.
 
-Switch to the new index by setting index: (and the embedder) in the config and
-restarting serve; ragsync index list shows both, ragsync index drop removes
-the old one.`,
+After the first pass the new index follows the configured one: a running
+serve writes every change to both (within index_poll); reindex waits for
+that (--wait-serve), runs a second pass for what changed meanwhile and marks
+the index caught-up. Then ragsync index promote NEW switches index: (an
+alias) to it atomically and ragsync index rollback switches back;
+ragsync index list shows the states, ragsync index drop removes the old one.`,
 		Example: `  ragsync reindex --config ragsync.yaml --to articles_v2 --model text-embedding-3-large --dimensions 1024`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,7 +67,7 @@ the old one.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return reindex(ctx, cmd, from, target, pageRows, bulkMode)
+			return reindex(ctx, cmd, from, target, pageRows, bulkMode, waitServe)
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "name of the index to build (required)")
@@ -70,24 +75,98 @@ the old one.`,
 	cmd.Flags().IntVar(&dims, "dimensions", 0, "output dimensions of the new index (default embedder.dimensions)")
 	cmd.Flags().IntVar(&pageRows, "page-rows", 500, "documents per batch")
 	cmd.Flags().StringVar(&bulkMode, "bulk", "auto", "auto: COPY into an empty target and build its HNSW index at the end; off: always upsert")
+	cmd.Flags().DurationVar(&waitServe, "wait-serve", time.Minute, "after the first pass, how long to wait for a running serve to start writing every change to the new index too")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 
-func reindex(ctx context.Context, cmd *cobra.Command, from string, cfg Config, pageRows int, bulkMode string) error {
+func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex")
 	ix, err := openIndex(ctx, cfg, logger, nil)
 	if err != nil {
 		return err
 	}
 	defer ix.Close()
-	var exists bool
-	if err := ix.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM indexes WHERE name = $1)", from).Scan(&exists); err != nil {
+	cat := sink.NewCatalog(ix.pool, cfg.Postgres.Schema)
+	r, found, err := cat.Resolve(ctx, family)
+	if err != nil {
 		return err
 	}
-	if !exists {
-		return fmt.Errorf("index: %q does not exist in schema %s; nothing to reindex from (ragsync index list shows what does)", from, cfg.Postgres.Schema)
+	if !found {
+		return fmt.Errorf("index: %q does not exist in schema %s; nothing to reindex from (ragsync index list shows what does)", family, cfg.Postgres.Schema)
 	}
+	from := r.Index.Name
+	if from == cfg.Index {
+		return fmt.Errorf("--to: %q is the live index of %s itself; name a new index", cfg.Index, family)
+	}
+	out := cmd.OutOrStdout()
+	start := time.Now()
+	src, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, bulkMode, logger)
+	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
+		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), src, time.Since(start).Round(time.Millisecond), stats)
+	if err != nil {
+		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", err)
+	}
+	// Catch up without a gap (docs/reindex.md): from here a running serve
+	// writes every change to the new index too; once it does, a second
+	// pass reads every change committed before, fenced by version.
+	if err := cat.Follow(ctx, cfg.Index, family, sink.StateBuilding); err != nil {
+		return err
+	}
+	running, err := cat.ServeRunning(ctx, family)
+	if err != nil {
+		return err
+	}
+	if !running {
+		// No change arrives without a serve; one started later
+		// dual-writes from its first batch.
+		fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
+	} else {
+		switch since, err := waitDualWrite(ctx, ix, cfg.Index, waitServe); {
+		case err != nil:
+			return err
+		case since == nil:
+			return fmt.Errorf("a serve of %s is running but did not start writing %s within %s (--wait-serve): is it an older ragsync, or failing to open the index (see its log)? Run reindex again once it does", family, cfg.Index, waitServe)
+		default:
+			fmt.Fprintf(out, "serve dual-writes %s since %s\n", cfg.Index, since.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	start = time.Now()
+	n, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, "off", logger)
+	fmt.Fprintf(out, "catch-up pass: %d documents in %s\npipeline: %s\n", n, time.Since(start).Round(time.Millisecond), stats)
+	if err != nil {
+		return fmt.Errorf("reindex catch-up stopped: %w (run it again: done documents are no-ops)", err)
+	}
+	if err := cat.Follow(ctx, cfg.Index, family, sink.StateCaughtUp); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s is caught up; switch with: ragsync index promote %s\n", cfg.Index, cfg.Index)
+	return nil
+}
+
+// waitDualWrite waits up to d for a serve to record that it writes every
+// change to index too (indexes.dual_write_since); nil when none did.
+func waitDualWrite(ctx context.Context, ix *index, name string, d time.Duration) (*time.Time, error) {
+	deadline := time.Now().Add(d)
+	for {
+		var since *time.Time
+		if err := ix.pool.QueryRow(ctx, "SELECT dual_write_since FROM indexes WHERE name = $1", name).Scan(&since); err != nil {
+			return nil, fmt.Errorf("read dual-write state of %s: %w", name, err)
+		}
+		if since != nil || !time.Now().Before(deadline) {
+			return since, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// reindexPass applies every document of index from to ix once: bulk into
+// an empty target (HNSW built at the end) unless bulkMode is off.
+func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
 	src := backfill.NewIndexSource(ix.pool, from, pageRows)
 	var source pipeline.Source = src
 	var snk pipeline.Sink = ix.st
@@ -96,7 +175,7 @@ func reindex(ctx context.Context, cmd *cobra.Command, from string, cfg Config, p
 		switch {
 		case errors.Is(err, sink.ErrNotEmpty):
 		case err != nil:
-			return err
+			return 0, nil, err
 		default:
 			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Index)
 			snk, source = bulk, flushingSource{src, bulk}
@@ -109,11 +188,11 @@ func reindex(ctx context.Context, cmd *cobra.Command, from string, cfg Config, p
 	}
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	reusing, err := pipeline.WithReuse(ix.emb, cfg.Reuse.pipeline())
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	p, err := pipeline.New(pipeline.Config{
 		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
@@ -122,14 +201,8 @@ func reindex(ctx context.Context, cmd *cobra.Command, from string, cfg Config, p
 		Transient: transient, Fatal: fatal,
 	})
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	start := time.Now()
-	runErr := p.Run(ctx)
-	fmt.Fprintf(cmd.OutOrStdout(), "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
-		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), src.Read(), time.Since(start).Round(time.Millisecond), p.Stats())
-	if runErr != nil {
-		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", runErr)
-	}
-	return nil
+	err = p.Run(ctx)
+	return src.Read(), p.Stats(), err
 }

@@ -161,6 +161,10 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 			return err
 		}
 		defer fd.Close()
+		if ix.name != cfg.Index {
+			// index: is an alias: answer from its target (see family).
+			fd.fd.SetTarget(ix.name, mon.tap(emb), st)
+		}
 		n, err := rebuildBloom(ctx, fd.fd.Bloom(), st)
 		if err != nil {
 			return err
@@ -175,6 +179,17 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	defer stopEmb()
 	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, reg, logger)
 	if err != nil {
+		return err
+	}
+	// Dual-write to the family's other indexes from the first batch on,
+	// and follow alias moves (blue/green re-index).
+	fam := newFamily(cfg, ix, p, fd, mon.tap, logger)
+	releaseServing, err := fam.cat.HoldServing(ctx, cfg.Index, ix.name)
+	if err != nil {
+		return err
+	}
+	defer releaseServing()
+	if err := fam.poll(ctx); err != nil {
 		return err
 	}
 
@@ -207,6 +222,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	})
 	if !once {
 		g.Go(func() error { purgePeriodically(runCtx, st, purgeOpts, cfg.Purge.Interval, logger); return nil })
+		g.Go(func() error { return fam.run(runCtx) })
 	}
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })

@@ -35,27 +35,24 @@ var (
 )
 
 // index is what a command that reads or writes the index opens: the
-// embedder, the store and the store's pool.
+// embedder, the store and the store's pool. name is the physical index;
+// alias is the alias index: named when it is one (see resolveIndex).
 type index struct {
-	emb  embedder.Client
-	st   *sink.Store
-	pool *pgxpool.Pool
+	emb         embedder.Client
+	st          *sink.Store
+	pool        *pgxpool.Pool
+	name, alias string
 }
 
 // Close releases the pool.
 func (ix *index) Close() { ix.pool.Close() }
 
-// openIndex builds the embedder, connects to Postgres, migrates the schema
-// and registers the index. reg receives the sink's metrics; nil drops them.
+// openIndex connects to Postgres, migrates the schema, resolves index:
+// (resolveIndex), builds the embedder and registers the index. reg
+// receives the sink's metrics; nil drops them.
 func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*index, error) {
-	emb, err := embedder.New(cfg.embedderConfig())
-	if err != nil {
-		return nil, err
-	}
-	if o, ok := emb.(*embedder.OpenAI); ok && reg != nil {
-		if err := embedder.RegisterMetrics(reg, o); err != nil {
-			return nil, err
-		}
+	if err := cfg.embedderConfig().Validate(); err != nil {
+		return nil, fmt.Errorf("embedder config: %w", err) // before connecting
 	}
 	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
 	if err != nil {
@@ -64,6 +61,22 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, logger); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	cfg, alias, err := resolveIndex(ctx, cfg, sink.NewCatalog(pool, cfg.Postgres.Schema))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	emb, err := embedder.New(cfg.embedderConfig())
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if o, ok := emb.(*embedder.OpenAI); ok && reg != nil {
+		if err := embedder.RegisterMetrics(reg, o); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	var st *sink.Store
 	// Like the migrations, registering the index survives a backend
@@ -90,7 +103,25 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 		pool.Close()
 		return nil, err
 	}
-	return &index{emb: emb, st: st, pool: pool}, nil
+	return &index{emb: emb, st: st, pool: pool, name: cfg.Index, alias: alias}, nil
+}
+
+// resolveIndex applies the resolution rule to index:: when it names an
+// alias, cfg is returned opened on the alias's target, with the target's
+// model and dimensions from the indexes table (the rest of the embedder —
+// provider, base_url, api_key, limits — stays the config's: one provider
+// serves every index of a family), and alias is its name. Otherwise cfg is
+// returned as it is and alias is empty.
+func resolveIndex(ctx context.Context, cfg Config, cat *sink.Catalog) (Config, string, error) {
+	r, found, err := cat.Resolve(ctx, cfg.Index)
+	if err != nil || !found || r.Alias == nil {
+		return cfg, "", err
+	}
+	alias := cfg.Index
+	cfg.Index = r.Index.Name
+	cfg.Embedder.Model = r.Index.Model
+	cfg.Embedder.Dimensions = r.Index.Dimensions
+	return cfg, alias, nil
 }
 
 // loadValid loads the configuration and checks it; needSource also checks

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// errPrimaryDropped stops serve when the index its pipeline writes was
+// dropped under it (after a promote): a restart resolves index: again.
+var errPrimaryDropped = errors.New("the index serve writes to was dropped (ragsync index drop); restart serve: it then writes to the alias's target")
+
+// family keeps a running serve in step with the aliases and index states
+// (blue/green re-index, issue 12): every index_poll it hands the pipeline
+// the shadows to dual-write (the other indexes that follow the configured
+// name) and points the front door at the alias's current target.
+type family struct {
+	cfg     Config // as configured: Index is the alias or index name
+	primary *index // the index the pipeline writes, resolved at start
+	cat     *sink.Catalog
+	p       *pipeline.Pipeline
+	fd      *frontDoor // nil without a front door
+	// tapQuery wraps a front door embedder (the monitor's query tap).
+	tapQuery func(embedder.Client) embedder.Client
+	logger   *slog.Logger
+
+	shadows map[string]shadowIndex
+}
+
+// shadowIndex is an opened index of the family.
+type shadowIndex struct {
+	info sink.IndexInfo
+	emb  embedder.Client
+	st   *sink.Store
+}
+
+func newFamily(cfg Config, primary *index, p *pipeline.Pipeline, fd *frontDoor, tap func(embedder.Client) embedder.Client, logger *slog.Logger) *family {
+	return &family{cfg: cfg, primary: primary, cat: sink.NewCatalog(primary.pool, cfg.Postgres.Schema), p: p, fd: fd,
+		tapQuery: tap, logger: logger.With("stage", "family"), shadows: map[string]shadowIndex{}}
+}
+
+// run polls until ctx ends. A failed poll is logged and tried again; only a
+// dropped primary stops serve.
+func (f *family) run(ctx context.Context) error {
+	every := f.cfg.IndexPoll
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := f.poll(ctx); errors.Is(err, errPrimaryDropped) {
+			return err
+		} else if err != nil && ctx.Err() == nil {
+			f.logger.WarnContext(ctx, "reading aliases and index states failed; will retry at the next index_poll", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// poll reads the family once and applies it.
+func (f *family) poll(ctx context.Context) error {
+	if _, found, err := f.cat.Resolve(ctx, f.primary.name); err != nil {
+		return err
+	} else if !found {
+		return fmt.Errorf("index %s: %w", f.primary.name, errPrimaryDropped)
+	}
+	infos, err := f.cat.Shadows(ctx, f.primary.name, f.cfg.Index)
+	if err != nil {
+		return err
+	}
+	next := map[string]shadowIndex{}
+	changed := false
+	for _, x := range infos {
+		if s, ok := f.shadows[x.Name]; ok && s.info.Model == x.Model && s.info.Dimensions == x.Dimensions {
+			s.info = x
+			next[x.Name] = s
+			continue
+		}
+		s, err := f.open(ctx, x)
+		if err != nil {
+			// Not this shadow this time; the others go on.
+			f.logger.WarnContext(ctx, "cannot open shadow index; its changes are not dual-written until it opens (ragsync reindex --to it again catches up)",
+				"shadow", x.Name, "error", err)
+			continue
+		}
+		next[x.Name] = s
+		changed = true
+	}
+	if changed || !sameKeys(next, f.shadows) {
+		var list []pipeline.Shadow
+		for _, s := range next {
+			list = append(list, pipeline.Shadow{Name: s.info.Name, Sink: s.st, Embedder: s.emb, Cache: s.st})
+		}
+		slices.SortFunc(list, func(a, b pipeline.Shadow) int { return strings.Compare(a.Name, b.Name) })
+		// Returns once the batch in flight is done: from here on every
+		// change reaches these shadows, so the mark below is true.
+		f.p.SetShadows(list)
+		f.shadows = next
+		f.logger.InfoContext(ctx, "dual-writing", "primary", f.primary.name, "shadows", f.p.Shadows())
+	}
+	for _, s := range next {
+		if s.info.DualWriteSince == nil {
+			if err := f.cat.MarkDualWrite(ctx, s.info.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return f.follow(ctx)
+}
+
+// follow points the front door at the configured name's current target.
+func (f *family) follow(ctx context.Context) error {
+	if f.fd == nil {
+		return nil
+	}
+	r, found, err := f.cat.Resolve(ctx, f.cfg.Index)
+	if err != nil || !found || r.Index.Name == f.fd.fd.Target() {
+		return err
+	}
+	var emb embedder.Client
+	var st *sink.Store
+	switch s, ok := f.shadows[r.Index.Name]; {
+	case r.Index.Name == f.primary.name:
+		emb, st = f.primary.emb, f.primary.st
+	case ok:
+		emb, st = s.emb, s.st
+	default:
+		s, err := f.open(ctx, r.Index)
+		if err != nil {
+			return err
+		}
+		emb, st = s.emb, s.st
+	}
+	from := f.fd.fd.Target()
+	f.fd.fd.SetTarget(r.Index.Name, f.tapQuery(emb), st)
+	fcfg := f.cfg.frontDoorConfig()
+	if _, err := fallback.BumpGeneration(ctx, f.fd.rdb, fcfg.Prefix, fcfg.Index); err != nil {
+		// Cached answers carry the physical index: none crosses over.
+		f.logger.WarnContext(ctx, "bump the front door's cache generation after the switch", "error", err)
+	}
+	f.logger.InfoContext(ctx, "front door switched", "alias", f.cfg.Index, "from", from, "to", r.Index.Name, "model", r.Index.Model, "dimensions", r.Index.Dimensions)
+	return nil
+}
+
+// open builds an index's embedder (its model and dimensions, the config's
+// provider and limits) and store.
+func (f *family) open(ctx context.Context, x sink.IndexInfo) (shadowIndex, error) {
+	emb, st, err := openIndexOn(ctx, f.cfg, f.primary.pool, x, f.logger)
+	if err != nil {
+		return shadowIndex{}, err
+	}
+	return shadowIndex{info: x, emb: emb, st: st}, nil
+}
+
+// openIndexOn opens index x on pool with the config's embedder settings
+// but x's model and dimensions. The store's metrics are not registered:
+// the primary's are.
+func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.IndexInfo, logger *slog.Logger) (embedder.Client, *sink.Store, error) {
+	cfg.Embedder.Model, cfg.Embedder.Dimensions = x.Model, x.Dimensions
+	emb, err := embedder.New(cfg.embedderConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := sink.New(ctx, pool, sink.Config{Schema: cfg.Postgres.Schema, Index: x.Name, Model: emb.Model(), Dimensions: emb.Dimensions(), Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return emb, st, nil
+}
+
+// familyShadows opens the other indexes that follow the configured name
+// (index:), for a command that writes ix once (backfill).
+func familyShadows(ctx context.Context, cfg Config, ix *index, logger *slog.Logger) ([]pipeline.Shadow, error) {
+	infos, err := sink.NewCatalog(ix.pool, cfg.Postgres.Schema).Shadows(ctx, ix.name, cfg.Index)
+	if err != nil {
+		return nil, err
+	}
+	var out []pipeline.Shadow
+	for _, x := range infos {
+		emb, st, err := openIndexOn(ctx, cfg, ix.pool, x, logger)
+		if err != nil {
+			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
+		}
+		out = append(out, pipeline.Shadow{Name: x.Name, Sink: st, Embedder: emb, Cache: st})
+	}
+	return out, nil
+}
+
+func sameKeys(a, b map[string]shadowIndex) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,251 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// smallEmbedder is the shadow's model: 16 dimensions, counting its calls.
+type smallEmbedder struct{ texts atomic.Int64 }
+
+func (e *smallEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	e.texts.Add(int64(len(texts)))
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		v := make([]float32, 16)
+		for j, r := range t {
+			v[j%16] += float32(r%7) + 1
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// flakySink fails Upsert, Delete and Truncate while fail returns an
+// error.
+type flakySink struct {
+	pipeline.Sink
+	fail func() error
+}
+
+func (s flakySink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
+	if err := s.fail(); err != nil {
+		return sink.Outcome{}, err
+	}
+	return s.Sink.Upsert(ctx, d)
+}
+
+func (s flakySink) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error) {
+	if err := s.fail(); err != nil {
+		return sink.Outcome{}, err
+	}
+	return s.Sink.Delete(ctx, table, key, v, ts)
+}
+
+type shadowBundle struct {
+	pool          *pgxpool.Pool
+	primary, shad *sink.Store
+	emb           *countingEmbedder
+	shadowEmb     *smallEmbedder
+	dlq           *memDLQ
+}
+
+func setupShadow(t *testing.T) shadowBundle {
+	t.Helper()
+	pool, schema := pgtest.Schema(t)
+	primary, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	require.NoError(t, err)
+	shad, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs_v2", Model: "small", Dimensions: 16})
+	require.NoError(t, err)
+	return shadowBundle{pool: pool, primary: primary, shad: shad, emb: &countingEmbedder{}, shadowEmb: &smallEmbedder{}, dlq: &memDLQ{}}
+}
+
+func (b shadowBundle) run(t *testing.T, batches [][]cdc.Message, shadowSink pipeline.Sink) *pipeline.Pipeline {
+	t.Helper()
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	p, err := pipeline.New(pipeline.Config{Workers: 3, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: &sliceSource{batches: batches}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
+		Embedder: b.emb, Sink: b.primary, Cache: b.primary, DeadLetters: b.dlq,
+		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+	})
+	require.NoError(t, err)
+	p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: shadowSink, Embedder: b.shadowEmb, Cache: b.shad}})
+	require.Equal(t, []string{"docs_v2"}, p.Shadows())
+	require.NoError(t, p.Run(t.Context()))
+	return p
+}
+
+// docState is a document as an index holds it: version, deleted, chunk
+// hashes in position order, and the vectors' dimensions.
+type docState struct {
+	ID, Version string
+	Deleted     bool
+	Hashes      []string
+	Dims        []int
+}
+
+func indexState(t *testing.T, pool *pgxpool.Pool, index string) []docState {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT d.id, d.version, d.deleted_at IS NOT NULL,
+		coalesce(array_agg(c.content_hash ORDER BY c.position) FILTER (WHERE c.id IS NOT NULL), '{}'),
+		coalesce(array_agg(DISTINCT vector_dims(c.embedding)) FILTER (WHERE c.id IS NOT NULL), '{}')
+		FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
+		WHERE d.index_name = $1 GROUP BY 1, 2, 3 ORDER BY 1`, index)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (docState, error) {
+		var d docState
+		err := r.Scan(&d.ID, &d.Version, &d.Deleted, &d.Hashes, &d.Dims)
+		return d, err
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// sameDocs compares two indexes' documents ignoring vector sizes.
+func sameDocs(t *testing.T, a, b []docState) {
+	t.Helper()
+	strip := func(ds []docState) []docState {
+		out := make([]docState, len(ds))
+		for i, d := range ds {
+			d.Dims = nil
+			out[i] = d
+		}
+		return out
+	}
+	require.Empty(t, cmp.Diff(strip(a), strip(b)))
+}
+
+func changes() [][]cdc.Message {
+	return [][]cdc.Message{
+		{event("c", 1, 10, paraA+"\n\n"+paraB), event("c", 2, 11, paraC), event("c", 3, 12, paraB)},
+		{event("u", 1, 20, paraA+"\n\n"+paraC), event("d", 2, 21, "")},
+		{event("c", 4, 30, paraA)},
+	}
+}
+
+func TestShadowReceivesEveryChange(t *testing.T) {
+	b := setupShadow(t)
+	batches := changes()
+	// A truncate, then a document created after it.
+	batches = append(batches, []cdc.Message{event("t", 0, 40, ""), event("c", 5, 41, paraC)})
+	p := b.run(t, batches, b.shad)
+	primary, shadow := indexState(t, b.pool, "docs"), indexState(t, b.pool, "docs_v2")
+	require.Len(t, primary, 5)
+	sameDocs(t, primary, shadow)
+	live := 0
+	for i, d := range shadow {
+		if !d.Deleted {
+			live++
+			require.Equal(t, []int{16}, d.Dims, "the shadow's vectors are its own model's")
+			require.Equal(t, []int{dims}, primary[i].Dims)
+		}
+	}
+	require.Equal(t, 1, live, "only document 5, created after the truncate, is live")
+	require.Zero(t, p.Stats()["shadow_failed"])
+	// The shadow's model embedded its own chunks (concurrent documents
+	// sharing a paragraph may both embed it, in either index).
+	require.Positive(t, b.shadowEmb.texts.Load())
+}
+
+func TestShadowTransientFailureRetriesWithoutDuplicates(t *testing.T) {
+	b := setupShadow(t)
+	var calls atomic.Int32
+	flaky := flakySink{Sink: b.shad, fail: func() error {
+		if calls.Add(1)%3 == 1 { // every third call fails, the first one included
+			return transientErr{}
+		}
+		return nil
+	}}
+	p := b.run(t, changes(), flaky)
+	sameDocs(t, indexState(t, b.pool, "docs"), indexState(t, b.pool, "docs_v2"))
+	st := p.Stats()
+	require.Positive(t, st["retries"])
+	require.Positive(t, st["duplicate"], "the primary answers the replays as duplicates")
+	require.Equal(t, 6, st["applied"], "each change applied once in the primary")
+	require.Empty(t, b.dlq.letters)
+}
+
+func TestShadowPermanentFailureKeepsPrimary(t *testing.T) {
+	b := setupShadow(t)
+	broken := flakySink{Sink: b.shad, fail: func() error { return fmt.Errorf("shadow schema broken") }}
+	p := b.run(t, changes(), broken)
+	primary := indexState(t, b.pool, "docs")
+	require.Len(t, primary, 4)
+	require.Empty(t, indexState(t, b.pool, "docs_v2"))
+	st := p.Stats()
+	require.Equal(t, 6, st["shadow_failed"])
+	require.Equal(t, 6, st["applied"])
+	require.Zero(t, st["retries"], "a permanent shadow failure is not retried")
+	require.Empty(t, b.dlq.letters, "nothing is dead-lettered: the primary has every change")
+}
+
+// blockingSink holds the first Upsert until release is closed.
+type blockingSink struct {
+	pipeline.Sink
+	entered, release chan struct{}
+	once             *sync.Once
+}
+
+func (s blockingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Sink.Upsert(ctx, d)
+}
+
+// SetShadows waits for the batch in flight: a change of a batch that began
+// before it never reaches the new shadow half-way (reindex's second pass
+// covers it, see docs/reindex.md), and every later batch does.
+func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
+	b := setupShadow(t)
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	blocking := blockingSink{Sink: b.primary, entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	p, err := pipeline.New(pipeline.Config{Workers: 1}, pipeline.Stages{
+		Source:  &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}},
+		Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: b.emb, Sink: blocking, Cache: b.primary,
+	})
+	require.NoError(t, err)
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(t.Context()) }()
+	<-blocking.entered
+	swapped := make(chan struct{})
+	go func() {
+		p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: b.shad, Embedder: b.shadowEmb, Cache: b.shad}})
+		close(swapped)
+	}()
+	// A wait for the swap to be pending, not a timing assertion.
+	require.Eventually(t, func() bool { return pipeline.ShadowSwapPending(p) }, 30*time.Second, time.Millisecond)
+	select {
+	case <-swapped:
+		t.Fatal("SetShadows returned while a batch was in flight")
+	default:
+	}
+	close(blocking.release)
+	<-swapped
+	require.NoError(t, <-ran)
+	shadow := indexState(t, b.pool, "docs_v2")
+	require.Len(t, shadow, 1, "only the batch after the swap reached the shadow")
+	require.Equal(t, "public.docs/2", shadow[0].ID)
+	require.Len(t, indexState(t, b.pool, "docs"), 2)
+}

@@ -1,0 +1,390 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Index states (indexes.state, migration 00009). "live" is not stored: it
+// is the target of an alias, or the configured index when no alias names
+// it.
+const (
+	StateBuilding = "building"
+	StateCaughtUp = "caught-up"
+	StateRetired  = "retired"
+)
+
+var (
+	// ErrNoIndex means a name is neither an alias nor a registered index.
+	ErrNoIndex error = &permanentError{"no such index"}
+	// ErrBuilding means promote was asked for an index that reindex has
+	// not finished (state building).
+	ErrBuilding error = &permanentError{"index is still building"}
+	// ErrNoPrevious means rollback found no alias, or no previous index to
+	// move it back to.
+	ErrNoPrevious error = &permanentError{"no previous index to roll back to"}
+)
+
+// IndexInfo is one row of the indexes table.
+type IndexInfo struct {
+	Name       string
+	Model      string
+	Dimensions int
+	State      string
+	// Follows is the alias or index whose changes serve also writes here;
+	// empty for a plain index.
+	Follows string
+	// DualWriteSince is when a serve first wrote a change here beside its
+	// primary; nil until then.
+	DualWriteSince *time.Time
+}
+
+// Alias is one row of the aliases table.
+type Alias struct {
+	Name, Index string
+	// Previous is the index a rollback moves the alias back to; empty when
+	// there is none (never switched, or the index was dropped).
+	Previous   string
+	SwitchedAt time.Time
+}
+
+// Resolved is what a name in index: stands for.
+type Resolved struct {
+	// Alias is the alias row when the name is an alias; nil for an index.
+	Alias *Alias
+	// Index is the physical index the name resolves to.
+	Index IndexInfo
+}
+
+// Catalog reads and changes the aliases and index states of one schema. It
+// does not own the pool. Safe for concurrent use; promote and rollback of
+// one alias serialize on an advisory lock.
+type Catalog struct {
+	pool                               *pgxpool.Pool
+	schema                             string
+	tIndexes, tAliases, tChunks, tDocs string
+}
+
+// NewCatalog returns the catalog of schema (migrated to 00009 or later).
+func NewCatalog(pool *pgxpool.Pool, schema string) *Catalog {
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	return &Catalog{pool: pool, schema: schema, tIndexes: q("indexes"), tAliases: q("aliases"), tChunks: q("chunks"), tDocs: q("documents")}
+}
+
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const indexCols = "name, model, dimensions, state, coalesce(follows, ''), dual_write_since"
+
+func scanIndex(r pgx.Row) (IndexInfo, error) {
+	var x IndexInfo
+	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince)
+	return x, err
+}
+
+func (c *Catalog) index(ctx context.Context, q rowQuerier, name string) (IndexInfo, bool, error) {
+	x, err := scanIndex(q.QueryRow(ctx, "SELECT "+indexCols+" FROM "+c.tIndexes+" WHERE name = $1", name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return IndexInfo{}, false, nil
+	}
+	return x, err == nil, err
+}
+
+func (c *Catalog) alias(ctx context.Context, q rowQuerier, name string, lock bool) (*Alias, error) {
+	sql := "SELECT name, index_name, coalesce(previous, ''), coalesce(switched_at, 'epoch') FROM " + c.tAliases + " WHERE name = $1"
+	if lock {
+		sql += " FOR UPDATE"
+	}
+	var a Alias
+	err := q.QueryRow(ctx, sql, name).Scan(&a.Name, &a.Index, &a.Previous, &a.SwitchedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Resolve applies the resolution rule every command uses for index:: name
+// is an alias if an alias of that name exists (even when an index carries
+// the same name: the alias wins), else an index. found is false when it is
+// neither; a new index name is then registered by New.
+func (c *Catalog) Resolve(ctx context.Context, name string) (r Resolved, found bool, err error) {
+	a, err := c.alias(ctx, c.pool, name, false)
+	if err != nil {
+		return Resolved{}, false, fmt.Errorf("resolve %s: %w", name, hintMigrate(err, c.schema))
+	}
+	target := name
+	if a != nil {
+		target = a.Index
+	}
+	x, ok, err := c.index(ctx, c.pool, target)
+	if err != nil {
+		return Resolved{}, false, fmt.Errorf("resolve %s: %w", name, err)
+	}
+	if a != nil && !ok {
+		// The FK forbids it; only a hand edit gets here.
+		return Resolved{}, false, fmt.Errorf("resolve %s: alias names index %q, which does not exist", name, target)
+	}
+	return Resolved{Alias: a, Index: x}, ok, nil
+}
+
+// Indexes lists every index, by name.
+func (c *Catalog) Indexes(ctx context.Context) ([]IndexInfo, error) {
+	rows, err := c.pool.Query(ctx, "SELECT "+indexCols+" FROM "+c.tIndexes+" ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("list indexes: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexInfo, error) { return scanIndex(r) })
+}
+
+// Aliases lists every alias, by name.
+func (c *Catalog) Aliases(ctx context.Context) ([]Alias, error) {
+	rows, err := c.pool.Query(ctx, "SELECT name, index_name, coalesce(previous, ''), coalesce(switched_at, 'epoch') FROM "+c.tAliases+" ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("list aliases: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Alias, error) {
+		var a Alias
+		err := r.Scan(&a.Name, &a.Index, &a.Previous, &a.SwitchedAt)
+		return a, err
+	})
+}
+
+// Follow marks index as a member of family (an alias, or the plain index
+// the alias will be named after) in state: serve dual-writes every change
+// of the family to it from its next poll.
+func (c *Catalog) Follow(ctx context.Context, index, family, state string) error {
+	tag, err := c.pool.Exec(ctx, "UPDATE "+c.tIndexes+" SET follows = $2, state = $3 WHERE name = $1", index, family, state)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", family, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("follow %s: %w: %q", family, ErrNoIndex, index)
+	}
+	return nil
+}
+
+// Shadows are the indexes serve writes beside primary: every other index
+// whose follows names family, whatever its state (building and caught-up
+// to keep up; retired so that a rollback is instant and lossless).
+func (c *Catalog) Shadows(ctx context.Context, primary, family string) ([]IndexInfo, error) {
+	rows, err := c.pool.Query(ctx, "SELECT "+indexCols+" FROM "+c.tIndexes+" WHERE follows = $1 AND name <> $2 ORDER BY name", family, primary)
+	if err != nil {
+		return nil, fmt.Errorf("list shadows of %s: %w", family, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexInfo, error) { return scanIndex(r) })
+}
+
+// MarkDualWrite records that a serve now writes every change to index
+// (the first time only): reindex waits for it before its second pass.
+func (c *Catalog) MarkDualWrite(ctx context.Context, index string) error {
+	_, err := c.pool.Exec(ctx, "UPDATE "+c.tIndexes+" SET dual_write_since = coalesce(dual_write_since, now()) WHERE name = $1", index)
+	if err != nil {
+		return fmt.Errorf("mark dual-write of %s: %w", index, err)
+	}
+	return nil
+}
+
+// Promote points alias at index in one transaction, together with its view
+// (<alias>_chunks) and the states: index becomes the live one, the old
+// target retired (still dual-written, so Rollback loses nothing). Without
+// an alias row yet, the previous target is the index that carries the
+// alias's name, if any. It refuses an index still building unless force.
+func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) (Alias, error) {
+	if !indexNameRE.MatchString(alias) {
+		// It names the view <alias>_chunks too.
+		return Alias{}, fmt.Errorf("promote %q: an alias must match [a-z][a-z0-9_]{0,40}", alias)
+	}
+	var out Alias
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.alias", c.schema, alias)); err != nil {
+			return err
+		}
+		x, ok, err := c.index(ctx, tx, index)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %q (ragsync index list shows them)", ErrNoIndex, index)
+		}
+		if x.State == StateBuilding && !force {
+			return fmt.Errorf("%w: %q has not caught up (ragsync reindex --to %s sets it caught-up when done; --force promotes it anyway)", ErrBuilding, index, index)
+		}
+		a, err := c.alias(ctx, tx, alias, true)
+		if err != nil {
+			return err
+		}
+		previous := ""
+		switch {
+		case a != nil && a.Index == index:
+			out = *a
+			return nil // already there
+		case a != nil:
+			previous = a.Index
+		default:
+			if _, ok, err := c.index(ctx, tx, alias); err != nil {
+				return err
+			} else if ok && alias != index {
+				previous = alias
+			}
+		}
+		out, err = c.move(ctx, tx, alias, index, previous, x.Dimensions)
+		return err
+	})
+	if err != nil {
+		return Alias{}, fmt.Errorf("promote %s to %s: %w", alias, index, err)
+	}
+	return out, nil
+}
+
+// Rollback moves alias back to its previous index, with its view and the
+// states, in one transaction.
+func (c *Catalog) Rollback(ctx context.Context, alias string) (Alias, error) {
+	var out Alias
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.alias", c.schema, alias)); err != nil {
+			return err
+		}
+		a, err := c.alias(ctx, tx, alias, true)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return fmt.Errorf("%w: %q is not an alias (ragsync index promote creates one)", ErrNoPrevious, alias)
+		}
+		if a.Previous == "" {
+			return fmt.Errorf("%w: alias %q points at %s and has no previous index (it was dropped, or the alias never moved)", ErrNoPrevious, alias, a.Index)
+		}
+		x, _, err := c.index(ctx, tx, a.Previous)
+		if err != nil {
+			return err
+		}
+		out, err = c.move(ctx, tx, alias, a.Previous, a.Index, x.Dimensions)
+		return err
+	})
+	if err != nil {
+		return Alias{}, fmt.Errorf("rollback %s: %w", alias, err)
+	}
+	return out, nil
+}
+
+// move sets the alias row, the two states and the view inside tx, so a
+// reader sees either the old target everywhere or the new one.
+func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous string, dims int) (Alias, error) {
+	var prev *string
+	if previous != "" {
+		prev = &previous
+	}
+	var a Alias
+	err := tx.QueryRow(ctx, "INSERT INTO "+c.tAliases+" (name, index_name, previous, switched_at) VALUES ($1, $2, $3, now())"+
+		" ON CONFLICT (name) DO UPDATE SET index_name = EXCLUDED.index_name, previous = EXCLUDED.previous, switched_at = EXCLUDED.switched_at"+
+		" RETURNING name, index_name, coalesce(previous, ''), switched_at", alias, index, prev).Scan(&a.Name, &a.Index, &a.Previous, &a.SwitchedAt)
+	if err != nil {
+		return Alias{}, err
+	}
+	// Every member of the family follows the alias: the live one is
+	// excluded from serve's shadows by being its primary.
+	if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3 WHERE name = $1", index, StateCaughtUp, alias); err != nil {
+		return Alias{}, err
+	}
+	if previous != "" {
+		if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3 WHERE name = $1", previous, StateRetired, alias); err != nil {
+			return Alias{}, err
+		}
+	}
+	// DROP + CREATE in one transaction: readers block on the view's lock
+	// and then see the new definition; CREATE OR REPLACE cannot change the
+	// embedding column's type (vector(D)) when dimensions change.
+	view := pgx.Identifier{c.schema, alias + "_chunks"}.Sanitize()
+	if _, err := tx.Exec(ctx, "DROP VIEW IF EXISTS "+view); err != nil {
+		return Alias{}, err
+	}
+	if _, err := tx.Exec(ctx, viewSQL(view, c.tChunks, c.tDocs, index, dims)); err != nil {
+		return Alias{}, err
+	}
+	return a, nil
+}
+
+// viewSQL is the CREATE VIEW of an alias: the target's live chunks, with
+// embedding cast to vector(dims) and the index name as a literal, exactly
+// the HNSW index's expression and predicate (see hnswDDL, indexLit), so
+// that "ORDER BY embedding <=> $1 LIMIT k" on the view uses the HNSW index.
+// index is a validated index name (no quoting needed in the literal).
+func viewSQL(view, chunks, docs, index string, dims int) string {
+	return fmt.Sprintf("CREATE VIEW %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, c.embedding::vector(%d) AS embedding"+
+		" FROM %s c JOIN %s d ON d.index_name = c.index_name AND d.id = c.doc_id"+
+		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", view, dims, chunks, docs, index)
+}
+
+// AliasesTo lists the aliases whose target is index: it must not be
+// dropped while any does.
+func (c *Catalog) AliasesTo(ctx context.Context, index string) ([]string, error) {
+	rows, err := c.pool.Query(ctx, "SELECT name FROM "+c.tAliases+" WHERE index_name = $1 ORDER BY name", index)
+	if err != nil {
+		return nil, fmt.Errorf("list aliases of %s: %w", index, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// HoldServing marks, for as long as the returned release is not called,
+// that a serve writes family with primary as its pipeline's index: shared
+// advisory locks on a connection of its own, which ServeRunning and
+// PrimaryInUse see. The locks end with the connection, so a serve that dies
+// stops counting at once.
+func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (release func(), err error) {
+	// A connection of its own, outside the pool: held for serve's
+	// lifetime, it would take one of the pool's few connections away
+	// from the pipeline's workers.
+	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+	}
+	keys := []any{lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)", keys...); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+	}
+	return func() {
+		// Unlocked before closing: the backend ends after Close returns,
+		// and a reindex started right after must not see a serve.
+		ctx := context.WithoutCancel(ctx)
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1), pg_advisory_unlock_shared($2)", keys...)
+		_ = conn.Close(ctx)
+	}, nil
+}
+
+// ServeRunning reports whether a serve of family holds its serving lock
+// (HoldServing), by trying the exclusive lock for a moment.
+func (c *Catalog) ServeRunning(ctx context.Context, family string) (bool, error) {
+	held, err := c.held(ctx, lockKey("ragsync.serve", c.schema, family))
+	if err != nil {
+		return false, fmt.Errorf("look for a running serve of %s: %w", family, err)
+	}
+	return held, nil
+}
+
+// PrimaryInUse reports whether a running serve writes index as its
+// pipeline's index (HoldServing): dropping it would fail every write.
+func (c *Catalog) PrimaryInUse(ctx context.Context, index string) (bool, error) {
+	held, err := c.held(ctx, lockKey("ragsync.primary", c.schema, index))
+	if err != nil {
+		return false, fmt.Errorf("look for a serve writing %s: %w", index, err)
+	}
+	return held, nil
+}
+
+func (c *Catalog) held(ctx context.Context, key int64) (bool, error) {
+	var free bool
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&free)
+	})
+	return !free, err
+}
