@@ -139,9 +139,17 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 }
 
 // newPipeline wires every stage.
-// cache receives each slice of a document's new vectors as they are
-// embedded (pipeline.embed_slice_chunks).
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// store, when not nil, is the store st writes to: it receives each slice
+// of a large document's new vectors as they are embedded
+// (pipeline.embed_slice_chunks) and reads each document's stored state,
+// chunks and cached hashes in one round trip.
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+	// Not a nil *sink.Store in an interface, which would not compare nil.
+	var cache pipeline.VectorCache
+	var lookup pipeline.DocumentLookup
+	if store != nil {
+		cache, lookup = store, store
+	}
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err
@@ -161,6 +169,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Sink:        st,
 		DeadLetters: dlq,
 		Cache:       cache,
+		Lookup:      lookup,
 		Transient:   transient,
 		Fatal:       fatal,
 	})
