@@ -413,9 +413,10 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 		for i, m := range p.moves {
 			ids[i], pos[i], toks[i], texts[i] = m.id, int32(m.position), int32(m.tokens), m.text
 		}
-		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position, text = u.text, tokens = u.tokens"+
+		// The text may change (a reformatting), so its tsvector does.
+		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position, text = u.text, tokens = u.tokens, tsv = "+s.tsvOf("u.text", "$5")+
 			" FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[]) AS u(id, position, text, tokens)"+
-			" WHERE c.id = u.id", ids, pos, texts, toks)
+			" WHERE c.id = u.id", ids, pos, texts, toks, !s.cfg.SkipFullText)
 	}
 	var given, cached []Chunk
 	for _, c := range p.inserts {
@@ -434,11 +435,11 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 		for i, c := range cached {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
-			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
 			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[]) AS u(position, content_hash, vector_hash, text, tokens)"+
 			" JOIN "+s.tCache+" e ON e.model = $8 AND e.dimensions = $9 AND e.content_hash = u.vector_hash",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions)
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText)
 	}
 	if len(given) > 0 {
 		n := len(given)
@@ -449,10 +450,10 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
-			" SELECT $1, $2, u.* FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
 			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs)
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText)
 
 		// Into the cache, once per vector key and in key order: two
 		// documents adding the same new paragraphs then lock cache rows in
@@ -489,6 +490,14 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
 			s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
 	}
+}
+
+// tsvOf is the SQL of a chunk's tsvector column (migration 00010): the
+// text's, when the bool parameter on says full text is on, else NULL. The
+// 'simple' configuration is the one the generated column used and
+// SearchText queries.
+func (s *Store) tsvOf(text, on string) string {
+	return "CASE WHEN " + on + "::bool THEN to_tsvector('simple'::regconfig, " + text + ") END"
 }
 
 // editSimilarity is the value of documents.edit_similarity: NULL unless

@@ -74,8 +74,10 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 			Index:      cfg.Index,
 			Model:      emb.Model(),
 			Dimensions: emb.Dimensions(),
-			Logger:     logger,
-			Registerer: reg,
+			// Full text only where something reads it (issue 15).
+			SkipFullText: !cfg.fullText(),
+			Logger:       logger,
+			Registerer:   reg,
 		})
 		if err == nil || !migrations.Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
 			break
