@@ -28,6 +28,12 @@ const HashingModel = "hashing-v1"
 
 const defaultBaseURL = "https://api.openai.com/v1"
 
+// Values of Config.EncodingFormat.
+const (
+	EncodingFloat  = "float"
+	EncodingBase64 = "base64"
+)
+
 // Config is the embedder section of ragsync.yaml.
 type Config struct {
 	// Provider is "openai" (any OpenAI-compatible endpoint) or "hashing"
@@ -89,6 +95,12 @@ type Config struct {
 	// had answered; while all are busy, texts queue and leave together.
 	// Provider openai only. Defaults to 4.
 	MaxRequestsInFlight int `yaml:"max_requests_in_flight"`
+	// EncodingFormat is how the API sends vectors: "float" (JSON numbers)
+	// or "base64" (little-endian float32s, what OpenAI's own clients ask
+	// for): decoding JSON floats was about a sixth of serve's CPU during a
+	// load (issue 15). Provider openai only; use base64 only with a server
+	// that supports it (OpenAI and Azure do). Defaults to "float".
+	EncodingFormat string `yaml:"encoding_format"`
 }
 
 // Coalesce returns the Coalescer settings of c.
@@ -134,6 +146,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRequestsInFlight == 0 {
 		c.MaxRequestsInFlight = 4
+	}
+	if c.EncodingFormat == "" {
+		c.EncodingFormat = EncodingFloat
 	}
 	return c
 }
@@ -202,6 +217,9 @@ func (c Config) Validate() error {
 	if c.MaxRequestsInFlight < 1 || c.MaxRequestsInFlight > 256 {
 		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 4 (raise it only within the provider's rate limits), got %d", c.MaxRequestsInFlight)
 	}
+	if c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
+		add("embedder.encoding_format: %q is not %q or %q", c.EncodingFormat, EncodingFloat, EncodingBase64)
+	}
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
@@ -224,6 +242,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("requests_per_minute", c.RequestsPerMinute), slog.Int("tokens_per_minute", c.TokensPerMinute),
 		slog.Int("max_input_tokens", c.MaxInputTokens), slog.String("on_too_long", c.OnTooLong),
 		slog.Duration("linger", c.Linger), slog.Int("max_requests_in_flight", c.MaxRequestsInFlight),
+		slog.String("encoding_format", c.EncodingFormat),
 	)
 }
 

@@ -266,6 +266,10 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 	if o.sendDims {
 		req.Dimensions = o.cfg.Dimensions
 	}
+	if o.cfg.EncodingFormat == EncodingBase64 {
+		// go-openai decodes the reply into the same float32 vectors.
+		req.EncodingFormat = openai.EmbeddingEncodingFormatBase64
+	}
 	o.stats.requests.Add(1)
 	resp, err := o.client.CreateEmbeddings(ctx, req)
 	if err != nil {

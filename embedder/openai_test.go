@@ -339,3 +339,26 @@ func TestOpenAIAzure(t *testing.T) {
 	require.Len(t, vecs, 2)
 	require.Equal(t, "my-deployment", srv.Served()[0].Model)
 }
+
+// TestOpenAIBase64Encoding: with encoding_format base64 the request asks
+// for it and the vectors are the same as with JSON floats; a value other
+// than float or base64 is a config error naming the field.
+func TestOpenAIBase64Encoding(t *testing.T) {
+	t.Parallel()
+	c, b := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.EncodingFormat = embedder.EncodingBase64 })
+	texts := someTexts(4)
+	got, err := c.Embed(t.Context(), texts)
+	require.NoError(t, err)
+	want, err := embedder.NewHashing(dims).Embed(t.Context(), texts)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, "base64", b.srv.Served()[0].EncodingFormat)
+
+	f, fb := setup(t, openaitest.Options{}, false, nil)
+	_, err = f.Embed(t.Context(), texts)
+	require.NoError(t, err)
+	require.Empty(t, fb.srv.Served()[0].EncodingFormat, "float is the API's default and is not sent")
+
+	_, err = embedder.NewOpenAI(embedder.Config{Provider: "openai", BaseURL: b.srv.URL, Model: "m", Dimensions: dims, EncodingFormat: "binary"})
+	require.ErrorContains(t, err, "embedder.encoding_format")
+}

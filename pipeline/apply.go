@@ -76,15 +76,40 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		return nil
 	}
 	id := DocID(ch)
-	stored, found, err := p.st.Sink.Document(ctx, id)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", id, err)
-	}
 	// Fence before paying for embeddings; the sink fences again inside its
-	// transaction, which is what makes concurrent writers safe.
-	if found && stored.Version.Compare(ch.Version) > 0 {
-		p.count(op, "stale")
-		return nil
+	// transaction, which is what makes concurrent writers safe. With a
+	// Lookup stage the fence is read with the chunks and cache after
+	// chunking, in one round trip, unless the row needs the stored one to
+	// fill its unchanged-TOAST columns.
+	early := p.st.Lookup == nil || len(ch.Unavailable) > 0 || ch.After == nil
+	var stored sink.StoredDocument
+	var found bool
+	if early {
+		var err error
+		if stored, found, err = p.st.Sink.Document(ctx, id); err != nil {
+			return fmt.Errorf("read %s: %w", id, err)
+		}
+		if found && stored.Version.Compare(ch.Version) > 0 {
+			p.count(op, "stale")
+			return nil
+		}
+	}
+	// refuse returns err for a change that cannot be indexed, unless it is
+	// stale: a stale change is skipped whatever its content, as when the
+	// fence was read first.
+	refuse := func(err error) error {
+		if early {
+			return err
+		}
+		stored, found, rerr := p.st.Sink.Document(ctx, id)
+		if rerr != nil {
+			return fmt.Errorf("read %s: %w", id, rerr)
+		}
+		if found && stored.Version.Compare(ch.Version) > 0 {
+			p.count(op, "stale")
+			return nil
+		}
+		return err
 	}
 	row := p.mergeUnavailable(ch, stored, found)
 	if stripped, n := stripNUL(row); n > 0 {
@@ -96,14 +121,14 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		p.metrics.nulStripped.Inc()
 	}
 	if err := p.checkTemplate(ctx, tbl, ch.Table, row); err != nil {
-		return err
+		return refuse(err)
 	}
 	text := tbl.render(row)
 	if len(text) > p.cfg.MaxDocumentBytes {
 		p.metrics.tooLarge.Inc()
-		return permanent(fmt.Errorf("document %s: its text is %d bytes, over pipeline.max_document_bytes (%d): "+
+		return refuse(permanent(fmt.Errorf("document %s: its text is %d bytes, over pipeline.max_document_bytes (%d): "+
 			"dead-lettered so it cannot exhaust memory or hold other documents back; raise the limit and replay it with `ragsync dlq replay` to index it",
-			id, len(text), p.cfg.MaxDocumentBytes))
+			id, len(text), p.cfg.MaxDocumentBytes)))
 	}
 	_, span := tracer().Start(ctx, "ragsync.chunk")
 	chunks := p.st.Splitter.Split(text)
@@ -124,8 +149,26 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	for i, c := range chunks {
 		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 	}
+	var pre *sink.Lookup
+	if !early {
+		var hashes []string
+		for _, c := range doc.Chunks {
+			if !slices.Contains(hashes, c.Hash) {
+				hashes = append(hashes, c.Hash)
+			}
+		}
+		l, err := p.st.Lookup.Lookup(ctx, id, hashes)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", id, err)
+		}
+		if l.Found && l.Doc.Version.Compare(ch.Version) > 0 {
+			p.count(op, "stale")
+			return nil
+		}
+		pre = &l
+	}
 	ectx, span := tracer().Start(ctx, "ragsync.embed")
-	saved, err := p.embedMissing(ectx, &doc)
+	saved, err := p.embedMissing(ectx, &doc, pre)
 	endSpan(span, err)
 	if err != nil {
 		return stageError{StageEmbedder, fmt.Errorf("embed %s: %w", id, err)}
@@ -135,6 +178,7 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	out, err := p.st.Sink.Upsert(sctx, doc)
 	endSpan(span, err)
 	if err != nil {
+		p.keepVectors(ctx, doc)
 		return fmt.Errorf("upsert %s: %w", id, err)
 	}
 	p.metrics.txSeconds.Observe(time.Since(start).Seconds())
@@ -196,11 +240,15 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 // by setting VectorHash. It also records the document's ssdeep hash and
 // edit magnitude. It returns how many distinct chunks took a cached or
 // reused vector, which the caller counts once the sink applied the document.
-func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedChunks, error) {
+// pre, when not nil, holds the stored chunks and cached hashes already read.
+func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *sink.Lookup) (savedChunks, error) {
 	chunks := doc.Chunks
 	cfg := p.reuseConfig()
-	stored, err := p.st.Sink.StoredChunks(ctx, doc.ID)
-	if err != nil {
+	var stored []sink.StoredChunk
+	var err error
+	if pre != nil {
+		stored = pre.Chunks
+	} else if stored, err = p.st.Sink.StoredChunks(ctx, doc.ID); err != nil {
 		return savedChunks{}, err
 	}
 	measureEdit(stored, doc)
@@ -213,8 +261,10 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 			hashes = append(hashes, c.Hash)
 		}
 	}
-	known, err := p.cachedHashes(ctx, hashes)
-	if err != nil {
+	var known map[string]bool
+	if pre != nil {
+		known = pre.Cached
+	} else if known, err = p.cachedHashes(ctx, hashes); err != nil {
 		return savedChunks{}, err
 	}
 	var missing []int
@@ -252,12 +302,17 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 	for h, n := range index {
 		hashOf[n] = h
 	}
-	// Embed in slices of EmbedSliceChunks. With a cache stage each slice's
-	// vectors go to the embedding cache at once and are dropped here: the
-	// vectors held stay bounded whatever the document's size, and a
-	// failure or restart later re-embeds nothing already paid for (the
-	// sink takes cached vectors by hash). Without one they stay on the
-	// chunks, as before.
+	// Embed in slices of EmbedSliceChunks. With a cache stage and more
+	// than one slice, each slice's vectors go to the embedding cache at
+	// once and are dropped here: the vectors held stay bounded whatever
+	// the document's size, and a failure or restart later re-embeds
+	// nothing already paid for (the sink takes cached vectors by hash).
+	// A document that fits one slice keeps its vectors on the chunks, and
+	// the sink caches them inside the document's own transaction: one
+	// round trip and one transaction fewer per document (issue 15). Its
+	// price is that a crash between the embedding and the commit re-embeds
+	// at most one slice; a failed transaction caches them (see upsert).
+	sliced := p.st.Cache != nil && len(texts) > p.cfg.EmbedSliceChunks
 	ce, counting := p.st.Embedder.(CountingEmbedder)
 	vecs := make([][]float32, len(texts))
 	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
@@ -277,7 +332,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 		// Counted here, not after the write: the API call was paid either way.
 		p.stats.add("chunks_embedded", hi-lo)
 		p.metrics.chunks.WithLabelValues("embedded").Add(float64(hi - lo))
-		if p.st.Cache != nil {
+		if sliced {
 			if err := p.st.Cache.CacheVectors(ctx, hashOf[lo:hi], texts[lo:hi], got); err != nil {
 				return savedChunks{}, err
 			}
@@ -285,7 +340,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 		}
 		copy(vecs[lo:hi], got)
 	}
-	if p.st.Cache != nil {
+	if sliced {
 		return saved, nil
 	}
 	for i := range chunks {
@@ -294,6 +349,27 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document) (savedC
 		}
 	}
 	return saved, nil
+}
+
+// keepVectors writes the vectors a document carried to the cache after its
+// transaction failed, so a retry or replay pays for none of them again, as
+// when they were cached ahead of the transaction. Best effort: the
+// transaction's error is what the caller reports, and a cache write that
+// fails too costs only a re-embedding.
+func (p *Pipeline) keepVectors(ctx context.Context, doc sink.Document) {
+	if p.st.Cache == nil {
+		return
+	}
+	var hashes, texts []string
+	var vecs [][]float32
+	for _, c := range doc.Chunks {
+		if c.Vector != nil && c.VectorHash == "" {
+			hashes, texts, vecs = append(hashes, c.Hash), append(texts, c.Text), append(vecs, c.Vector)
+		}
+	}
+	if len(hashes) > 0 {
+		_ = p.st.Cache.CacheVectors(ctx, hashes, texts, vecs)
+	}
 }
 
 // savedChunks counts a document's distinct chunks that needed no API call:

@@ -37,9 +37,14 @@ func (b bundle) newPipeline(t *testing.T, src pipeline.Source, cfg pipeline.Conf
 	if st == nil {
 		st = b.store
 	}
+	// As serve wires it: the store that caches also looks documents up.
+	var lookup pipeline.DocumentLookup
+	if cache != nil {
+		lookup = b.store
+	}
 	p, err := pipeline.New(cfg, pipeline.Stages{
 		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: st, DeadLetters: b.dlq, Cache: cache,
+		Embedder: b.emb, Sink: st, DeadLetters: b.dlq, Cache: cache, Lookup: lookup,
 		Transient: sink.Retryable, Fatal: sink.Fatal,
 	})
 	require.NoError(t, err)

@@ -144,6 +144,12 @@ type Stages struct {
 	// without vectors, which it takes from the same cache. Nil keeps the
 	// vectors on the chunks.
 	Cache VectorCache
+	// Lookup, when set, reads a document's stored state, stored chunks and
+	// cached hashes in one round trip once it is chunked, instead of one
+	// read each. It must read the store Sink writes to. A change with
+	// unchanged-TOAST columns still reads the stored row before chunking,
+	// since its text needs it. Nil reads them one by one.
+	Lookup DocumentLookup
 	// Transient reports whether an error is worth retrying without limit
 	// (a dependency that will come back). Nil treats no error as transient.
 	Transient func(error) bool

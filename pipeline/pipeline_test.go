@@ -128,7 +128,7 @@ func (b bundle) run(t *testing.T, src pipeline.Source, cfg pipeline.Config) *pip
 	cfg.MaxRetryBackoff = 2
 	p, err := pipeline.New(cfg, pipeline.Stages{
 		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq,
+		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq, Lookup: b.store,
 		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
 	})
 	require.NoError(t, err)

@@ -65,3 +65,12 @@ type VectorCache interface {
 	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 }
+
+// DocumentLookup reads in one round trip what the pipeline needs of a
+// document before embedding it: the stored document, its stored chunks
+// and which content hashes have a cached vector (sink.Store.Lookup), which
+// Sink.Document, ChunkStore.StoredChunks and VectorCache.Cached read in
+// three (issue 15).
+type DocumentLookup interface {
+	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
+}

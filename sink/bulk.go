@@ -239,7 +239,19 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 			}
 		}
 	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.cfg.Schema, "chunks"},
+	// With full text on, the chunks pass through a temporary table so
+	// their tsvector (a plain column since migration 00010, which COPY
+	// cannot compute) is written with the row, not by a second UPDATE that
+	// would write every index entry twice.
+	into := pgx.Identifier{s.cfg.Schema, "chunks"}
+	if !s.cfg.SkipFullText {
+		if _, err := tx.Exec(ctx, "CREATE TEMP TABLE ragsync_bulk_chunks (index_name text, doc_id text, position int,"+
+			" content_hash text, vector_hash text, text text, tokens int, embedding vector) ON COMMIT DROP"); err != nil {
+			return fmt.Errorf("copy chunks: %w", err)
+		}
+		into = pgx.Identifier{"ragsync_bulk_chunks"}
+	}
+	_, err = tx.CopyFrom(ctx, into,
 		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", "embedding"},
 		pgx.CopyFromSlice(len(chunkRows), func(i int) ([]any, error) {
 			r := chunkRows[i]
@@ -247,6 +259,13 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 		}))
 	if err != nil {
 		return fmt.Errorf("copy chunks: %w", err)
+	}
+	if !s.cfg.SkipFullText {
+		_, err := tx.Exec(ctx, "INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+			" SELECT index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, to_tsvector('simple'::regconfig, text) FROM ragsync_bulk_chunks")
+		if err != nil {
+			return fmt.Errorf("insert chunks: %w", err)
+		}
 	}
 	if len(newCache) == 0 {
 		return nil

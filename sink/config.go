@@ -29,6 +29,14 @@ type Config struct {
 	Model string
 	// Dimensions is the model's output size, 1 to MaxDimensions. Required.
 	Dimensions int
+	// SkipFullText leaves the chunks' tsvector column empty (NULL) and
+	// makes SearchText fail with ErrFullTextOff: the column and its GIN
+	// index cost about a quarter more Postgres CPU per chunk, and only the
+	// front door's degraded full-text answers read them. Opening a store
+	// with full text on (the default) after one wrote with it off fills
+	// the missing values first. Every process writing to one index must
+	// agree. Defaults to false (full text written).
+	SkipFullText bool
 	// Logger receives start-up messages. Defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (ragsync_sink_edit_similarity).

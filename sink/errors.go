@@ -28,6 +28,9 @@ var (
 	// ErrMissingVector means a chunk came with a nil Vector and its content
 	// hash is not in the embedding cache for this model and size.
 	ErrMissingVector error = &permanentError{"no vector for chunk: not given and not in the embedding cache"}
+	// ErrFullTextOff means SearchText was called on a store opened with
+	// Config.SkipFullText: the index's chunks have no full-text vectors.
+	ErrFullTextOff = errors.New("full text is off for this index")
 	// ErrOriginGone means a chunk reuses a vector (Chunk.VectorHash) that
 	// left the cache after the caller looked (a concurrent Purge). It is
 	// transient (Retryable): a retry reads the stored chunks again and

@@ -75,15 +75,21 @@ func (s *Store) touchCache(ctx context.Context, hashes []string) error {
 	// Locks in key order with SKIP LOCKED: an entry a writer holds is being
 	// touched by that writer anyway.
 	// One primary-key probe per hash (see probeCache).
-	sorted := slices.Sorted(slices.Values(hashes))
-	_, err := s.pool.Exec(ctx, "UPDATE "+s.tCache+" AS c SET last_used_at = now() FROM ("+
-		"SELECT x.model, x.dimensions, x.content_hash FROM unnest($3::text[]) WITH ORDINALITY AS h(hash, n)"+
-		" CROSS JOIN LATERAL (SELECT model, dimensions, content_hash FROM "+s.tCache+
-		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash AND last_used_at < now() - make_interval(secs => $4)"+
-		" LIMIT 1 FOR UPDATE SKIP LOCKED) x ORDER BY h.n) AS t"+
-		" WHERE c.model = t.model AND c.dimensions = t.dimensions AND c.content_hash = t.content_hash",
-		s.cfg.Model, s.cfg.Dimensions, sorted, cacheTouchEvery.Seconds())
+	_, err := s.pool.Exec(ctx, s.touchCacheSQL(), s.touchCacheArgs(hashes)...)
 	return err
+}
+
+func (s *Store) touchCacheSQL() string {
+	return "UPDATE " + s.tCache + " AS c SET last_used_at = now() FROM (" +
+		"SELECT x.model, x.dimensions, x.content_hash FROM unnest($3::text[]) WITH ORDINALITY AS h(hash, n)" +
+		" CROSS JOIN LATERAL (SELECT model, dimensions, content_hash FROM " + s.tCache +
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash AND last_used_at < now() - make_interval(secs => $4)" +
+		" LIMIT 1 FOR UPDATE SKIP LOCKED) x ORDER BY h.n) AS t" +
+		" WHERE c.model = t.model AND c.dimensions = t.dimensions AND c.content_hash = t.content_hash"
+}
+
+func (s *Store) touchCacheArgs(hashes []string) []any {
+	return []any{s.cfg.Model, s.cfg.Dimensions, slices.Sorted(slices.Values(hashes)), cacheTouchEvery.Seconds()}
 }
 
 // vectors reads the cached vectors of hashes.
@@ -128,10 +134,7 @@ func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, 
 	)
 	// One statement, so the chunk hashes belong to the same snapshot as
 	// the row.
-	err := s.pool.QueryRow(ctx, "SELECT d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at,"+
-		" d.metadata, d.tenant, d.row,"+
-		" array(SELECT c.content_hash FROM "+s.tChunks+" c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)"+
-		" FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $2", s.cfg.Index, id).
+	err := s.pool.QueryRow(ctx, s.documentSQL(), s.cfg.Index, id).
 		Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredDocument{}, false, nil
@@ -152,6 +155,13 @@ func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, 
 		d.Tenant = *tenant
 	}
 	return d, true, nil
+}
+
+func (s *Store) documentSQL() string {
+	return "SELECT d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at," +
+		" d.metadata, d.tenant, d.row," +
+		" array(SELECT c.content_hash FROM " + s.tChunks + " c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)" +
+		" FROM " + s.tDocs + " d WHERE d.index_name = $1 AND d.id = $2"
 }
 
 // Stats counts the index's documents, chunks and cached vectors.

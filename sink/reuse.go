@@ -35,22 +35,27 @@ func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, err
 	// ANALYZE, or autovacuum off) made Postgres hash the whole cache on
 	// every call: 155 ms per document at 25,000 cache entries, growing
 	// with the cache.
-	rows, err := s.pool.Query(ctx, "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash),"+
-		" e.text IS NOT NULL, coalesce(e.text, '')"+
-		" FROM "+s.tChunks+" c LEFT JOIN LATERAL (SELECT coalesce(x.text, '') AS text FROM "+s.tCache+" x"+
-		" WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = coalesce(c.vector_hash, c.content_hash) LIMIT 1) e ON true"+
-		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position",
-		s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
+	rows, err := s.pool.Query(ctx, s.storedChunksSQL(), s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
 	if err != nil {
 		return nil, fmt.Errorf("read chunks of %s: %w", id, classify(err, s.cfg.Schema))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredChunk, error) {
-		var c StoredChunk
-		err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText)
-		return c, err
-	})
+	out, err := pgx.CollectRows(rows, scanStoredChunk)
 	if err != nil {
 		return nil, fmt.Errorf("read chunks of %s: %w", id, err)
 	}
 	return out, nil
+}
+
+func (s *Store) storedChunksSQL() string {
+	return "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash)," +
+		" e.text IS NOT NULL, coalesce(e.text, '')" +
+		" FROM " + s.tChunks + " c LEFT JOIN LATERAL (SELECT coalesce(x.text, '') AS text FROM " + s.tCache + " x" +
+		" WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = coalesce(c.vector_hash, c.content_hash) LIMIT 1) e ON true" +
+		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position"
+}
+
+func scanStoredChunk(r pgx.CollectableRow) (StoredChunk, error) {
+	var c StoredChunk
+	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText)
+	return c, err
 }

@@ -142,11 +142,15 @@ func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
 // SearchText is the full-text fallback for degraded answers: chunks of live
 // documents matching any word of text (Postgres 'simple' configuration, so
 // no stemming or stop words), ranked by ts_rank, best first, at most q.K.
-// Text without words returns no hits.
+// Text without words returns no hits. With Config.SkipFullText it fails
+// with ErrFullTextOff instead of finding nothing.
 func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, error) {
 	q, err := q.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, err)
+	}
+	if s.cfg.SkipFullText {
+		return nil, fmt.Errorf("search text %s: %w (postgres.full_text is false; set it to true, and ragsync fills the index's full text on its next start)", s.cfg.Index, ErrFullTextOff)
 	}
 	if strings.TrimSpace(text) == "" {
 		return nil, nil

@@ -83,10 +83,40 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name (index:) and build it with ragsync reindex --to NAME (or ragsync backfill)",
 			ErrIndexMismatch, s.cfg.Index, model, dims, s.cfg.Model, s.cfg.Dimensions)
 	}
+	if err := s.syncFullText(ctx, tx); err != nil {
+		return err
+	}
 	// The cast fixes the dimensions the HNSW index needs while the column
 	// stays untyped; the predicate keeps each index to its own rows.
 	_, err = tx.Exec(ctx, s.hnswDDL())
 	return err
+}
+
+// syncFullText records whether this store writes full text. Switching it
+// on after chunks were written with it off fills their tsvectors first
+// (one UPDATE over the index's chunks that lack one), so SearchText finds
+// every chunk; under the registration lock, so two starting processes do
+// it once.
+func (s *Store) syncFullText(ctx context.Context, tx pgx.Tx) error {
+	var was bool
+	if err := tx.QueryRow(ctx, "SELECT full_text FROM "+s.tIndexes+" WHERE name = $1", s.cfg.Index).Scan(&was); err != nil {
+		return fmt.Errorf("read full-text state: %w", err)
+	}
+	on := !s.cfg.SkipFullText
+	if on && !was {
+		tag, err := tx.Exec(ctx, "UPDATE "+s.tChunks+" SET tsv = to_tsvector('simple'::regconfig, text)"+
+			" WHERE index_name = $1 AND tsv IS NULL", s.cfg.Index)
+		if err != nil {
+			return fmt.Errorf("fill full text: %w", err)
+		}
+		s.logger.InfoContext(ctx, "full text switched on: filled the chunks written without it", "chunks", tag.RowsAffected())
+	}
+	if on != was {
+		if _, err := tx.Exec(ctx, "UPDATE "+s.tIndexes+" SET full_text = $2 WHERE name = $1", s.cfg.Index, on); err != nil {
+			return fmt.Errorf("record full-text state: %w", err)
+		}
+	}
+	return nil
 }
 
 // hnswDDL creates the index's HNSW index if it is missing (Bulk drops it

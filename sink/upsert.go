@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -28,6 +29,11 @@ type docState struct {
 // diffed by content hash (see Outcome). New vectors also enter the
 // embedding cache. Errors wrap the document id; transient ones satisfy
 // Retryable, malformed documents ErrInvalidDocument or ErrMissingVector.
+//
+// The transaction costs two round trips (issue 15): one batch opens it
+// and reads everything the plan needs under the row lock, the other
+// writes the plan and commits (a stale or duplicate change rolls back
+// instead).
 func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	id := d.ID
 	if id == "" {
@@ -37,11 +43,18 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
 	}
 	var out Outcome
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.upsert(ctx, tx, id, d)
-		return err
-	})
+	var err error
+	for attempt := 0; ; attempt++ {
+		out, err = s.upsertOnce(ctx, id, d)
+		// A concurrent writer created the document between our read and
+		// our INSERT: its commit released the row, so a new transaction
+		// fences against it. Bounded, though one retry always suffices
+		// (the row then exists and is locked, not inserted).
+		if attempt < 3 && isConstraint(err, "23505", "documents_pkey") {
+			continue
+		}
+		break
+	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, classify(err, s.cfg.Schema))
 	}
@@ -52,64 +65,205 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	return out, nil
 }
 
-func (s *Store) upsert(ctx context.Context, tx pgx.Tx, id string, d Document) (Outcome, error) {
-	st, err := s.lockDoc(ctx, tx, id)
+// upsertOnce is one attempt of Upsert on one connection. BEGIN and COMMIT
+// travel in the batches (pgx.BeginFunc would cost a round trip each), so
+// the connection's transaction status is checked on the way out: whatever
+// failed, a transaction left open is rolled back before the connection
+// returns to the pool.
+func (s *Store) upsertOnce(ctx context.Context, id string, d Document) (out Outcome, err error) {
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, err
 	}
-	created := false
-	if !st.found {
-		fenced, err := s.truncated(ctx, tx, d.Table, d.Version)
-		if err != nil || fenced {
-			return Outcome{Stale: fenced}, err
+	defer conn.Release()
+	defer func() {
+		pc := conn.Conn().PgConn()
+		if pc.IsClosed() || pc.TxStatus() == 'I' {
+			return
 		}
-		created, err = s.insertDoc(ctx, tx, id, d)
-		if err != nil {
-			return Outcome{}, err
+		// Not ctx: a cancelled caller must still release the row lock.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := pc.Exec(rctx, "ROLLBACK").ReadAll(); rerr != nil && err == nil {
+			err = fmt.Errorf("roll back: %w", rerr)
 		}
-		if !created {
-			// A concurrent writer created the row between our SELECT
-			// and INSERT; its commit released it to us, so fence against it.
-			if st, err = s.lockDoc(ctx, tx, id); err != nil {
-				return Outcome{}, err
-			}
-			if !st.found {
-				return Outcome{}, errors.New("document row vanished under a concurrent writer")
-			}
-		}
-	}
+	}()
 
+	rd, err := s.readForUpsert(ctx, conn, id, d)
+	if err != nil {
+		return Outcome{}, err
+	}
 	var stored []storedChunk
-	if !created {
+	if !rd.doc.found {
+		if rd.fenced {
+			return Outcome{Stale: true}, nil
+		}
+	} else {
 		// Equal position-less versions are a tie the source cannot break:
 		// the later arrival wins, so no edit is dropped (a replay rewrites
 		// the same chunk hashes, which changes nothing).
-		switch c := d.Version.Compare(st.version); {
+		switch c := d.Version.Compare(rd.doc.version); {
 		case c < 0:
 			return Outcome{Stale: true}, nil
-		case c == 0 && !st.deleted && d.Version.Positional():
+		case c == 0 && !rd.doc.deleted && d.Version.Positional():
 			return Outcome{Duplicate: true}, nil
 		}
-		if stored, err = s.updateDoc(ctx, tx, id, d); err != nil {
-			return Outcome{}, err
-		}
+		stored = rd.chunks
 	}
 
 	plan := planChunks(stored, d.Chunks)
-	if err := s.fillVectors(ctx, tx, plan.inserts); err != nil {
+	if err := s.checkVectors(ctx, conn, plan.inserts, rd); err != nil {
 		return Outcome{}, err
 	}
-	if err := s.applyPlan(ctx, tx, id, plan); err != nil {
-		return Outcome{}, err
+	b := &pgx.Batch{}
+	if rd.doc.found {
+		s.queueUpdateDoc(b, id, d)
+	} else {
+		s.queueInsertDoc(b, id, d)
+	}
+	s.queuePlan(b, id, plan)
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return Outcome{}, fmt.Errorf("write document: %w", err)
 	}
 	return Outcome{
-		edited:    !created && d.EditMethod != "",
+		edited:    rd.doc.found && d.EditMethod != "",
 		Applied:   true,
 		Inserted:  len(plan.inserts),
 		Moved:     len(plan.moves),
 		Unchanged: plan.unchanged,
 		Removed:   len(plan.removes),
 	}, nil
+}
+
+// upsertRead is what Upsert reads under the document's row lock.
+type upsertRead struct {
+	doc    docState
+	fenced bool // the document is new and a truncate fences it out
+	chunks []storedChunk
+	// cached holds the vector keys of d's vectorless chunks that the cache
+	// has (locked FOR KEY SHARE), sorted; keys of the document's stored
+	// chunks were not asked for (see readForUpsert).
+	cached []string
+	// storedKeys are the vector keys of the stored chunks, sorted.
+	storedKeys []string
+}
+
+// readForUpsert opens the transaction and, in the same round trip, locks
+// the document row, reads the truncate fence (only if the row is absent),
+// the stored chunks, and locks the cache rows the new chunks may be
+// inserted from. Each statement runs after the lock in the batch, so under
+// READ COMMITTED it sees everything a writer that held the lock before us
+// committed.
+//
+// The cache rows of vector keys the document's chunks already carry are
+// not locked: such chunks are almost always unchanged or moved, and
+// locking a row writes to it. checkVectors asks for them in the rare case
+// one is inserted after all (a repeated paragraph).
+func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Document) (upsertRead, error) {
+	var need []string
+	for _, c := range d.Chunks {
+		if c.Vector == nil {
+			need = append(need, c.vectorKey())
+		}
+	}
+	slices.Sort(need) // lock in key order, like every cache writer
+	need = slices.Compact(need)
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
+		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id)
+	// FOR SHARE: a concurrent Truncate of this table waits for us (and
+	// then sees our new row), or we wait for it and see its fence. Only
+	// for a new document, as before: an existing one is fenced by its
+	// own row, and taking this lock after the row lock could deadlock
+	// against a Truncate that locks in the other order.
+	b.Queue("SELECT t.version FROM "+s.tTruncs+" t"+
+		" WHERE t.index_name = $1 AND t.source_table = $2"+
+		" AND NOT EXISTS (SELECT 1 FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $3) FOR SHARE OF t",
+		s.cfg.Index, d.Table, id)
+	b.Queue("SELECT id, position, content_hash, md5(text), coalesce(vector_hash, content_hash) FROM "+s.tChunks+
+		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
+	if len(need) > 0 {
+		b.Queue("SELECT e.content_hash FROM "+s.tCache+" e"+
+			" WHERE e.model = $1 AND e.dimensions = $2 AND e.content_hash = ANY($3)"+
+			" AND e.content_hash NOT IN (SELECT coalesce(c.vector_hash, c.content_hash) FROM "+s.tChunks+" c"+
+			" WHERE c.index_name = $4 AND c.doc_id = $5)"+
+			" ORDER BY e.content_hash FOR KEY SHARE OF e",
+			s.cfg.Model, s.cfg.Dimensions, need, s.cfg.Index, id)
+	}
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	var rd upsertRead
+	if _, err := br.Exec(); err != nil {
+		return rd, fmt.Errorf("begin: %w", err)
+	}
+	var v string
+	var ts *time.Time
+	err := br.QueryRow().Scan(&v, &ts, &rd.doc.deleted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return rd, fmt.Errorf("lock document: %w", hintMigrate(err, s.cfg.Schema))
+	default:
+		if rd.doc.version, err = storedVersion(v, ts); err != nil {
+			return rd, err
+		}
+		rd.doc.found = true
+	}
+	var fence string
+	err = br.QueryRow().Scan(&fence)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return rd, fmt.Errorf("read truncate fence: %w", err)
+	case !rd.doc.found:
+		fv, err := cdc.ParseVersion(fence)
+		if err != nil {
+			return rd, fmt.Errorf("stored truncate version: %w", err)
+		}
+		// A position-less create tied with the truncate arrived after it
+		// and wins.
+		c := d.Version.Compare(fv)
+		rd.fenced = c < 0 || (c == 0 && d.Version.Positional())
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return rd, fmt.Errorf("read chunks: %w", err)
+	}
+	rd.chunks, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedChunk, error) {
+		var c storedChunk
+		var key string
+		err := r.Scan(&c.id, &c.position, &c.hash, &c.textMD5, &key)
+		rd.storedKeys = append(rd.storedKeys, key)
+		return c, err
+	})
+	if err != nil {
+		return rd, fmt.Errorf("read chunks: %w", err)
+	}
+	slices.Sort(rd.storedKeys)
+	if len(need) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return rd, fmt.Errorf("lock cached vectors: %w", err)
+		}
+		if rd.cached, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return rd, fmt.Errorf("lock cached vectors: %w", err)
+		}
+	}
+	return rd, br.Close()
+}
+
+// batcher is a connection or a transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// isConstraint reports a Postgres error of code on constraint name.
+func isConstraint(err error, code, name string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code && pgErr.ConstraintName == name
 }
 
 func (s *Store) lockDoc(ctx context.Context, tx pgx.Tx, id string) (docState, error) {
@@ -168,75 +322,68 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 	return c < 0 || (c == 0 && v.Positional()), nil
 }
 
-func (s *Store) insertDoc(ctx context.Context, tx pgx.Tx, id string, d Document) (bool, error) {
-	tag, err := tx.Exec(ctx, "INSERT INTO "+s.tDocs+
+// queueInsertDoc inserts a new document row. No ON CONFLICT: a row a
+// concurrent writer created since readForUpsert fails the transaction with
+// documents_pkey, and Upsert retries against it.
+func (s *Store) queueInsertDoc(b *pgx.Batch, id string, d Document) {
+	b.Queue("INSERT INTO "+s.tDocs+
 		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row, fuzzy_hash)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (index_name, id) DO NOTHING",
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
 		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy))
-	if err != nil {
-		return false, fmt.Errorf("insert document: %w", err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
-// updateDoc writes the document row and reads its stored chunks, in one
-// round trip.
-func (s *Store) updateDoc(ctx context.Context, tx pgx.Tx, id string, d Document) ([]storedChunk, error) {
-	b := &pgx.Batch{}
+// queueUpdateDoc rewrites the locked document row.
+func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
 	b.Queue("UPDATE "+s.tDocs+
 		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
 		" metadata = $7, tenant = $8, row = $9, fuzzy_hash = $10, edit_similarity = $11, edit_method = $12, updated_at = now()"+
 		" WHERE index_name = $1 AND id = $2",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
 		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy), editSimilarity(d), nullString(d.EditMethod))
-	b.Queue("SELECT id, position, content_hash, md5(text) FROM "+s.tChunks+
-		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("update document: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("read chunks: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedChunk, error) {
-		var c storedChunk
-		err := r.Scan(&c.id, &c.position, &c.hash, &c.textMD5)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read chunks: %w", err)
-	}
-	return out, br.Close()
 }
 
-// fillVectors checks that every chunk that came without a vector has one in
-// the embedding cache, and locks those cache rows (FOR KEY SHARE) so a
-// concurrent Purge cannot remove them before commit. The vectors are not
-// read: applyPlan inserts such chunks with a join on the cache, so a large
-// document's vectors never all sit in memory at once (issue 10).
-func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) error {
-	var need []string
+// checkVectors checks that every chunk to insert without a vector has one
+// in the embedding cache, locked FOR KEY SHARE (by readForUpsert, or here
+// for keys it skipped) so a concurrent Purge cannot remove it before
+// commit. The vectors are not read: queuePlan inserts such chunks with a
+// join on the cache, so a large document's vectors never all sit in memory
+// at once (issue 10).
+func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk, rd upsertRead) error {
+	have := rd.cached
+	var late []string
 	for _, c := range inserts {
-		if c.Vector == nil && !slices.Contains(need, c.vectorKey()) {
-			need = append(need, c.vectorKey())
+		k := c.vectorKey()
+		if c.Vector != nil {
+			continue
+		}
+		if _, ok := slices.BinarySearch(have, k); ok {
+			continue
+		}
+		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok && !slices.Contains(late, k) {
+			late = append(late, k)
 		}
 	}
-	if len(need) == 0 {
-		return nil
-	}
-	slices.Sort(need) // lock in key order, like every cache writer
-	rows, err := tx.Query(ctx, "SELECT content_hash FROM "+s.tCache+
-		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) ORDER BY content_hash FOR KEY SHARE",
-		s.cfg.Model, s.cfg.Dimensions, need)
-	if err != nil {
-		return err
-	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
+	if len(late) > 0 {
+		slices.Sort(late)
+		b := &pgx.Batch{}
+		b.Queue("SELECT content_hash FROM "+s.tCache+
+			" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) ORDER BY content_hash FOR KEY SHARE",
+			s.cfg.Model, s.cfg.Dimensions, late)
+		br := conn.SendBatch(ctx, b)
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return fmt.Errorf("lock cached vectors: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("lock cached vectors: %w", err)
+		}
+		have = slices.Sorted(slices.Values(append(slices.Clone(have), got...)))
 	}
 	for _, c := range inserts {
 		if c.Vector != nil {
@@ -253,11 +400,10 @@ func (s *Store) fillVectors(ctx context.Context, tx pgx.Tx, inserts []Chunk) err
 	return nil
 }
 
-// applyPlan writes the chunk plan in one round trip. Deletes go first and
-// the unique (doc, position) check is deferred to commit, so moves and
-// inserts may reuse any position within the transaction.
-func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan) error {
-	b := &pgx.Batch{}
+// queuePlan queues the chunk plan's writes. Deletes go first and the
+// unique (doc, position) check is deferred to commit, so moves and inserts
+// may reuse any position within the transaction.
+func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 	if len(p.removes) > 0 {
 		b.Queue("DELETE FROM "+s.tChunks+" WHERE id = ANY($1)", p.removes)
 	}
@@ -267,9 +413,10 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		for i, m := range p.moves {
 			ids[i], pos[i], toks[i], texts[i] = m.id, int32(m.position), int32(m.tokens), m.text
 		}
-		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position, text = u.text, tokens = u.tokens"+
+		// The text may change (a reformatting), so its tsvector does.
+		b.Queue("UPDATE "+s.tChunks+" AS c SET position = u.position, text = u.text, tokens = u.tokens, tsv = "+s.tsvOf("u.text", "$5")+
 			" FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[]) AS u(id, position, text, tokens)"+
-			" WHERE c.id = u.id", ids, pos, texts, toks)
+			" WHERE c.id = u.id", ids, pos, texts, toks, !s.cfg.SkipFullText)
 	}
 	var given, cached []Chunk
 	for _, c := range p.inserts {
@@ -280,7 +427,7 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		}
 	}
 	if len(cached) > 0 {
-		// Vectors already in the cache (checked and locked by fillVectors)
+		// Vectors already in the cache (checked and locked by checkVectors)
 		// are copied inside Postgres.
 		n := len(cached)
 		pos, toks := make([]int32, n), make([]int32, n)
@@ -288,11 +435,11 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 		for i, c := range cached {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
-			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
 			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[]) AS u(position, content_hash, vector_hash, text, tokens)"+
 			" JOIN "+s.tCache+" e ON e.model = $8 AND e.dimensions = $9 AND e.content_hash = u.vector_hash",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions)
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText)
 	}
 	if len(given) > 0 {
 		n := len(given)
@@ -303,10 +450,10 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
-			" SELECT $1, $2, u.* FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
 			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs)
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText)
 
 		// Into the cache, once per vector key and in key order: two
 		// documents adding the same new paragraphs then lock cache rows in
@@ -343,13 +490,14 @@ func (s *Store) applyPlan(ctx context.Context, tx pgx.Tx, id string, p chunkPlan
 			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
 			s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("write chunks: %w", err)
-	}
-	return nil
+}
+
+// tsvOf is the SQL of a chunk's tsvector column (migration 00010): the
+// text's, when the bool parameter on says full text is on, else NULL. The
+// 'simple' configuration is the one the generated column used and
+// SearchText queries.
+func (s *Store) tsvOf(text, on string) string {
+	return "CASE WHEN " + on + "::bool THEN to_tsvector('simple'::regconfig, " + text + ") END"
 }
 
 // editSimilarity is the value of documents.edit_similarity: NULL unless

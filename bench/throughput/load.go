@@ -97,6 +97,10 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 	}
 	defer os.RemoveAll(dir)
 	cfg := filepath.Join(dir, "ragsync.yaml")
+	fullText := ""
+	if o.fullTextNew && bin == o.bin {
+		fullText = "  full_text: true\n"
+	}
 	yaml := fmt.Sprintf(`source:
   kind: file
   file:
@@ -110,10 +114,10 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 postgres:
   url: %s
   schema: ragsync
-index: throughput
+%sindex: throughput
 http:
   listen: ""
-`, events, tableConfig, srv.URL, o.dims, u.String())
+`, events, tableConfig, srv.URL, o.dims, u.String(), fullText)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return res, err
 	}

@@ -42,6 +42,7 @@ type options struct {
 	costDocs     int
 	costRounds   int
 	load         bool
+	fullTextNew  bool
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.costDocs, "cost-docs", 500, "documents of each -costs variant")
 	flag.IntVar(&o.costRounds, "cost-rounds", 3, "rounds of the -costs variants, alternated; medians are reported")
 	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
+	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))

@@ -96,6 +96,20 @@ type ChunkerConfig struct {
 type PostgresConfig struct {
 	URL    string `yaml:"url"`
 	Schema string `yaml:"schema"`
+	// FullText writes each chunk's tsvector (and so its GIN index entry),
+	// which only the front door's degraded full-text answers read; off,
+	// those answers fail with "full text is off" instead (issue 15).
+	// Switching it on fills the missing values at the next start.
+	// Defaults to frontdoor.enabled.
+	FullText *bool `yaml:"full_text"`
+}
+
+// fullText is postgres.full_text with its default.
+func (c Config) fullText() bool {
+	if c.Postgres.FullText != nil {
+		return *c.Postgres.FullText
+	}
+	return c.FrontDoor.Enabled
 }
 
 type PipelineConfig struct {

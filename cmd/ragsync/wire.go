@@ -87,8 +87,10 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 			Index:      cfg.Index,
 			Model:      emb.Model(),
 			Dimensions: emb.Dimensions(),
-			Logger:     logger,
-			Registerer: reg,
+			// Full text only where something reads it (issue 15).
+			SkipFullText: !cfg.fullText(),
+			Logger:       logger,
+			Registerer:   reg,
 		})
 		if err == nil || !migrations.Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
 			break
@@ -170,9 +172,17 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 }
 
 // newPipeline wires every stage.
-// cache receives each slice of a document's new vectors as they are
-// embedded (pipeline.embed_slice_chunks).
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// store, when not nil, is the store st writes to: it receives each slice
+// of a large document's new vectors as they are embedded
+// (pipeline.embed_slice_chunks) and reads each document's stored state,
+// chunks and cached hashes in one round trip.
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+	// Not a nil *sink.Store in an interface, which would not compare nil.
+	var cache pipeline.VectorCache
+	var lookup pipeline.DocumentLookup
+	if store != nil {
+		cache, lookup = store, store
+	}
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err
@@ -192,6 +202,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Sink:        st,
 		DeadLetters: dlq,
 		Cache:       cache,
+		Lookup:      lookup,
 		Transient:   transient,
 		Fatal:       fatal,
 	})
