@@ -58,14 +58,14 @@ type Monitor struct {
 	rng     *rand.Rand
 
 	drift, query *Drift
+	worst        worstTraces // own lock: written by the pipeline's workers
 
 	mu       sync.Mutex // guards the fields below and serialises checks
 	last     Status
 	alarms   map[string]bool // tag/method → state at the previous check
 	pinnedAt time.Time       // reference pin the windows were loaded at
 	lastID   int64           // chunks read into the windows up to this id
-	worst    []batchTrace
-	baseline bool // canary baselines are stored
+	baseline bool            // canary baselines are stored
 }
 
 // Status is the result of one check.
@@ -244,7 +244,7 @@ func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []E
 	}
 	// The slowest or failed batches recorded, then the traces of the
 	// warnings (a dead letter, a failed apply): both lead to a trace.
-	traces := m.worstTraces()
+	traces := m.worst.rotate()
 	for i := len(logs) - 1; i >= 0 && len(traces) < 2*maxWorst; i-- {
 		if id := logs[i].TraceID; id != "" && !slices.Contains(traces, id) {
 			traces = append(traces, id)

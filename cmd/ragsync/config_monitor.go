@@ -14,7 +14,10 @@ import (
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/pipeline"
 )
+
+var _ pipeline.TraceRecorder = (*monitor.Monitor)(nil)
 
 // validateMonitor checks the monitor: section when the monitor is on.
 func (c Config) validateMonitor() error {
@@ -159,6 +162,16 @@ func (t tappedClient) Embed(ctx context.Context, texts []string) ([][]float32, e
 
 func (t tappedClient) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
 	return t.tap.Embed(ctx, texts)
+}
+
+// traces is the monitor as the pipeline's trace recorder (the worst
+// recent traces in its events); nil without a monitor, so the pipeline
+// skips the recording altogether.
+func (w *monitorWiring) traces() pipeline.TraceRecorder {
+	if w.m == nil {
+		return nil
+	}
+	return w.m
 }
 
 // run is the monitor's loop for serve's errgroup; nil at once without one.

@@ -173,7 +173,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		return err
 	}
 	defer stopEmb()
-	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, reg, logger)
+	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, mon.traces(), reg, logger)
 	if err != nil {
 		return err
 	}

@@ -141,7 +141,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 // newPipeline wires every stage.
 // cache receives each slice of a document's new vectors as they are
 // embedded (pipeline.embed_slice_chunks).
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, cache pipeline.VectorCache, traces pipeline.TraceRecorder, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	ch, err := chunker.New(cfg.chunkerConfig())
 	if err != nil {
 		return nil, err
@@ -163,6 +163,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Cache:       cache,
 		Transient:   transient,
 		Fatal:       fatal,
+		Traces:      traces,
 	})
 }
 
