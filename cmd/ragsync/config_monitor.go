@@ -76,6 +76,11 @@ func (k kafkaLag) Partitions(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, t := range td {
+		if t.Err != nil {
+			// An unknown topic would otherwise count as 0 partitions and
+			// bound the recommended replicas to 1.
+			return 0, fmt.Errorf("describe topic %s: %w", t.Topic, t.Err)
+		}
 		n += len(t.Partitions)
 	}
 	return n, nil
