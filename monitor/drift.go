@@ -73,7 +73,7 @@ type Drift struct {
 	components int
 	minCur     int
 	proj       *projector // cached while the reference does not change
-	projRef    int64      // ref.seen the projector was computed at
+	projRef    int64      // len(ref.vecs) the projector was computed at
 	alarm      bool
 }
 
@@ -135,9 +135,13 @@ func (d *Drift) reference() ([][]float32, *projector) {
 		defer d.refFrom.mu.Unlock()
 		return d.refFrom.reference()
 	}
-	if d.proj == nil || d.projRef != d.ref.seen {
+	// Keyed on the vectors held, not on seen: a full reference is frozen
+	// while seen keeps counting, and recomputing its principal directions
+	// at every check was a sixth of the check's CPU (bench/monitor). Pin
+	// and restore drop the projector.
+	if d.proj == nil || d.projRef != int64(len(d.ref.vecs)) {
 		p := newProjector(d.ref.vecs, d.components)
-		d.proj, d.projRef = &p, d.ref.seen
+		d.proj, d.projRef = &p, int64(len(d.ref.vecs))
 	}
 	return d.ref.vecs, d.proj
 }

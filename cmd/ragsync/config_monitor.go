@@ -136,9 +136,10 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 }
 
 // startMonitor builds serve's monitor, or returns an empty wiring when
-// monitor.enabled is false or serve runs --once.
-func startMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, once bool) (*monitorWiring, error) {
-	if once || !cfg.Monitor.On() {
+// monitor.enabled is false or off is true (serve --once without
+// --monitor).
+func startMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, off bool) (*monitorWiring, error) {
+	if off || !cfg.Monitor.On() {
 		return &monitorWiring{}, nil
 	}
 	return newMonitor(ctx, cfg, ix, src, reg, logs, logger, true)
@@ -185,4 +186,30 @@ func (w *monitorWiring) run(ctx context.Context) error {
 		return nil
 	}
 	return w.m.Run(ctx)
+}
+
+// monitorSummary is the line serve --once --monitor adds to its summary:
+// what the monitor did during the drain, from serve's registry.
+func monitorSummary(g prometheus.Gatherer) string {
+	var checks, failed, events, tokens float64
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			switch mf.GetName() {
+			case "ragsync_monitor_checks_total":
+				checks += v
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "failed" {
+						failed += v
+					}
+				}
+			case "ragsync_monitor_events_total":
+				events += v
+			case "ragsync_monitor_tokens_total":
+				tokens += v
+			}
+		}
+	}
+	return fmt.Sprintf("monitor checks=%.0f checks_failed=%.0f events=%.0f tokens=%.0f", checks, failed, events, tokens)
 }
