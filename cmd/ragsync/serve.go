@@ -51,6 +51,9 @@ until it is stopped.`,
   ragsync serve --config ragsync.yaml --set source.kind=file --set source.file.path=events.jsonl --once`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if monitorOnce && !once {
+				return errors.New("--monitor only applies with --once (serve always runs the monitor unless monitor.enabled is false)")
+			}
 			cfg, err := g.load()
 			if err != nil {
 				return err
@@ -69,9 +72,6 @@ until it is stopped.`,
 			go func() { defer watcher.Done(); exitOnSecondSignal(ctx, done) }()
 			defer watcher.Wait()
 			defer close(done)
-			if monitorOnce && !once {
-				return errors.New("--monitor only applies with --once (serve always runs the monitor unless monitor.enabled is false)")
-			}
 			return serve(ctx, cmd, cfg, once, lenient, monitorOnce)
 		},
 	}
