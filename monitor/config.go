@@ -50,6 +50,14 @@ type Config struct {
 	// WindowSize is the number of vectors in the current sliding window,
 	// and of front-door queries in the query window. Defaults to 2000.
 	WindowSize int `yaml:"window_size"`
+	// QueryReferenceSize is the number of front-door query vectors in the
+	// query reference (the first ones after creation, or the recent ones
+	// pinned with `ragsync monitor reference --reset --queries`) and in the
+	// sliding window of recent queries compared with it. Queries are short
+	// and differ from chunks by nature, so query drift compares queries
+	// with queries; their distance to the corpus is reported beside it.
+	// Defaults to 1000.
+	QueryReferenceSize int `yaml:"query_reference_size"`
 	// Components is the number of principal directions of the reference
 	// that drift is measured on, besides the cosine to its centroid.
 	// Defaults to 3.
@@ -108,6 +116,9 @@ func (c Config) WithDefaults() Config {
 	if c.WindowSize == 0 {
 		c.WindowSize = 2000
 	}
+	if c.QueryReferenceSize == 0 {
+		c.QueryReferenceSize = 1000
+	}
 	if c.Components == 0 {
 		c.Components = 3
 	}
@@ -153,6 +164,9 @@ func (c Config) Validate() error {
 	}
 	if c.WindowSize < 50 {
 		add("monitor.window_size: %d is too small to compare distributions, use at least 50 (default 2000)", c.WindowSize)
+	}
+	if c.QueryReferenceSize < 50 {
+		add("monitor.query_reference_size: %d is too small to compare distributions, use at least 50 (default 1000)", c.QueryReferenceSize)
 	}
 	if c.Components < 0 || c.Components > 8 {
 		add("monitor.components: %d must be 0..8 (default 3)", c.Components)

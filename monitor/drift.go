@@ -72,8 +72,9 @@ type Drift struct {
 	refFrom    *Drift // query drift compares against the corpus' reference
 	components int
 	minCur     int
-	proj       *projector // cached while the reference does not change
-	projRef    int64      // ref.seen the projector was computed at
+	proj       *projector  // cached while the reference does not change
+	projRef    int64       // len(ref.vecs) the projector was computed at
+	refProj    [][]float64 // the reference projected by proj (read-only)
 	alarm      bool
 }
 
@@ -128,18 +129,24 @@ func (d *Drift) Pin(vs [][]float32, rng *rand.Rand) {
 	d.proj, d.alarm = nil, false
 }
 
-// reference returns the reference vectors and a projector over them.
-func (d *Drift) reference() ([][]float32, *projector) {
+// reference returns the reference vectors, a projector over them and
+// their projections.
+func (d *Drift) reference() ([][]float32, *projector, [][]float64) {
 	if d.refFrom != nil {
 		d.refFrom.mu.Lock()
 		defer d.refFrom.mu.Unlock()
 		return d.refFrom.reference()
 	}
-	if d.proj == nil || d.projRef != d.ref.seen {
+	// Keyed on the vectors held, not on seen: a full reference is frozen
+	// while seen keeps counting, and recomputing its principal directions
+	// at every check was a sixth of the check's CPU (bench/monitor). Pin
+	// and restore drop the projector. The reference's projections are
+	// kept with it: they were another sixth.
+	if d.proj == nil || d.projRef != int64(len(d.ref.vecs)) {
 		p := newProjector(d.ref.vecs, d.components)
-		d.proj, d.projRef = &p, d.ref.seen
+		d.proj, d.projRef, d.refProj = &p, int64(len(d.ref.vecs)), p.project(d.ref.vecs)
 	}
-	return d.ref.vecs, d.proj
+	return d.ref.vecs, d.proj, d.refProj
 }
 
 // Check compares the windows and updates the alarm: on when PSI reaches
@@ -149,7 +156,7 @@ func (d *Drift) reference() ([][]float32, *projector) {
 func (d *Drift) Check() DriftResult {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ref, proj := d.reference()
+	ref, proj, pr := d.reference()
 	cur := slices.Clone(d.cur.vecs)
 	r := DriftResult{RefN: len(ref), CurN: len(cur), Alarm: d.alarm, KSPCorrected: 1}
 	if len(ref) < 2 || len(cur) < d.minCur {
@@ -158,9 +165,7 @@ func (d *Drift) Check() DriftResult {
 	r.Ready = true
 	r.CentroidCosine, r.CentroidEuclidean = centroidDistances(proj.centroid, centroid(cur))
 	r.Projections = proj.names()
-	// The reference's projections could be cached with the projector; at
-	// 1,000 × 1,536 they cost ~6M multiply-adds, well under a millisecond.
-	pr, pc := proj.project(ref), proj.project(cur)
+	pc := proj.project(cur)
 	for i := range pr {
 		s := psi(pr[i], pc[i], 10)
 		dd, p := ks(pr[i], pc[i])

@@ -15,8 +15,12 @@ import (
 )
 
 // EventSchema is the version of the fused event's JSON schema (README
-// "Fused monitor event"). Fields are only ever added under one version.
-const EventSchema = "ragsync.monitor.event/v1"
+// "Fused monitor event"). Fields are only ever added under one version; a
+// change of meaning bumps it. v2: query_drift's psi_max, ks_p_bonferroni
+// and centroid_cosine compare queries with the query reference (v1: with
+// the chunk reference, now corpus_psi_max and corpus_centroid_cosine,
+// never exceeded).
+const EventSchema = "ragsync.monitor.event/v2"
 
 // Semantic tags of events.
 const (

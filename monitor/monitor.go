@@ -57,15 +57,22 @@ type Monitor struct {
 	lag     lagTracker
 	rng     *rand.Rand
 
-	drift, query *Drift
+	// drift compares chunks with the chunk reference; queryRef queries
+	// with the query reference; query queries with the chunk reference
+	// (the corpus distance, reported only).
+	drift, queryRef, query *Drift
+	worst                  worstTraces // own lock: written by the pipeline's workers
 
 	mu       sync.Mutex // guards the fields below and serialises checks
 	last     Status
 	alarms   map[string]bool // tag/method → state at the previous check
 	pinnedAt time.Time       // reference pin the windows were loaded at
+	qPinned  time.Time       // query reference pin, likewise
 	lastID   int64           // chunks read into the windows up to this id
-	worst    []batchTrace
-	baseline bool // canary baselines are stored
+	baseline bool            // canary baselines are stored
+	// saved identifies, per window, the vectors last written, so a save
+	// rewrites only the windows that changed; absent means unknown.
+	saved map[string]string
 }
 
 // Status is the result of one check.
@@ -74,8 +81,13 @@ type Status struct {
 	Events   []Event     `json:"events"`
 	Fidelity []Aggregate `json:"fidelity"`
 	Drift    DriftResult `json:"drift"`
-	Query    DriftResult `json:"query_drift"`
-	Lag      *LagStatus  `json:"lag,omitempty"`
+	// Query compares recent front-door queries with the query reference.
+	Query DriftResult `json:"query_drift"`
+	// QueryCorpus compares them with the chunk reference: how far users
+	// ask from what the index holds. Queries and chunks differ by nature,
+	// so it is reported, never alarmed on.
+	QueryCorpus DriftResult `json:"query_corpus"`
+	Lag         *LagStatus  `json:"lag,omitempty"`
 	// Breach is true when any signal is in alarm.
 	Breach bool `json:"breach"`
 }
@@ -108,8 +120,10 @@ func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 		rng:    rand.New(rand.NewPCG(uint64(d.Now().UnixNano()), 0x6d6f6e)),
 		drift:  NewDrift(cfg.ReferenceSize, cfg.WindowSize, cfg.Components),
 		alarms: map[string]bool{},
+		saved:  map[string]string{},
 	}
 	m.query = NewQueryDrift(m.drift, cfg.WindowSize)
+	m.queryRef = NewDrift(cfg.QueryReferenceSize, cfg.QueryReferenceSize, cfg.Components)
 	var err error
 	if m.metrics, err = newMetrics(cfg.Registerer, m.budget.remaining); err != nil {
 		return nil, fmt.Errorf("monitor metrics: %w", err)
@@ -182,9 +196,11 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 		errs = append(errs, err)
 	}
 	st.Drift = m.drift.Check()
-	st.Query = m.query.Check()
+	st.Query = m.queryRef.Check()
+	st.QueryCorpus = m.query.Check()
 	sigs = append(sigs, driftSignals(TagDrift, st.Drift)...)
 	sigs = append(sigs, driftSignals(TagQueryDrift, st.Query)...)
+	sigs = append(sigs, corpusSignals(st.QueryCorpus)...)
 	if !opts.NoSave {
 		if err := m.saveWindows(ctx); err != nil {
 			errs = append(errs, err)
@@ -244,7 +260,7 @@ func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []E
 	}
 	// The slowest or failed batches recorded, then the traces of the
 	// warnings (a dead letter, a failed apply): both lead to a trace.
-	traces := m.worstTraces()
+	traces := m.worst.rotate()
 	for i := len(logs) - 1; i >= 0 && len(traces) < 2*maxWorst; i-- {
 		if id := logs[i].TraceID; id != "" && !slices.Contains(traces, id) {
 			traces = append(traces, id)
@@ -297,6 +313,20 @@ func driftSignals(tag string, r DriftResult) []tagged {
 		{tag, Signal{Method: "psi_max", Score: r.PSIMax, Threshold: PSIMajor, Exceeded: r.Alarm, Details: det}},
 		{tag, Signal{Method: "ks_p_bonferroni", Score: r.KSPCorrected, Threshold: KSAlpha, Exceeded: r.KSPCorrected < KSAlpha}},
 		{tag, Signal{Method: "centroid_cosine", Score: r.CentroidCosine}},
+	}
+}
+
+// corpusSignals report the queries' distance to the corpus under the
+// query_drift tag: scores only, never exceeded.
+func corpusSignals(r DriftResult) []tagged {
+	if !r.Ready {
+		return nil
+	}
+	det := map[string]float64{"reference_n": float64(r.RefN), "current_n": float64(r.CurN),
+		"ks_p_corrected": r.KSPCorrected, "centroid_euclidean": r.CentroidEuclidean}
+	return []tagged{
+		{TagQueryDrift, Signal{Method: "corpus_psi_max", Score: r.PSIMax, Threshold: PSIMajor, Details: det}},
+		{TagQueryDrift, Signal{Method: "corpus_centroid_cosine", Score: r.CentroidCosine}},
 	}
 }
 

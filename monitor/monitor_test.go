@@ -58,8 +58,9 @@ func TestWindowsSurviveRestart(t *testing.T) {
 	st, err = m.Check(ctx, monitor.CheckOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 30, st.Drift.CurN)
-	require.Equal(t, 3, st.Query.CurN)
-	require.Equal(t, 50, st.Query.RefN, "queries are compared with the corpus reference")
+	require.Equal(t, 3, st.Query.RefN, "the first queries fill the query reference")
+	require.Equal(t, 3, st.QueryCorpus.CurN)
+	require.Equal(t, 50, st.QueryCorpus.RefN, "the corpus distance compares queries with the chunk reference")
 
 	// A restart: a new monitor over the same tables.
 	b.reg = nil
@@ -68,7 +69,8 @@ func TestWindowsSurviveRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Drift.RefN)
 	require.Equal(t, 30, st.Drift.CurN, "no chunk read twice, none lost")
-	require.Equal(t, 3, st.Query.CurN)
+	require.Equal(t, 3, st.QueryCorpus.CurN)
+	require.Equal(t, 3, st.Query.RefN)
 
 	// Pinning a new reference from the index as it is now empties the
 	// current window; the running monitor picks the pin up.

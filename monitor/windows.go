@@ -16,12 +16,17 @@ const (
 	winReference = "reference"
 	winCurrent   = "current"
 	winQueries   = "queries"
+	winQueryRef  = "query_reference"
+	winQueryCur  = "query_current"
 )
 
 type savedWindow struct {
 	seen, lastID int64
 	pinnedAt     *time.Time
 	vecs         [][]float32
+	// same says the stored vectors already are vecs: only the header
+	// (seen, last chunk id) is written.
+	same bool
 }
 
 func (s *store) loadWindow(ctx context.Context, name string) (savedWindow, bool, error) {
@@ -57,6 +62,9 @@ func (s *store) saveWindow(ctx context.Context, name string, w savedWindow) erro
 		if err != nil {
 			return fmt.Errorf("save drift window %s of %s: %w", name, s.index, err)
 		}
+		if w.same {
+			return nil
+		}
 		if _, err := tx.Exec(ctx, "DELETE FROM "+s.tWinVecs+" WHERE index_name = $1 AND name = $2 AND slot >= $3", s.index, name, len(w.vecs)); err != nil {
 			return fmt.Errorf("save drift window %s of %s: %w", name, s.index, err)
 		}
@@ -80,23 +88,31 @@ func (s *store) saveWindow(ctx context.Context, name string, w savedWindow) erro
 
 // loadWindows restores the drift windows a previous run saved.
 func (m *Monitor) loadWindows(ctx context.Context) error {
-	ref, okRef, err := m.st.loadWindow(ctx, winReference)
-	if err != nil {
-		return err
+	w := map[string]savedWindow{}
+	found := map[string]bool{}
+	for _, name := range []string{winReference, winCurrent, winQueries, winQueryRef, winQueryCur} {
+		sw, ok, err := m.st.loadWindow(ctx, name)
+		if err != nil {
+			return err
+		}
+		w[name], found[name] = sw, ok
 	}
-	cur, _, err := m.st.loadWindow(ctx, winCurrent)
-	if err != nil {
-		return err
+	m.saved = map[string]string{}
+	if found[winQueryRef] {
+		qr, qc := w[winQueryRef], w[winQueryCur]
+		m.queryRef.restore(window{vecs: qr.vecs, seen: qr.seen}, window{vecs: qc.vecs, seen: qc.seen})
+		m.saved[winQueryRef], m.saved[winQueryCur] = savedKey(len(qr.vecs), qr.pinnedAt), fmt.Sprint(qc.seen)
+		if qr.pinnedAt != nil {
+			m.qPinned = *qr.pinnedAt
+		}
 	}
-	q, _, err := m.st.loadWindow(ctx, winQueries)
-	if err != nil {
-		return err
-	}
-	if !okRef {
+	if !found[winReference] {
 		return nil
 	}
+	ref, cur, q := w[winReference], w[winCurrent], w[winQueries]
 	m.drift.restore(window{vecs: ref.vecs, seen: ref.seen}, window{vecs: cur.vecs, seen: cur.seen})
 	m.query.restore(window{}, window{vecs: q.vecs, seen: q.seen})
+	m.saved[winReference], m.saved[winCurrent], m.saved[winQueries] = savedKey(len(ref.vecs), ref.pinnedAt), fmt.Sprint(cur.seen), fmt.Sprint(q.seen)
 	m.lastID = max(ref.lastID, cur.lastID)
 	if ref.pinnedAt != nil {
 		m.pinnedAt = *ref.pinnedAt
@@ -107,31 +123,78 @@ func (m *Monitor) loadWindows(ctx context.Context) error {
 // saveWindows persists the windows. The ring order is flattened oldest
 // first, so a restart continues the ring where it was.
 func (m *Monitor) saveWindows(ctx context.Context) error {
-	// A reference pinned by `ragsync monitor reference --reset` in another
-	// process since we loaded wins over our in-memory windows.
-	var pinned *time.Time
-	err := m.st.pool.QueryRow(ctx, "SELECT pinned_at FROM "+m.st.tWindows+" WHERE index_name = $1 AND name = $2",
-		m.st.index, winReference).Scan(&pinned)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	// A reference pinned by `ragsync monitor reference --reset [--queries]`
+	// in another process since we loaded wins over our in-memory windows.
+	rows, err := m.st.pool.Query(ctx, "SELECT name, pinned_at FROM "+m.st.tWindows+" WHERE index_name = $1 AND name = ANY($2) AND pinned_at IS NOT NULL",
+		m.st.index, []string{winReference, winQueryRef})
+	if err != nil {
 		return fmt.Errorf("save drift windows of %s: %w", m.st.index, err)
 	}
-	if pinned != nil && !pinned.Equal(m.pinnedAt) {
-		m.logger.InfoContext(ctx, "drift reference was pinned elsewhere; reloading it", "pinned_at", *pinned)
+	var name string
+	var pinned time.Time
+	var elsewhere []string
+	_, err = pgx.ForEachRow(rows, []any{&name, &pinned}, func() error {
+		if mine := map[string]time.Time{winReference: m.pinnedAt, winQueryRef: m.qPinned}[name]; !pinned.Equal(mine) {
+			elsewhere = append(elsewhere, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("save drift windows of %s: %w", m.st.index, err)
+	}
+	if len(elsewhere) > 0 {
+		m.logger.InfoContext(ctx, "drift reference was pinned elsewhere; reloading the windows", "windows", elsewhere)
 		return m.loadWindows(ctx)
 	}
 	ref, cur := m.drift.snapshot()
 	_, q := m.query.snapshot()
-	var pin *time.Time
-	if !m.pinnedAt.IsZero() {
-		pin = &m.pinnedAt
+	qr, qc := m.queryRef.snapshot()
+	pinOf := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
 	}
-	if err := m.st.saveWindow(ctx, winReference, savedWindow{seen: ref.seen, lastID: m.lastID, pinnedAt: pin, vecs: ref.vecs}); err != nil {
-		return err
+	pin, qpin := pinOf(m.pinnedAt), pinOf(m.qPinned)
+	// Rewrite a window's vectors only when they changed since the last
+	// save: the reference is frozen once full (its seen count still
+	// grows), and a ring changes only when something was offered. This
+	// was a third of a check's CPU (bench/monitor).
+	keys := map[string]string{winReference: savedKey(len(ref.vecs), pin), winCurrent: fmt.Sprint(cur.seen), winQueries: fmt.Sprint(q.seen),
+		winQueryRef: savedKey(len(qr.vecs), qpin), winQueryCur: fmt.Sprint(qc.seen)}
+	save := func(name string, w savedWindow) error {
+		w.same = m.saved[name] == keys[name]
+		if err := m.st.saveWindow(ctx, name, w); err != nil {
+			delete(m.saved, name)
+			return err
+		}
+		m.saved[name] = keys[name]
+		return nil
 	}
-	if err := m.st.saveWindow(ctx, winCurrent, savedWindow{seen: cur.seen, lastID: m.lastID, vecs: ringOrder(cur)}); err != nil {
-		return err
+	for _, x := range []struct {
+		name string
+		w    savedWindow
+	}{
+		{winReference, savedWindow{seen: ref.seen, lastID: m.lastID, pinnedAt: pin, vecs: ref.vecs}},
+		{winCurrent, savedWindow{seen: cur.seen, lastID: m.lastID, vecs: ringOrder(cur)}},
+		{winQueries, savedWindow{seen: q.seen, vecs: ringOrder(q)}},
+		{winQueryRef, savedWindow{seen: qr.seen, pinnedAt: qpin, vecs: qr.vecs}},
+		{winQueryCur, savedWindow{seen: qc.seen, vecs: ringOrder(qc)}},
+	} {
+		if err := save(x.name, x.w); err != nil {
+			return err
+		}
 	}
-	return m.st.saveWindow(ctx, winQueries, savedWindow{seen: q.seen, vecs: ringOrder(q)})
+	return nil
+}
+
+// savedKey identifies a reference's stored vectors: it changes only while
+// it fills or when it is pinned.
+func savedKey(n int, pin *time.Time) string {
+	if pin == nil {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d@%s", n, pin.UTC().Format(time.RFC3339Nano))
 }
 
 func ringOrder(w window) [][]float32 {
@@ -229,6 +292,7 @@ func (m *Monitor) ResetReference(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("pin drift reference of %s: %w", s.index, err)
 	}
 	m.drift.Pin(vecs, m.rng)
+	m.saved = map[string]string{} // everything is written in full below or at the next check
 	m.lastID = maxID
 	m.pinnedAt = m.deps.Now().UTC().Truncate(time.Microsecond)
 	ref, cur := m.drift.snapshot()
@@ -239,4 +303,34 @@ func (m *Monitor) ResetReference(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(vecs), nil
+}
+
+// ResetQueryReference pins the query reference to the recent front-door
+// queries (the sliding query window, as last saved) and empties that
+// window, so query drift is measured from the questions users ask now. It
+// returns the number of queries in the new reference.
+func (m *Monitor) ResetQueryReference(ctx context.Context) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	qr, qc := m.queryRef.snapshot()
+	recent := ringOrder(qc)
+	if len(recent) == 0 && len(qr.vecs) < qr.cap {
+		// Still filling: nothing past the reference to pin.
+		recent = qr.vecs
+	}
+	if len(recent) < 50 {
+		return 0, fmt.Errorf("pin query reference of %s: only %d recent front-door queries saved, need at least 50 (let serve answer more queries first)", m.st.index, len(recent))
+	}
+	m.queryRef.Pin(recent, m.rng)
+	m.qPinned = m.deps.Now().UTC().Truncate(time.Microsecond)
+	delete(m.saved, winQueryRef)
+	delete(m.saved, winQueryCur)
+	qr, qc = m.queryRef.snapshot()
+	if err := m.st.saveWindow(ctx, winQueryRef, savedWindow{seen: qr.seen, pinnedAt: &m.qPinned, vecs: qr.vecs}); err != nil {
+		return 0, err
+	}
+	if err := m.st.saveWindow(ctx, winQueryCur, savedWindow{seen: qc.seen}); err != nil {
+		return 0, err
+	}
+	return len(qr.vecs), nil
 }

@@ -158,6 +158,9 @@ type Stages struct {
 	// with it instead of dead-lettering message after message. Nil treats no
 	// error as fatal.
 	Fatal func(error) bool
+	// Traces, when set, hears of each change's trace id, apply time and
+	// failure (see TraceRecorder). Nil records nothing and costs nothing.
+	Traces TraceRecorder
 }
 
 // Pipeline moves changes from a source to the sink.
@@ -316,6 +319,10 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 		return err
 	}
 	for _, m := range msgs {
+		var start time.Time
+		if p.st.Traces != nil {
+			start = time.Now()
+		}
 		dctx, span := tracer().Start(withTraceParent(ctx, messageTraceParent(m)), "ragsync.decode")
 		ch, err := p.st.Decoder.Decode(m)
 		endSpan(span, err)
@@ -332,6 +339,7 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 			p.guard.ok()
 			continue
 		case err != nil:
+			p.recordTrace(span, start, true)
 			if err := p.deadLetter(dctx, m, err); err != nil {
 				return err
 			}
@@ -387,9 +395,17 @@ func (p *Pipeline) applyParallel(ctx context.Context, items []item) error {
 // applyOne applies a change, retrying transient failures, and dead-letters it
 // when it can never be applied.
 func (p *Pipeline) applyOne(ctx context.Context, it item) error {
+	var start time.Time
+	if p.st.Traces != nil {
+		start = time.Now()
+	}
 	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
 	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
 	endSpan(span, err)
+	if ctx.Err() == nil {
+		// A change cut short by shutdown is neither slow nor failed.
+		p.recordTrace(span, start, err != nil)
+	}
 	if err == nil {
 		p.guard.ok()
 		return nil

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -16,6 +17,26 @@ import (
 // HeaderTraceID carries the trace id of the failed apply on dead letters, so
 // the dead letter leads to its trace.
 const HeaderTraceID = "ragsync.trace_id"
+
+// TraceRecorder hears of every change the pipeline finished with: the
+// trace id of its apply (or of its decode, when it could not be decoded),
+// how long that took and whether it failed (dead-lettered or stopped the
+// pipeline). The monitor implements it to name the worst recent traces in
+// its events. It is called from the workers, so it must be safe for
+// concurrent use and must not block: the write path waits on it.
+type TraceRecorder interface {
+	RecordTrace(id trace.TraceID, d time.Duration, failed bool)
+}
+
+// recordTrace reports span's trace to the recorder, when there are both.
+func (p *Pipeline) recordTrace(span trace.Span, start time.Time, failed bool) {
+	if p.st.Traces == nil {
+		return
+	}
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		p.st.Traces.RecordTrace(sc.TraceID(), time.Since(start), failed)
+	}
+}
 
 // tracer follows the global provider, so the pipeline is traced exactly when
 // serve installed one (OTEL_EXPORTER_OTLP_* set); otherwise spans are no-ops.

@@ -127,6 +127,9 @@ frontdoor:
 			require.Contains(t, out, "duplicate=3", "a replay applies nothing again")
 			require.Contains(t, out, "stale=1", "the deleted document's create is older than its delete")
 			require.NotContains(t, out, "chunks_cached", "and uses no cached chunk")
+			out, code = run("serve", "--once", "--lenient", "--monitor")
+			require.Equal(t, 0, code, "--monitor: %s", out)
+			require.Regexp(t, `monitor checks=[1-9][0-9]* checks_failed=\d+ events=\d+ tokens=\d+`, out, "the monitor ran during the drain")
 		},
 		"query": func(t *testing.T) {
 			out, code := run("query", "espresso grind size and water temperature", "-k", "5", "--tenant", "acme", "--table", "public.articles", "--json")
@@ -181,7 +184,7 @@ frontdoor:
 			require.NotContains(t, out, "0001-01-01")
 			out, code = run("dlq", "replay")
 			require.Equal(t, 0, code, out)
-			require.Contains(t, out, "replayed 3 record(s) to the end of "+events, "each of the three serve runs dead-lettered the broken line")
+			require.Contains(t, out, "replayed 4 record(s) to the end of "+events, "each of the four serve runs (--once, --lenient, --monitor, and the one stopped by SIGTERM) dead-lettered the broken line")
 			out, code = run("dlq", "purge")
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, "purged 0 record(s)", "replay emptied the dead-letter file")

@@ -183,7 +183,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// backfill with the reason, and --resume retries from its page.
 	// No vector cache stage either: the bulk sink and the dry run take
 	// vectors on the chunks.
-	p, err := newPipeline(cfg, source, nil, emb, snk, nil, prometheus.NewRegistry(), logger)
+	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,10 @@ import (
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/pipeline"
 )
+
+var _ pipeline.TraceRecorder = (*monitor.Monitor)(nil)
 
 // validateMonitor checks the monitor: section when the monitor is on.
 func (c Config) validateMonitor() error {
@@ -73,6 +76,11 @@ func (k kafkaLag) Partitions(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, t := range td {
+		if t.Err != nil {
+			// An unknown topic would otherwise count as 0 partitions and
+			// bound the recommended replicas to 1.
+			return 0, fmt.Errorf("describe topic %s: %w", t.Topic, t.Err)
+		}
 		n += len(t.Partitions)
 	}
 	return n, nil
@@ -128,9 +136,10 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 }
 
 // startMonitor builds serve's monitor, or returns an empty wiring when
-// monitor.enabled is false or serve runs --once.
-func startMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, once bool) (*monitorWiring, error) {
-	if once || !cfg.Monitor.On() {
+// monitor.enabled is false or off is true (serve --once without
+// --monitor).
+func startMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, off bool) (*monitorWiring, error) {
+	if off || !cfg.Monitor.On() {
 		return &monitorWiring{}, nil
 	}
 	return newMonitor(ctx, cfg, ix, src, reg, logs, logger, true)
@@ -161,10 +170,46 @@ func (t tappedClient) EmbedCounted(ctx context.Context, texts []string, _ []int)
 	return t.tap.Embed(ctx, texts)
 }
 
+// traces is the monitor as the pipeline's trace recorder (the worst
+// recent traces in its events); nil without a monitor, so the pipeline
+// skips the recording altogether.
+func (w *monitorWiring) traces() pipeline.TraceRecorder {
+	if w.m == nil {
+		return nil
+	}
+	return w.m
+}
+
 // run is the monitor's loop for serve's errgroup; nil at once without one.
 func (w *monitorWiring) run(ctx context.Context) error {
 	if w.m == nil {
 		return nil
 	}
 	return w.m.Run(ctx)
+}
+
+// monitorSummary is the line serve --once --monitor adds to its summary:
+// what the monitor did during the drain, from serve's registry.
+func monitorSummary(g prometheus.Gatherer) string {
+	var checks, failed, events, tokens float64
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			switch mf.GetName() {
+			case "ragsync_monitor_checks_total":
+				checks += v
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "failed" {
+						failed += v
+					}
+				}
+			case "ragsync_monitor_events_total":
+				events += v
+			case "ragsync_monitor_tokens_total":
+				tokens += v
+			}
+		}
+	}
+	return fmt.Sprintf("monitor checks=%.0f checks_failed=%.0f events=%.0f tokens=%.0f", checks, failed, events, tokens)
 }

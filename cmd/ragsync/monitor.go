@@ -153,7 +153,7 @@ func printAggregates(w io.Writer, aggs []monitor.Aggregate) error {
 }
 
 func newMonitorReferenceCmd(g *globals) *cobra.Command {
-	var reset bool
+	var reset, queries bool
 	cmd := &cobra.Command{
 		Use:   "reference",
 		Short: "Pin the drift reference to a sample of the index as it is now",
@@ -164,8 +164,14 @@ Use it after a deliberate change (a new corpus, a re-embed) so drift is
 measured from there. A running serve picks the new reference up at its next
 check.
 
+With --queries it pins the query reference instead: the recent front-door
+queries (the last monitor.query_reference_size, as serve last saved them)
+become the reference query drift is measured from, after users' questions
+changed on purpose (a new product, a new audience).
+
 Example:
-  ragsync monitor reference --reset --config ragsync.yaml`,
+  ragsync monitor reference --reset --config ragsync.yaml
+  ragsync monitor reference --reset --queries --config ragsync.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !reset {
@@ -176,6 +182,14 @@ Example:
 				return err
 			}
 			defer closeFn()
+			if queries {
+				n, err := m.ResetQueryReference(cmd.Context())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "query drift reference pinned: %d recent queries\n", n)
+				return err
+			}
 			n, err := m.ResetReference(cmd.Context())
 			if err != nil {
 				return err
@@ -185,6 +199,7 @@ Example:
 		},
 	}
 	cmd.Flags().BoolVar(&reset, "reset", false, "pin a new reference (required)")
+	cmd.Flags().BoolVar(&queries, "queries", false, "pin the query reference to the recent front-door queries instead of the chunk reference")
 	return cmd
 }
 

@@ -90,7 +90,7 @@ func TestMonitorCommands(t *testing.T) {
 	}
 	lastJSON(t, out, &status)
 	require.True(t, status.Breach)
-	require.Equal(t, "ragsync.monitor.event/v1", status.Events[0].Schema)
+	require.Equal(t, "ragsync.monitor.event/v2", status.Events[0].Schema)
 
 	// Every sampled chunk now measures past the bound: repair re-embeds
 	// the three of them with the swapped model.
@@ -110,6 +110,8 @@ func TestMonitorCommands(t *testing.T) {
 	require.Contains(t, out, "drift reference pinned: 3 chunk vectors")
 	_, err = runCLI(t, "", append([]string{"monitor", "reference"}, base...)...)
 	require.ErrorContains(t, err, "--reset")
+	_, err = runCLI(t, "", append([]string{"monitor", "reference", "--reset", "--queries"}, base...)...)
+	require.ErrorContains(t, err, "only 0 recent front-door queries saved, need at least 50", "no front door ran: nothing to pin")
 
 	_, err = runCLI(t, "", append([]string{"monitor", "--set", "monitor.cosine_bound=3"}, base...)...)
 	require.ErrorContains(t, err, "monitor.cosine_bound")

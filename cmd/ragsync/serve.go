@@ -27,7 +27,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var once, lenient bool
+	var once, lenient, monitorOnce bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the sync pipeline (and /metrics, /healthz, /readyz)",
@@ -40,6 +40,9 @@ at start. The exit code says how the run ended (see the README's "Exit
 codes"): 0 drained with nothing dead-lettered, 3 finished with dead letters,
 4 nothing matched the configured tables, 5 stopped by a signal before
 draining, 1 failed. --lenient exits 0 for dead letters and unmatched tables.
+The monitor does not run with --once unless --monitor is given: then it
+checks every monitor.interval during the drain, publishes its events, and
+the summary adds its check and token counts.
 
 Without --once, a file source with follow: false also stops at the end of the
 file, unless the front door is enabled: then serve keeps answering queries
@@ -48,6 +51,9 @@ until it is stopped.`,
   ragsync serve --config ragsync.yaml --set source.kind=file --set source.file.path=events.jsonl --once`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if monitorOnce && !once {
+				return errors.New("--monitor only applies with --once (serve always runs the monitor unless monitor.enabled is false)")
+			}
 			cfg, err := g.load()
 			if err != nil {
 				return err
@@ -66,11 +72,12 @@ until it is stopped.`,
 			go func() { defer watcher.Done(); exitOnSecondSignal(ctx, done) }()
 			defer watcher.Wait()
 			defer close(done)
-			return serve(ctx, cmd, cfg, once, lenient)
+			return serve(ctx, cmd, cfg, once, lenient, monitorOnce)
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
 	cmd.Flags().BoolVar(&lenient, "lenient", false, "with --once, exit 0 even with dead letters or when no change matched the configured tables")
+	cmd.Flags().BoolVar(&monitorOnce, "monitor", false, "with --once, run the monitor during the drain too (unless monitor.enabled is false)")
 	return cmd
 }
 
@@ -93,7 +100,7 @@ func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
 	}
 }
 
-func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bool) error {
+func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, monitorOnce bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
 	logger = slog.New(traceLogs{logs})
@@ -149,7 +156,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 	if ks, ok := src.(*cdc.KafkaSource); ok {
 		reg.MustRegister(cdc.NewLagCollector(ks))
 	}
-	mon, err := startMonitor(ctx, cfg, ix, src, reg, logs, logger, once)
+	mon, err := startMonitor(ctx, cfg, ix, src, reg, logs, logger, once && !monitorOnce)
 	if err != nil {
 		return err
 	}
@@ -177,7 +184,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		return err
 	}
 	defer stopEmb()
-	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, reg, logger)
+	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, mon.traces(), reg, logger)
 	if err != nil {
 		return err
 	}
@@ -258,6 +265,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient bo
 		return nil
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s\n", p.Stats())
+	if mon.m != nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", monitorSummary(reg))
+	}
 	return onceOutcome(p.Stats(), drained.Load(), lenient)
 }
 

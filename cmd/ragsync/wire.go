@@ -175,8 +175,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 // store, when not nil, is the store st writes to: it receives each slice
 // of a large document's new vectors as they are embedded
 // (pipeline.embed_slice_chunks) and reads each document's stored state,
-// chunks and cached hashes in one round trip.
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// chunks and cached hashes in one round trip. traces, when not nil, is
+// told each change's trace id, apply time and failure (the monitor).
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, traces pipeline.TraceRecorder, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	// Not a nil *sink.Store in an interface, which would not compare nil.
 	var cache pipeline.VectorCache
 	var lookup pipeline.DocumentLookup
@@ -205,6 +206,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Lookup:      lookup,
 		Transient:   transient,
 		Fatal:       fatal,
+		Traces:      traces,
 	})
 }
 
