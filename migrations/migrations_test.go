@@ -13,6 +13,7 @@ import (
 
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/sink"
 )
 
 func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
@@ -96,4 +97,24 @@ func TestEnsureVectorIsIdempotent(t *testing.T) {
 	for range 2 {
 		require.NoError(t, migrations.EnsureVector(context.Background(), pool))
 	}
+}
+
+// Down past 00009 drops the per-alias views, which depend on chunks and
+// documents (DROP TABLE chunks would fail on them).
+func TestDownDropsAliasViews(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "INSERT INTO "+schema+".indexes (name, model, dimensions) VALUES ('articles', 'm', 4), ('articles_v2', 'm2', 8)")
+	require.NoError(t, err)
+	_, err = sink.NewCatalog(pool, schema).Promote(ctx, "articles", "articles_v2", false)
+	require.NoError(t, err)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"goose_db_version"}, tables(t, pool, schema))
 }

@@ -159,6 +159,14 @@ reuse:
 		}
 		return -1
 	}
+	// The check can fail: hits scored by different models are a mix.
+	scored := func(e *embedder.Hashing, q []float32, text string) bgHit {
+		v, _ := e.Embed(context.Background(), []string{text})
+		return bgHit{Text: text, Score: cosine(q, v[0])}
+	}
+	require.Equal(t, 64, model([]bgHit{scored(small, qsmall[0], kayak[0]), scored(small, qsmall[0], kayak[1])}))
+	require.Equal(t, 256, model([]bgHit{scored(large, qlarge[0], kayak[0]), scored(large, qlarge[0], kayak[1])}))
+	require.Equal(t, -1, model([]bgHit{scored(small, qsmall[0], kayak[0]), scored(large, qlarge[0], kayak[1])}))
 	ask := func(tl *tally, args ...string) {
 		defer qwg.Done()
 		for {
