@@ -97,6 +97,10 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 	}
 	defer os.RemoveAll(dir)
 	cfg := filepath.Join(dir, "ragsync.yaml")
+	encoding := ""
+	if o.base64New && bin == o.bin {
+		encoding = "  encoding_format: base64\n"
+	}
 	fullText := ""
 	if o.fullTextNew && bin == o.bin {
 		fullText = "  full_text: true\n"
@@ -111,13 +115,13 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
   model: text-embedding-3-small
   dimensions: %d
   api_key: bench
-postgres:
+%spostgres:
   url: %s
   schema: ragsync
 %sindex: throughput
 http:
   listen: ""
-`, events, tableConfig, srv.URL, o.dims, u.String(), fullText)
+`, events, tableConfig, srv.URL, o.dims, encoding, u.String(), fullText)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return res, err
 	}

@@ -43,6 +43,7 @@ type options struct {
 	costRounds   int
 	load         bool
 	fullTextNew  bool
+	base64New    bool
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&o.costDocs, "cost-docs", 500, "documents of each -costs variant")
 	flag.IntVar(&o.costRounds, "cost-rounds", 3, "rounds of the -costs variants, alternated; medians are reported")
 	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
+	flag.BoolVar(&o.base64New, "base64-new", false, "set embedder.encoding_format: base64 for -bin (older binaries lack the setting)")
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
