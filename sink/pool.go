@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,14 +38,8 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("open postgres %s: %w (check postgres.url)", safe, err)
 	}
 
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
-	if err != nil {
-		return nil, connectError(safe, cfg.ConnConfig.Database, err)
-	}
-	err = migrations.EnsureVector(ctx, conn)
-	_ = conn.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+	if err := ensureVector(ctx, cfg.ConnConfig, safe); err != nil {
+		return nil, err
 	}
 
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize() + ", public"
@@ -58,6 +53,45 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 		return nil, connectError(safe, cfg.ConnConfig.Database, err)
 	}
 	return pool, nil
+}
+
+// ensureVectorRetryFor bounds how long OpenPool keeps retrying the
+// extension check over connections the server ended under it, as
+// migrations.Up does for its own (issue 10).
+const ensureVectorRetryFor = 2 * time.Minute
+
+// ensureVector creates the vector extension over a plain connection. A
+// connection the server ended after it was made (a terminated backend, a
+// restart under way) is retried with backoff: such a blip at start-up must
+// not stop serve. A refused first connection fails at once with its fix,
+// since that is a configuration or a server that is down.
+func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
+	start, wait, retrying := time.Now(), 100*time.Millisecond, false
+	for {
+		conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+		if err != nil {
+			// Once retrying, a server that is restarting refuses for a while.
+			if !retrying || !migrations.Interrupted(err) || time.Since(start) > ensureVectorRetryFor {
+				return connectError(safe, cc.Database, err)
+			}
+		} else {
+			err = migrations.EnsureVector(ctx, conn)
+			_ = conn.Close(ctx)
+			if err == nil {
+				return nil
+			}
+			if !migrations.Interrupted(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
+				return fmt.Errorf("open postgres %s: %w", safe, err)
+			}
+		}
+		retrying = true
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("open postgres %s: %w", safe, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // connectError says what to fix for a failed connection: the server

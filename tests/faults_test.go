@@ -86,6 +86,7 @@ func TestFlakyProvider(t *testing.T) {
 // and over while it drains the topic; transactions retry and the index
 // equals the clean run's.
 func TestPostgresBackendsTerminated(t *testing.T) {
+	t.Parallel() // own schema, slot or kfake cluster, own application_name
 	if testing.Short() {
 		t.Skip("needs Postgres")
 	}
@@ -133,6 +134,7 @@ func TestPostgresBackendsTerminated(t *testing.T) {
 // poison record lands in the dead-letter topic with its reason and
 // coordinates, everything else is applied.
 func TestPoisonMessages(t *testing.T) {
+	t.Parallel() // own schema, slot or kfake cluster, own application_name
 	if testing.Short() {
 		t.Skip("needs Postgres")
 	}

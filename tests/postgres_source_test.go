@@ -190,6 +190,7 @@ func waitSlotCaughtUp(t *testing.T, r *pgtest.Replica, slot string, limit time.D
 // 10k-row transaction; the index must end equal to a fresh load of the
 // table's final state, with nothing dead-lettered.
 func TestPostgresSourceKill(t *testing.T) {
+	t.Parallel() // own schema, slot or kfake cluster, own application_name
 	if testing.Short() {
 		t.Skip("kill test: long; skipped under -short")
 	}

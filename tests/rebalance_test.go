@@ -11,6 +11,7 @@ import (
 // and stops one of the first two while the backlog drains; the index must
 // equal a clean single run's.
 func TestRebalanceMidStream(t *testing.T) {
+	t.Parallel() // own schema, slot or kfake cluster, own application_name
 	if testing.Short() {
 		t.Skip("rebalance test: long; skipped under -short")
 	}
