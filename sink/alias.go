@@ -334,31 +334,76 @@ func (c *Catalog) AliasesTo(ctx context.Context, index string) ([]string, error)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// HoldServing marks, for as long as the returned release is not called,
-// that a serve writes family with primary as its pipeline's index: shared
-// advisory locks on a connection of its own, which ServeRunning and
-// PrimaryInUse see. The locks end with the connection, so a serve that dies
-// stops counting at once.
-func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (release func(), err error) {
+// ServingHold is what HoldServing returns: the shared advisory locks that
+// tell other commands a serve writes a family and its primary index. It is
+// used from one goroutine (serve's family poll) and released once.
+type ServingHold struct {
+	cfg  *pgx.ConnConfig
+	keys []any
+	conn *pgx.Conn
+}
+
+// HoldServing marks, until Release, that a serve writes family with primary
+// as its pipeline's index: shared advisory locks on a connection of its
+// own, which ServeRunning and PrimaryInUse see. The locks end with the
+// connection, so a serve that dies stops counting at once; Refresh takes
+// them again over a new connection if the server ended the old one.
+func (c *Catalog) HoldServing(ctx context.Context, family, primary string) (*ServingHold, error) {
 	// A connection of its own, outside the pool: held for serve's
 	// lifetime, it would take one of the pool's few connections away
 	// from the pipeline's workers.
-	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
+	h := &ServingHold{
+		cfg:  c.pool.Config().ConnConfig.Copy(),
+		keys: []any{lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)},
+	}
+	if err := h.lock(ctx); err != nil {
+		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+	}
+	return h, nil
+}
+
+func (h *ServingHold) lock(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, h.cfg.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+		return err
 	}
-	keys := []any{lockKey("ragsync.serve", c.schema, family), lockKey("ragsync.primary", c.schema, primary)}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)", keys...); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1), pg_advisory_lock_shared($2)", h.keys...); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("hold serving lock of %s: %w", family, err)
+		return err
 	}
-	return func() {
-		// Unlocked before closing: the backend ends after Close returns,
-		// and a reindex started right after must not see a serve.
-		ctx := context.WithoutCancel(ctx)
-		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1), pg_advisory_unlock_shared($2)", keys...)
-		_ = conn.Close(ctx)
-	}, nil
+	h.conn = conn
+	return nil
+}
+
+// Refresh checks that the locks' connection is alive and, when the server
+// ended it (a terminated backend, an idle-session timeout, a restart),
+// takes the locks again over a new one. Without it a reindex would see no
+// serve from then on and skip waiting for dual-write (docs/reindex.md).
+func (h *ServingHold) Refresh(ctx context.Context) error {
+	if h.conn != nil && h.conn.Ping(ctx) == nil {
+		return nil
+	}
+	if h.conn != nil {
+		_ = h.conn.Close(context.WithoutCancel(ctx))
+		h.conn = nil
+	}
+	if err := h.lock(ctx); err != nil {
+		return fmt.Errorf("take the serving lock again: %w", err)
+	}
+	return nil
+}
+
+// Release ends the hold.
+func (h *ServingHold) Release() {
+	if h.conn == nil {
+		return
+	}
+	// Unlocked before closing: the backend ends after Close returns, and a
+	// reindex started right after must not see a serve.
+	ctx := context.Background()
+	_, _ = h.conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1), pg_advisory_unlock_shared($2)", h.keys...)
+	_ = h.conn.Close(ctx)
+	h.conn = nil
 }
 
 // ServeRunning reports whether a serve of family holds its serving lock

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
@@ -228,9 +229,9 @@ func TestServingLocks(t *testing.T) {
 	running, err := cat.ServeRunning(ctx, "articles")
 	require.NoError(t, err)
 	require.False(t, running)
-	release, err := cat.HoldServing(ctx, "articles", "articles")
+	hold, err := cat.HoldServing(ctx, "articles", "articles")
 	require.NoError(t, err)
-	release2, err := cat.HoldServing(ctx, "articles", "articles") // a second replica
+	hold2, err := cat.HoldServing(ctx, "articles", "articles") // a second replica
 	require.NoError(t, err)
 	running, err = cat.ServeRunning(ctx, "articles")
 	require.NoError(t, err)
@@ -244,12 +245,41 @@ func TestServingLocks(t *testing.T) {
 	running, err = cat.ServeRunning(ctx, "other")
 	require.NoError(t, err)
 	require.False(t, running)
-	release()
+	hold.Release()
 	running, err = cat.ServeRunning(ctx, "articles")
 	require.NoError(t, err)
 	require.True(t, running, "the other replica still holds it")
-	release2()
+	hold2.Release()
 	running, err = cat.ServeRunning(ctx, "articles")
 	require.NoError(t, err)
 	require.False(t, running)
+}
+
+// TestServingHoldRefresh: the server ends the serving locks' connection;
+// other commands stop seeing the serve until Refresh takes the locks again
+// over a new connection.
+func TestServingHoldRefresh(t *testing.T) {
+	t.Parallel()
+	_, _, cat, b := setupFamily(t)
+	ctx := context.Background()
+	hold, err := cat.HoldServing(ctx, "articles", "articles")
+	require.NoError(t, err)
+	defer hold.Release()
+	require.NoError(t, hold.Refresh(ctx), "a live connection is kept")
+
+	var ended bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", sink.ServingHoldPIDForTest(hold)).Scan(&ended))
+	require.True(t, ended)
+	require.Eventually(t, func() bool {
+		running, err := cat.ServeRunning(ctx, "articles")
+		return err == nil && !running
+	}, 10*time.Second, 20*time.Millisecond, "the locks end with their backend")
+
+	require.NoError(t, hold.Refresh(ctx))
+	running, err := cat.ServeRunning(ctx, "articles")
+	require.NoError(t, err)
+	require.True(t, running, "Refresh took the serving lock again")
+	inUse, err := cat.PrimaryInUse(ctx, "articles")
+	require.NoError(t, err)
+	require.True(t, inUse, "and the primary's")
 }

@@ -8,3 +8,6 @@ func SearchSQLForTest(s *Store, vec []float32, q Query) (string, []any) {
 
 // SetTruncatePageRowsForTest makes s's Truncate page n rows at a time.
 func SetTruncatePageRowsForTest(s *Store, n int) { s.truncatePageRows = n }
+
+// ServingHoldPIDForTest is the backend that holds h's locks.
+func ServingHoldPIDForTest(h *ServingHold) uint32 { return h.conn.PgConn().PID() }

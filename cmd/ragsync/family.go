@@ -36,6 +36,9 @@ type family struct {
 	logger   *slog.Logger
 
 	shadows map[string]shadowIndex
+	// serving, set by serve, is refreshed at every poll so that other
+	// commands keep seeing this serve after a lost connection.
+	serving *sink.ServingHold
 }
 
 // shadowIndex is an opened index of the family.
@@ -75,6 +78,11 @@ func (f *family) run(ctx context.Context) error {
 
 // poll reads the family once and applies it.
 func (f *family) poll(ctx context.Context) error {
+	if f.serving != nil {
+		if err := f.serving.Refresh(ctx); err != nil {
+			return err
+		}
+	}
 	if _, found, err := f.cat.Resolve(ctx, f.primary.name); err != nil {
 		return err
 	} else if !found {

@@ -191,11 +191,12 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	// Dual-write to the family's other indexes from the first batch on,
 	// and follow alias moves (blue/green re-index).
 	fam := newFamily(cfg, ix, p, fd, mon.tap, logger)
-	releaseServing, err := fam.cat.HoldServing(ctx, cfg.Index, ix.name)
+	serving, err := fam.cat.HoldServing(ctx, cfg.Index, ix.name)
 	if err != nil {
 		return err
 	}
-	defer releaseServing()
+	defer serving.Release()
+	fam.serving = serving
 	if err := fam.poll(ctx); err != nil {
 		return err
 	}
