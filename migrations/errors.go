@@ -6,8 +6,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -47,4 +49,29 @@ func Interrupted(err error) bool {
 		// goose talks through database/sql, which reports a connection the
 		// server closed under it as these.
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+}
+
+// RetryInterrupted runs fn, a step that is safe to repeat, again while it
+// fails only because the server ended its connection (Interrupted: a
+// terminated backend, a restart), for up to 2 minutes with backoff, as Up
+// does for the migrations (issue 10). Any other error, or ctx ending,
+// returns at once. what names the step in the warning logged per retry;
+// logger nil logs nothing.
+func RetryInterrupted(ctx context.Context, logger *slog.Logger, what string, fn func() error) error {
+	start, wait := time.Now(), 200*time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
+			return err
+		}
+		if logger != nil {
+			logger.WarnContext(ctx, what+" was interrupted by a lost connection; retrying", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
 }

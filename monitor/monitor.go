@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/migrations"
 )
 
 // Embedder is the live embedder the monitor re-embeds with.
@@ -128,7 +130,10 @@ func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 	if m.metrics, err = newMetrics(cfg.Registerer, m.budget.remaining); err != nil {
 		return nil, fmt.Errorf("monitor metrics: %w", err)
 	}
-	if err := m.loadWindows(ctx); err != nil {
+	// The windows are read at start-up, when a restarting Postgres or a
+	// terminated backend must not stop serve (issue 10's rule for every
+	// start-up read); loading them again is harmless.
+	if err := migrations.RetryInterrupted(ctx, m.logger, "loading the drift windows", func() error { return m.loadWindows(ctx) }); err != nil {
 		return nil, err
 	}
 	return m, nil

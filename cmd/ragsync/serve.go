@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -172,7 +173,12 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 			// index: is an alias: answer from its target (see family).
 			fd.fd.SetTarget(ix.name, mon.tap(emb), st)
 		}
-		n, err := rebuildBloom(ctx, fd.fd.Bloom(), st)
+		var n int
+		err := migrations.RetryInterrupted(ctx, logger, "rebuilding the bloom filters", func() error {
+			var err error
+			n, err = rebuildBloom(ctx, fd.fd.Bloom(), st)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -191,13 +197,18 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	// Dual-write to the family's other indexes from the first batch on,
 	// and follow alias moves (blue/green re-index).
 	fam := newFamily(cfg, ix, p, fd, mon.tap, logger)
-	serving, err := fam.cat.HoldServing(ctx, cfg.Index, ix.name)
+	var serving *sink.ServingHold
+	err = migrations.RetryInterrupted(ctx, logger, "taking the serving lock", func() error {
+		var err error
+		serving, err = fam.cat.HoldServing(ctx, cfg.Index, ix.name)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer serving.Release()
 	fam.serving = serving
-	if err := fam.poll(ctx); err != nil {
+	if err := migrations.RetryInterrupted(ctx, logger, "reading the index family", func() error { return fam.poll(ctx) }); err != nil {
 		return err
 	}
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,7 +61,12 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 		pool.Close()
 		return nil, err
 	}
-	cfg, alias, err := resolveIndex(ctx, cfg, sink.NewCatalog(pool, cfg.Postgres.Schema))
+	var alias string
+	err = migrations.RetryInterrupted(ctx, logger, "resolving index:", func() error {
+		var err error
+		cfg, alias, err = resolveIndex(ctx, cfg, sink.NewCatalog(pool, cfg.Postgres.Schema))
+		return err
+	})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -81,7 +85,8 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	var st *sink.Store
 	// Like the migrations, registering the index survives a backend
 	// terminated under it (issue 10); a registry can take the metrics once.
-	for wait, start := 200*time.Millisecond, time.Now(); ; wait = min(wait*2, 5*time.Second) {
+	err = migrations.RetryInterrupted(ctx, logger, "opening the index", func() error {
+		var err error
 		st, err = sink.New(ctx, pool, sink.Config{
 			Schema:     cfg.Postgres.Schema,
 			Index:      cfg.Index,
@@ -92,15 +97,8 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 			Logger:       logger,
 			Registerer:   reg,
 		})
-		if err == nil || !migrations.Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
-			break
-		}
-		logger.WarnContext(ctx, "opening the index was interrupted by a lost connection; retrying", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
+		return err
+	})
 	if err != nil {
 		pool.Close()
 		return nil, err
