@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/bench/internal/backlog"
 )
 
 const topic = "dbserver1.public.articles"
@@ -67,7 +68,7 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
 	for i := 0; i < events; {
 		var recs []*kgo.Record
 		for ; i < events && len(recs) < 2000; i++ {
-			recs = append(recs, event(i, docs))
+			recs = append(recs, backlog.Event(i, docs))
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return fmt.Errorf("produce: %w", err)
@@ -188,54 +189,4 @@ func vmHWM(pid int) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// vocabulary has 512 made-up words (8 onsets × 8 vowels × 8 codas), so that
-// paragraphs drawn from it are distinct. An earlier generator cycled through
-// 23 words and produced only 23 distinct paragraphs: tens of thousands of
-// identical vectors, which HNSW is not built for (each insert explores the
-// whole cluster of equal neighbours) and which made this benchmark measure
-// that pathology instead of ragsync.
-var vocabulary = func() []string {
-	onsets, vowels, codas := []string{"b", "d", "k", "l", "m", "r", "s", "t"}, []string{"a", "e", "i", "o", "u", "ai", "ou", "ea"}, []string{"n", "r", "s", "th", "l", "m", "x", "nd"}
-	var ws []string
-	for _, o := range onsets {
-		for _, v := range vowels {
-			for _, c := range codas {
-				ws = append(ws, o+v+c)
-			}
-		}
-	}
-	return ws
-}()
-
-// para is a 25-word paragraph determined by seed.
-func para(seed uint64) string {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	ws := make([]string, 25)
-	for k := range ws {
-		ws[k] = vocabulary[rng.IntN(len(vocabulary))]
-	}
-	return strings.Join(ws, " ") + "."
-}
-
-// event is the i-th change: documents are created, then updated in turn,
-// each update replacing the middle one of three paragraphs.
-func event(i, docs int) *kgo.Record {
-	id := i % docs
-	round := i / docs
-	op := "c"
-	if round > 0 {
-		op = "u"
-	}
-	lsn := int64(1000 + i)
-	body := para(uint64(3*id)) + "\n\n" + para(uint64(3*(id+round*docs)+1)) + "\n\n" + para(uint64(3*id+2))
-	v, _ := json.Marshal(map[string]any{
-		"op": op, "ts_ms": 1700000000000 + lsn,
-		"before": nil,
-		"after":  map[string]any{"id": id, "title": fmt.Sprintf("Doc %d", id), "body": body},
-		"source": map[string]any{"connector": "postgresql", "db": "app", "schema": "public", "table": "articles",
-			"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000 + lsn},
-	})
-	return &kgo.Record{Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: v}
 }

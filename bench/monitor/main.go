@@ -26,10 +26,8 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +41,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/bench/internal/backlog"
 )
 
 const topic = "dbserver1.public.articles"
@@ -432,51 +432,11 @@ func procCPU(pid int) (int64, bool) {
 	return u + s, err1 == nil && err2 == nil
 }
 
-// vocabulary has 512 made-up words, so that paragraphs drawn from it are
-// distinct (see bench/backlog: repeated paragraphs make HNSW, not
-// ragsync, the subject).
-var vocabulary = func() []string {
-	onsets, vowels, codas := []string{"b", "d", "k", "l", "m", "r", "s", "t"}, []string{"a", "e", "i", "o", "u", "ai", "ou", "ea"}, []string{"n", "r", "s", "th", "l", "m", "x", "nd"}
-	var ws []string
-	for _, o := range onsets {
-		for _, v := range vowels {
-			for _, c := range codas {
-				ws = append(ws, o+v+c)
-			}
-		}
-	}
-	return ws
-}()
-
-func para(seed uint64) string {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	ws := make([]string, 25)
-	for k := range ws {
-		ws[k] = vocabulary[rng.IntN(len(vocabulary))]
-	}
-	return strings.Join(ws, " ") + "."
-}
-
-// event is the i-th change: documents are created, then updated in turn,
-// each update replacing the middle one of three paragraphs. Every record
-// carries a traceparent of its own.
+// event is the i-th change of the shared backlog, carrying a traceparent
+// of its own.
 func event(i, docs int) *kgo.Record {
-	id := i % docs
-	round := i / docs
-	op := "c"
-	if round > 0 {
-		op = "u"
-	}
-	lsn := int64(1000 + i)
-	body := para(uint64(3*id)) + "\n\n" + para(uint64(3*(id+round*docs)+1)) + "\n\n" + para(uint64(3*id+2))
-	v, _ := json.Marshal(map[string]any{
-		"op": op, "ts_ms": 1700000000000 + lsn,
-		"before": nil,
-		"after":  map[string]any{"id": id, "title": fmt.Sprintf("Doc %d", id), "body": body},
-		"source": map[string]any{"connector": "postgresql", "db": "app", "schema": "public", "table": "articles",
-			"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000 + lsn},
-	})
+	r := backlog.Event(i, docs)
 	tp := fmt.Sprintf("00-%016x%016x-%016x-01", 0x7261677379+uint64(i), uint64(i)+1, uint64(i)+1)
-	return &kgo.Record{Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: v,
-		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(tp)}}}
+	r.Headers = []kgo.RecordHeader{{Key: "traceparent", Value: []byte(tp)}}
+	return r
 }
