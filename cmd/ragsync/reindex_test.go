@@ -10,55 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
 func TestReindexAndIndexCommands(t *testing.T) {
-	pool, schema := pgtest.Schema(t)
-	ctx := context.Background()
-	args := func(extra ...string) []string {
-		return append(extra, "--postgres-url", pgtest.URL(), "--set", "postgres.schema="+schema, "--set", "http.listen=",
-			"--set", "embedder.dimensions=16", "--set", "index=articles")
-	}
-	event := func(op string, id int, lsn int, body string) string {
-		after := fmt.Sprintf(`{"id":%d,"body":%q}`, id, body)
-		before := "null"
-		if op == "d" {
-			after, before = "null", fmt.Sprintf(`{"id":%d}`, id)
-		}
-		return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":%s,"after":%s,"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":%d}}}`,
-			id, op, before, after, lsn)
-	}
-	serve := func(lines ...string) {
-		path := filepath.Join(t.TempDir(), "events.jsonl")
-		require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
-		out, err := runCLI(t, "", args("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+path)...)
-		require.NoError(t, err, out)
-	}
-	docs := func(index string) map[string]string {
-		rows, err := pool.Query(ctx, `SELECT d.id, d.version, d.deleted_at IS NULL, coalesce(string_agg(c.content_hash, ',' ORDER BY c.position), '')
-			FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
-			WHERE d.index_name = $1 GROUP BY d.id, d.version, d.deleted_at`, index)
-		require.NoError(t, err)
-		out := map[string]string{}
-		for rows.Next() {
-			var id, v, h string
-			var live bool
-			require.NoError(t, rows.Scan(&id, &v, &live, &h))
-			if !live {
-				h = "deleted"
-			}
-			// The rebuilt document keeps its position; it arrives as a
-			// snapshot read, which sorts just before the same streamed
-			// position, so the flag is left out of the comparison.
-			v = strings.TrimSuffix(v, ";snapshot")
-			out[id] = v + " " + h
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
+	e := newReindexEnv(t)
+	pool, ctx, args, event, serve, docs := e.pool, context.Background(), e.args, noteEvent, e.serve, e.docs
 
 	serve(event("c", 1, 10, "First note, about apples."), event("c", 2, 11, "Second note, about pears."),
 		event("c", 3, 12, "Third note, about plums."), event("d", 3, 13, ""))
@@ -70,7 +30,7 @@ func TestReindexAndIndexCommands(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT dimensions FROM indexes WHERE name = 'articles_v2'").Scan(&dims))
 	require.Equal(t, 32, dims)
 	var hnsw bool
-	require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_hnsw_articles_v2')", schema).Scan(&hnsw))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_hnsw_articles_v2')", e.schema).Scan(&hnsw))
 	require.True(t, hnsw)
 
 	require.Contains(t, out, "no serve of articles is running")
@@ -137,49 +97,8 @@ func TestReindexErrors(t *testing.T) {
 // (index: becomes an alias of the new index, with its model and size),
 // serve writing both, drop refused for the live target, rollback.
 func TestIndexPromoteRollback(t *testing.T) {
-	pool, schema := pgtest.Schema(t)
-	ctx := context.Background()
-	args := func(extra ...string) []string {
-		return append(extra, "--postgres-url", pgtest.URL(), "--set", "postgres.schema="+schema, "--set", "http.listen=",
-			"--set", "embedder.dimensions=16", "--set", "index=articles")
-	}
-	event := func(op string, id int, lsn int, body string) string {
-		after := fmt.Sprintf(`{"id":%d,"body":%q}`, id, body)
-		before := "null"
-		if op == "d" {
-			after, before = "null", fmt.Sprintf(`{"id":%d}`, id)
-		}
-		return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":%s,"after":%s,"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":%d}}}`,
-			id, op, before, after, lsn)
-	}
-	serve := func(lines ...string) {
-		path := filepath.Join(t.TempDir(), "events.jsonl")
-		require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
-		out, err := runCLI(t, "", args("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+path)...)
-		require.NoError(t, err, out)
-	}
-	docs := func(index string) map[string]string {
-		rows, err := pool.Query(ctx, `SELECT d.id, d.version, d.deleted_at IS NULL, coalesce(string_agg(c.content_hash, ',' ORDER BY c.position), '')
-			FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
-			WHERE d.index_name = $1 GROUP BY d.id, d.version, d.deleted_at`, index)
-		require.NoError(t, err)
-		out := map[string]string{}
-		for rows.Next() {
-			var id, v, h string
-			var live bool
-			require.NoError(t, rows.Scan(&id, &v, &live, &h))
-			if !live {
-				h = "deleted"
-			}
-			// The rebuilt document keeps its position; it arrives as a
-			// snapshot read, which sorts just before the same streamed
-			// position, so the flag is left out of the comparison.
-			v = strings.TrimSuffix(v, ";snapshot")
-			out[id] = v + " " + h
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
+	e := newReindexEnv(t)
+	pool, ctx, args, event, serve, docs := e.pool, context.Background(), e.args, noteEvent, e.serve, e.docs
 
 	serve(event("c", 1, 10, "First note, about apples."), event("c", 2, 11, "Second note, about pears."))
 	out, err := runCLI(t, "", args("reindex", "--to", "articles_v2", "--dimensions", "32")...)
@@ -201,7 +120,7 @@ func TestIndexPromoteRollback(t *testing.T) {
 	// Every command resolves the alias, with articles_v2's 32 dimensions
 	// (the config still says 16).
 	cfg := defaultConfig()
-	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), schema, "articles", 16
+	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), e.schema, "articles", 16
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)
 	require.Equal(t, "articles_v2", ix.name)
@@ -250,4 +169,67 @@ func TestIndexPromoteRollback(t *testing.T) {
 	require.NoError(t, err, out)
 	_, err = runCLI(t, "", args("index", "rollback")...)
 	require.ErrorContains(t, err, "has no previous index")
+}
+
+// reindexEnv is a schema of its own with the CLI arguments that point at it
+// (16-dimension hashing embedder, index articles).
+type reindexEnv struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func newReindexEnv(t *testing.T) *reindexEnv {
+	pool, schema := pgtest.Schema(t)
+	return &reindexEnv{t: t, pool: pool, schema: schema}
+}
+
+func (e *reindexEnv) args(extra ...string) []string {
+	return append(extra, "--postgres-url", pgtest.URL(), "--set", "postgres.schema="+e.schema, "--set", "http.listen=",
+		"--set", "embedder.dimensions=16", "--set", "index=articles")
+}
+
+// serve applies lines (a file source) with serve --once.
+func (e *reindexEnv) serve(lines ...string) {
+	e.t.Helper()
+	path := filepath.Join(e.t.TempDir(), "events.jsonl")
+	require.NoError(e.t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	out, err := runCLI(e.t, "", e.args("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+path)...)
+	require.NoError(e.t, err, out)
+}
+
+// docs is index's documents as "version chunk-hashes" (or "deleted") by id.
+func (e *reindexEnv) docs(index string) map[string]string {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT d.id, d.version, d.deleted_at IS NULL, coalesce(string_agg(c.content_hash, ',' ORDER BY c.position), '')
+		FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
+		WHERE d.index_name = $1 GROUP BY d.id, d.version, d.deleted_at`, index)
+	require.NoError(e.t, err)
+	out := map[string]string{}
+	for rows.Next() {
+		var id, v, h string
+		var live bool
+		require.NoError(e.t, rows.Scan(&id, &v, &live, &h))
+		if !live {
+			h = "deleted"
+		}
+		// The rebuilt document keeps its position; it arrives as a
+		// snapshot read, which sorts just before the same streamed
+		// position, so the flag is left out of the comparison.
+		v = strings.TrimSuffix(v, ";snapshot")
+		out[id] = v + " " + h
+	}
+	require.NoError(e.t, rows.Err())
+	return out
+}
+
+// noteEvent is a Debezium change of public.notes as a file-source line.
+func noteEvent(op string, id int, lsn int, body string) string {
+	after := fmt.Sprintf(`{"id":%d,"body":%q}`, id, body)
+	before := "null"
+	if op == "d" {
+		after, before = "null", fmt.Sprintf(`{"id":%d}`, id)
+	}
+	return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":%s,"after":%s,"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":%d}}}`,
+		id, op, before, after, lsn)
 }
