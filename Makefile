@@ -3,8 +3,9 @@ GO          ?= go
 GOFLAGS     ?= -mod=mod
 export GOFLAGS
 BIN         := bin/ragsync
-# The tests package runs ~14 min on a quiet 2-core machine (the whole
-# suite ~20); the timeout is a hang guard with room for a busier one.
+# The whole suite runs ~11 min on a quiet 2-core machine (the tests
+# package ~6.5 min: its long fault, rebalance and slot-kill tests run in
+# parallel); the timeout is a hang guard with room for a busier one.
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
