@@ -77,7 +77,7 @@ bench-pgsource: services build ## issue 13: events/s from a Postgres slot into t
 # fails if the child's CPU per event off/on (throughput-equivalent, median of
 # the rounds' ratios) is below 0.95 or an "on" run did not check.
 # BENCH_MONITOR_FLAGS="-intervals 1s,5s -gate 5s" adds a 1s monitor, reported.
-BENCH_MONITOR_FLAGS ?= -events 1000 -docs 300 -rounds 5 -intervals 5s -gate 5s
+BENCH_MONITOR_FLAGS ?= -events 3000 -docs 600 -rounds 5 -intervals 5s -gate 5s
 bench-monitor: services build ## issue 14: CPU/event and events/s with the monitor on vs off, peak RSS, monitor checks and token spend
 	$(GO) run ./bench/monitor -bin $(BIN) $(BENCH_MONITOR_FLAGS)
 
