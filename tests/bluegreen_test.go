@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,35 +50,9 @@ func TestBlueGreenReindex(t *testing.T) {
 		lines = append(lines, article{op: "c", id: id, lsn: int64(id), title: fmt.Sprintf("Note %d", id), body: text(id, int64(id)), tenant: "acme"}.line())
 	}
 	writeLines(t, events, lines...)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "bg" + hex.EncodeToString(b[:])
 	// Near-duplicate reuse off: a reused vector belongs to another text,
 	// and the model check below recomputes each hit's score from its text.
-	writeConfigSource(t, e, fmt.Sprintf(`source:
-  kind: file
-  file:
-    path: %s
-    follow: true
-frontdoor:
-  enabled: true
-  redis_url: %s
-  prefix: %s
-  workers: 2
-index_poll: 200ms
-reuse:
-  enabled: false
-`, events, redisURL(), prefix))
-
-	serve := exec.Command(bin, "serve", "--config", e.cfg)
-	var logs syncBuffer
-	serve.Stderr = &logs
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		_ = serve.Wait()
-		t.Logf("serve logs:\n%s", logs.String())
-	})
+	_, logs := startFrontDoorServe(t, e, events, "bg", "  workers: 2\n", "index_poll: 200ms\nreuse:\n  enabled: false\n")
 	require.Eventually(t, func() bool {
 		o, err := e.run(true, "query", "sea kayaking paddle")
 		return err == nil && strings.Contains(o, "public.articles/")

@@ -2,10 +2,14 @@ package tests
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,4 +255,29 @@ func TestServeWarnsWhenAutovacuumSkips(t *testing.T) {
 	require.Contains(t, out, "autovacuum does not cover this table")
 	require.Contains(t, out, "ALTER TABLE "+e.schema+".chunks RESET (autovacuum_enabled)")
 	require.Contains(t, out, "op_c=1", "serve went on after the warning")
+}
+
+// startFrontDoorServe configures e to follow the file events with the front
+// door on under a Redis prefix of the test's own ("tag" + random hex), with
+// frontdoorExtra appended to the frontdoor: section (indented lines) and
+// extra as top-level YAML, starts serve, and stops it (SIGTERM) when the
+// test ends, logging its output. It returns the prefix and serve's stderr
+// so far (safe to read while serve runs).
+func startFrontDoorServe(t *testing.T, e *env, events, tag, frontdoorExtra, extra string) (string, *syncBuffer) {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := tag + hex.EncodeToString(b[:])
+	writeConfigSource(t, e, fmt.Sprintf("source:\n  kind: file\n  file:\n    path: %s\n    follow: true\n"+
+		"frontdoor:\n  enabled: true\n  redis_url: %s\n  prefix: %s\n%s%s", events, redisURL(), prefix, frontdoorExtra, extra))
+	serve := exec.Command(bin, "serve", "--config", e.cfg)
+	logs := &syncBuffer{}
+	serve.Stderr = logs
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		_ = serve.Wait()
+		t.Logf("serve logs:\n%s", logs.String())
+	})
+	return prefix, logs
 }

@@ -2,14 +2,9 @@ package tests
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,31 +30,7 @@ func TestServeFrontDoorKeepsReuseAndDropsDeletes(t *testing.T) {
 		article{op: "c", id: 2, lsn: 110, title: "Espresso", body: body(espresso...), tenant: "acme"}.line(),
 		article{op: "c", id: 3, lsn: 120, title: "Glaciers", body: body(glacier...), tenant: "acme"}.line(),
 	)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "e2e" + hex.EncodeToString(b[:])
-	writeConfigSource(t, e, fmt.Sprintf(`source:
-  kind: file
-  file:
-    path: %s
-    follow: true
-frontdoor:
-  enabled: true
-  redis_url: %s
-  prefix: %s
-  cache_ttl: 1h
-  stale_ttl: 2h
-`, events, redisURL(), prefix))
-
-	serve := exec.Command(bin, "serve", "--config", e.cfg)
-	var logs strings.Builder
-	serve.Stderr = &logs
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		_ = serve.Wait()
-		t.Logf("serve logs:\n%s", logs.String())
-	})
+	_, _ = startFrontDoorServe(t, e, events, "e2e", "  cache_ttl: 1h\n  stale_ttl: 2h\n", "")
 	viaRedis := func(text string) string {
 		o, _ := e.run(true, "query", "--via", "redis", "--timeout", "5s", "--tenant", "acme", text)
 		return o

@@ -1,13 +1,8 @@
 package tests
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,30 +19,7 @@ func TestFrontDoorEndToEnd(t *testing.T) {
 		article{op: "c", id: 1, lsn: 100, title: "Kayaking", body: body(kayak...), tenant: "acme"}.line(),
 		article{op: "c", id: 2, lsn: 110, title: "Espresso", body: body(espresso...), tenant: "acme"}.line(),
 	)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "e2e" + hex.EncodeToString(b[:])
-	writeConfigSource(t, e, fmt.Sprintf(`source:
-  kind: file
-  file:
-    path: %s
-    follow: true
-frontdoor:
-  enabled: true
-  redis_url: %s
-  prefix: %s
-  workers: 2
-`, events, redisURL(), prefix))
-
-	serve := exec.Command(bin, "serve", "--config", e.cfg)
-	var logs strings.Builder
-	serve.Stderr = &logs
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		_ = serve.Wait()
-		t.Logf("serve logs:\n%s", logs.String())
-	})
+	prefix, _ := startFrontDoorServe(t, e, events, "e2e", "  workers: 2\n", "")
 
 	// Wait until the documents are in the index, so the first front-door
 	// query does not cache an empty answer (the negative cache would keep it
