@@ -8,28 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ragsync/ragsync/bench/internal/backlog"
 )
 
 // corpus is the load: documents of distinct prose (ASCII, ~60-word
 // paragraphs from a 512-word vocabulary: identical vectors would make HNSW
-// measure its own pathology, see bench/backlog).
+// measure its own pathology, see bench/internal/backlog).
 type corpus struct {
 	titles, bodies []string
 	bytes          int
 }
-
-var vocabulary = func() []string {
-	onsets, vowels, codas := []string{"b", "d", "k", "l", "m", "r", "s", "t"}, []string{"a", "e", "i", "o", "u", "ai", "ou", "ea"}, []string{"n", "r", "s", "th", "l", "m", "x", "nd"}
-	var ws []string
-	for _, o := range onsets {
-		for _, v := range vowels {
-			for _, c := range codas {
-				ws = append(ws, o+v+c)
-			}
-		}
-	}
-	return ws
-}()
 
 func newCorpus(docs, size int) *corpus {
 	c := &corpus{}
@@ -44,7 +33,7 @@ func newCorpus(docs, size int) *corpus {
 				if w > 0 {
 					b.WriteByte(' ')
 				}
-				b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
+				b.WriteString(backlog.Word(rng))
 				if w%12 == 11 {
 					b.WriteByte('.')
 				}

@@ -1,5 +1,6 @@
 // Package backlog builds the synthetic Debezium backlog that the backlog
-// and monitor benchmarks drain: documents created, then updated in turn,
+// and monitor benchmarks drain (and the words the throughput corpus is made
+// of): documents created, then updated in turn,
 // from paragraphs of made-up words, so each benchmark measures ragsync on
 // the same load.
 package backlog
@@ -37,10 +38,14 @@ func Para(seed uint64) string {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ws := make([]string, 25)
 	for k := range ws {
-		ws[k] = vocabulary[rng.IntN(len(vocabulary))]
+		ws[k] = Word(rng)
 	}
 	return strings.Join(ws, " ") + "."
 }
+
+// Word is one of the made-up words, chosen by rng: text drawn from them
+// has the variety HNSW needs (see vocabulary).
+func Word(rng *rand.Rand) string { return vocabulary[rng.IntN(len(vocabulary))] }
 
 // Event is the i-th change of a backlog over docs documents (table
 // public.articles, key {"id":n}): each document is created, then updated in
