@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -361,35 +360,54 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 	return flush()
 }
 
-// applyParallel routes items by document to a fixed set of workers so that
-// one document's changes stay in order while different documents proceed
-// concurrently.
+// applyParallel applies a segment with up to Workers documents at once.
+// Each document's changes stay in source order on one worker; workers take
+// the next document as soon as they finish one, rather than a fixed share
+// of them: with fixed lanes a batch lasted as long as its longest lane, and
+// the last documents of each batch ran almost alone, which left the
+// embedding coalescer little to put in one request.
 func (p *Pipeline) applyParallel(ctx context.Context, items []item) error {
 	if len(items) == 0 {
 		return nil
 	}
-	lanes := make([][]item, p.cfg.Workers)
-	for _, it := range items {
-		h := fnv.New32a()
-		h.Write([]byte(DocID(it.change)))
-		n := int(h.Sum32() % uint32(len(lanes)))
-		lanes[n] = append(lanes[n], it)
-	}
+	docs := groupByDocument(items)
+	workers := min(p.cfg.Workers, len(docs))
+	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
-	for _, lane := range lanes {
-		if len(lane) == 0 {
-			continue
-		}
+	for range workers {
 		g.Go(func() error {
-			for _, it := range lane {
-				if err := p.applyOne(gctx, it); err != nil {
-					return err
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= len(docs) {
+					return nil
+				}
+				for _, it := range docs[n] {
+					if err := p.applyOne(gctx, it); err != nil {
+						return err
+					}
 				}
 			}
-			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// groupByDocument splits items into one run per document, in the order of
+// each document's first change, each run in source order.
+func groupByDocument(items []item) [][]item {
+	at := make(map[string]int, len(items))
+	var docs [][]item
+	for _, it := range items {
+		id := DocID(it.change)
+		n, ok := at[id]
+		if !ok {
+			n = len(docs)
+			at[id] = n
+			docs = append(docs, nil)
+		}
+		docs[n] = append(docs[n], it)
+	}
+	return docs
 }
 
 // applyOne applies a change, retrying transient failures, and dead-letters it

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -273,4 +274,55 @@ func TestNewRequiresEveryStage(t *testing.T) {
 	_, err := pipeline.New(pipeline.Config{}, pipeline.Stages{})
 	require.ErrorContains(t, err, "no source")
 	require.ErrorContains(t, err, "no sink")
+}
+
+// gatedEmbedder holds the texts of one document until the texts of every
+// other document have been embedded, or gives up after a while.
+type gatedEmbedder struct {
+	countingEmbedder
+	slow   string // a word only the held document contains
+	others int32  // embed calls to wait for
+	calls  atomic.Int32
+	done   chan struct{}
+}
+
+func (e *gatedEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if strings.Contains(strings.Join(texts, " "), e.slow) {
+		select {
+		case <-e.done:
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("the other documents never got through while this one was held")
+		}
+	} else if e.calls.Add(1) == e.others {
+		close(e.done)
+	}
+	return e.countingEmbedder.Embed(ctx, texts)
+}
+
+// One slow document must hold up only itself: the other workers keep taking
+// the batch's remaining documents. With documents assigned to fixed lanes,
+// those sharing the slow one's lane waited behind it.
+func TestSlowDocumentDoesNotHoldOthers(t *testing.T) {
+	b := setup(t)
+	const others = 12
+	emb := &gatedEmbedder{slow: "glacier", others: others, done: make(chan struct{})}
+	msgs := []cdc.Message{event("c", 1, 10, "A glacier moves slowly down the valley, carving rock as it goes.")}
+	for id := 2; id <= others+1; id++ {
+		msgs = append(msgs, event("c", id, int64(10*id), fmt.Sprintf("Document %d says something of its own about harbours.", id)))
+	}
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	src := &sliceSource{batches: [][]cdc.Message{msgs}}
+	p, err := pipeline.New(pipeline.Config{Workers: 2, MaxAttempts: 1, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
+		Embedder: emb, Sink: b.store, DeadLetters: b.dlq, Lookup: b.store,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	require.Empty(t, b.dlq.letters)
+	for id := 1; id <= others+1; id++ {
+		_, ok := b.text(t, fmt.Sprintf("public.docs/%d", id))
+		require.True(t, ok, "document %d applied", id)
+	}
+	require.EqualValues(t, 1, src.acked.Load())
 }
