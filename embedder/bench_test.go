@@ -40,7 +40,7 @@ func BenchmarkEmbed(b *testing.B) {
 		_, _ = w.Write([]byte(sb.String()))
 	}))
 	defer srv.Close()
-	c, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "bench", Dimensions: 8, MaxBatchInputs: 16})
+	c, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "bench", Dimensions: 8, MaxBatchInputs: 16, EncodingFormat: embedder.EncodingFloat})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -30,6 +30,7 @@ const defaultBaseURL = "https://api.openai.com/v1"
 
 // Values of Config.EncodingFormat.
 const (
+	EncodingAuto   = "auto"
 	EncodingFloat  = "float"
 	EncodingBase64 = "base64"
 )
@@ -97,9 +98,13 @@ type Config struct {
 	MaxRequestsInFlight int `yaml:"max_requests_in_flight"`
 	// EncodingFormat is how the API sends vectors: "float" (JSON numbers)
 	// or "base64" (little-endian float32s, what OpenAI's own clients ask
-	// for): decoding JSON floats was about a sixth of serve's CPU during a
-	// load (issue 15). Provider openai only; use base64 only with a server
-	// that supports it (OpenAI and Azure do). Defaults to "float".
+	// for): decoding JSON floats was about a third of serve's CPU during a
+	// load (issue 15). "auto" asks for base64 and, the first time the
+	// server answers with numbers or refuses the parameter, switches to
+	// float for good: OpenAI, Azure and most compatible servers get the
+	// cheap format, and the others keep working. "base64" fails such a
+	// server with an error naming the fix. Provider openai only. Defaults
+	// to "auto".
 	EncodingFormat string `yaml:"encoding_format"`
 }
 
@@ -148,7 +153,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxRequestsInFlight = 4
 	}
 	if c.EncodingFormat == "" {
-		c.EncodingFormat = EncodingFloat
+		c.EncodingFormat = EncodingAuto
 	}
 	return c
 }
@@ -217,8 +222,8 @@ func (c Config) Validate() error {
 	if c.MaxRequestsInFlight < 1 || c.MaxRequestsInFlight > 256 {
 		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 4 (raise it only within the provider's rate limits), got %d", c.MaxRequestsInFlight)
 	}
-	if c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
-		add("embedder.encoding_format: %q is not %q or %q", c.EncodingFormat, EncodingFloat, EncodingBase64)
+	if c.EncodingFormat != EncodingAuto && c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
+		add("embedder.encoding_format: %q is not %q, %q or %q", c.EncodingFormat, EncodingAuto, EncodingFloat, EncodingBase64)
 	}
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)

@@ -81,3 +81,20 @@ func (e *InputError) Permanent() bool { return true }
 
 // ErrClosed is returned by a Coalescer's calls after Close.
 var ErrClosed = errors.New("embedder: coalescer closed")
+
+// EncodingError reports a server that does not answer in the configured
+// embedder.encoding_format: every request would fail the same way, so it is
+// permanent and serve stops on it rather than dead-letter every document.
+type EncodingError struct {
+	Model string
+	Err   error // what the server answered
+}
+
+func (e *EncodingError) Error() string {
+	return fmt.Sprintf("embeddings API for model %q does not answer in base64 (%v): set embedder.encoding_format: auto or float", e.Model, e.Err)
+}
+
+func (e *EncodingError) Unwrap() error { return e.Err }
+
+// Permanent is always true.
+func (e *EncodingError) Permanent() bool { return true }

@@ -2,8 +2,10 @@ package embedder
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -29,6 +31,9 @@ type OpenAI struct {
 	// reported is the model name of the last answer (monitor's
 	// model_version): providers name dated snapshots there.
 	reported atomic.Pointer[string]
+	// floatOnly is set once an "auto" encoding found that the server does
+	// not speak base64.
+	floatOnly atomic.Bool
 }
 
 // Stats are cumulative counters of an OpenAI client, for metrics and tests.
@@ -266,14 +271,26 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 	if o.sendDims {
 		req.Dimensions = o.cfg.Dimensions
 	}
-	if o.cfg.EncodingFormat == EncodingBase64 {
+	b64 := o.cfg.EncodingFormat == EncodingBase64 || (o.cfg.EncodingFormat == EncodingAuto && !o.floatOnly.Load())
+	if b64 {
 		// go-openai decodes the reply into the same float32 vectors.
 		req.EncodingFormat = openai.EmbeddingEncodingFormatBase64
 	}
 	o.stats.requests.Add(1)
 	resp, err := o.client.CreateEmbeddings(ctx, req)
 	if err != nil {
-		return nil, hdr, o.classify(ctx, err)
+		err = o.classify(ctx, err)
+		if b64 && noBase64(err) {
+			if o.cfg.EncodingFormat == EncodingBase64 {
+				return nil, hdr, &EncodingError{Model: o.cfg.Model, Err: err}
+			}
+			if o.floatOnly.CompareAndSwap(false, true) {
+				slog.Warn("embedding server does not answer in base64; asking for float from now on (set embedder.encoding_format: float to skip the probe)",
+					"base_url", o.cfg.BaseURL, "error", err)
+			}
+			return o.attempt(ctx, batch)
+		}
+		return nil, hdr, err
 	}
 	if len(resp.Data) != len(batch) {
 		return nil, hdr, &ResponseError{Model: o.cfg.Model,
@@ -298,6 +315,19 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 		o.reported.Store(&m)
 	}
 	return out, hdr, nil
+}
+
+// noBase64 reports a reply showing that the server does not speak
+// encoding_format base64: vectors came back as JSON numbers, or the request
+// was refused over that parameter.
+func noBase64(err error) bool {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return true
+	}
+	var api *APIError
+	return errors.As(err, &api) && (api.StatusCode == http.StatusBadRequest || api.StatusCode == http.StatusUnprocessableEntity) &&
+		strings.Contains(strings.ToLower(api.Message), "encoding_format")
 }
 
 // classify turns go-openai's errors into ours; transport errors (resets,

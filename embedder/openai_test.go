@@ -340,25 +340,62 @@ func TestOpenAIAzure(t *testing.T) {
 	require.Equal(t, "my-deployment", srv.Served()[0].Model)
 }
 
-// TestOpenAIBase64Encoding: with encoding_format base64 the request asks
-// for it and the vectors are the same as with JSON floats; a value other
-// than float or base64 is a config error naming the field.
+// TestOpenAIBase64Encoding: by default (auto) and with base64 the request
+// asks for packed vectors and they equal JSON floats; float is not sent; a
+// value other than auto, float or base64 is a config error naming the field.
 func TestOpenAIBase64Encoding(t *testing.T) {
 	t.Parallel()
-	c, b := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.EncodingFormat = embedder.EncodingBase64 })
 	texts := someTexts(4)
-	got, err := c.Embed(t.Context(), texts)
-	require.NoError(t, err)
 	want, err := embedder.NewHashing(dims).Embed(t.Context(), texts)
 	require.NoError(t, err)
-	require.Equal(t, want, got)
-	require.Equal(t, "base64", b.srv.Served()[0].EncodingFormat)
+	for _, format := range []string{"", embedder.EncodingAuto, embedder.EncodingBase64} {
+		c, b := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.EncodingFormat = format })
+		got, err := c.Embed(t.Context(), texts)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "format %q", format)
+		require.Equal(t, "base64", b.srv.Served()[0].EncodingFormat, "format %q", format)
+	}
 
-	f, fb := setup(t, openaitest.Options{}, false, nil)
-	_, err = f.Embed(t.Context(), texts)
+	f, fb := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.EncodingFormat = embedder.EncodingFloat })
+	got, err := f.Embed(t.Context(), texts)
 	require.NoError(t, err)
+	require.Equal(t, want, got)
 	require.Empty(t, fb.srv.Served()[0].EncodingFormat, "float is the API's default and is not sent")
 
-	_, err = embedder.NewOpenAI(embedder.Config{Provider: "openai", BaseURL: b.srv.URL, Model: "m", Dimensions: dims, EncodingFormat: "binary"})
+	_, err = embedder.NewOpenAI(embedder.Config{Provider: "openai", BaseURL: fb.srv.URL, Model: "m", Dimensions: dims, EncodingFormat: "binary"})
 	require.ErrorContains(t, err, "embedder.encoding_format")
+}
+
+// TestOpenAIBase64Unsupported: a server without base64 (one that answers
+// with numbers anyway, or refuses the parameter) costs auto one extra
+// request, once, and then float is asked for; configured base64 fails
+// permanently with an error naming the setting, rather than retrying.
+func TestOpenAIBase64Unsupported(t *testing.T) {
+	t.Parallel()
+	texts := someTexts(3)
+	want, err := embedder.NewHashing(dims).Embed(t.Context(), texts)
+	require.NoError(t, err)
+	for _, server := range []string{"ignore", "reject"} {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			c, b := setup(t, openaitest.Options{NoBase64: server}, false, nil)
+			for call := range 3 {
+				got, err := c.Embed(t.Context(), texts)
+				require.NoError(t, err, "call %d", call)
+				require.Equal(t, want, got, "call %d", call)
+			}
+			require.EqualValues(t, 4, b.srv.Requests.Load(), "one probe in base64, then float only")
+			served := b.srv.Served()
+			require.Empty(t, served[len(served)-1].EncodingFormat)
+			require.Zero(t, c.Stats().Retries, "the switch is not a retry")
+
+			strict, sb := setup(t, openaitest.Options{NoBase64: server}, false, func(c *embedder.Config) { c.EncodingFormat = embedder.EncodingBase64 })
+			_, err = strict.Embed(t.Context(), texts)
+			var enc *embedder.EncodingError
+			require.ErrorAs(t, err, &enc)
+			require.ErrorContains(t, err, "embedder.encoding_format")
+			require.True(t, enc.Permanent())
+			require.EqualValues(t, 1, sb.srv.Requests.Load(), "a permanent error is not retried")
+		})
+	}
 }

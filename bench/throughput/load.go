@@ -139,7 +139,11 @@ http:
 
 	stop := make(chan struct{})
 	pgCPU := db.backendCPU(ctx, stop)
-	cmd := exec.CommandContext(ctx, bin, "serve", "--once", "--config", cfg)
+	args := []string{"serve", "--once", "--config", cfg}
+	if o.cpuProfile != "" && bin == o.bin {
+		args = append(args, "--cpu-profile", fmt.Sprintf("%s-%s.pprof", o.cpuProfile, latency))
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()

@@ -44,6 +44,7 @@ type options struct {
 	load         bool
 	fullTextNew  bool
 	base64New    bool
+	cpuProfile   string
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
 	flag.BoolVar(&o.base64New, "base64-new", false, "set embedder.encoding_format: base64 for -bin (older binaries lack the setting)")
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof (serve --cpu-profile; the last round's)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -60,4 +61,7 @@ func TestFatalCoversPostgres(t *testing.T) {
 	require.False(t, transient(fmt.Errorf("upsert x: %w", lost)))
 	require.False(t, fatal(&sink.DataError{Err: &pgconn.PgError{Code: "22021"}}))
 	require.False(t, fatal(errors.New("other")))
+	// A server that does not speak the configured encoding fails every
+	// document: stop instead of dead-lettering them all.
+	require.True(t, fatal(fmt.Errorf("embed: %w", &embedder.EncodingError{Model: "m", Err: errors.New("numbers")})))
 }

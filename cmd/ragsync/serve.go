@@ -29,6 +29,7 @@ import (
 
 func newServeCmd(g *globals) *cobra.Command {
 	var once, lenient, monitorOnce bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the sync pipeline (and /metrics, /healthz, /readyz)",
@@ -73,12 +74,20 @@ until it is stopped.`,
 			go func() { defer watcher.Done(); exitOnSecondSignal(ctx, done) }()
 			defer watcher.Wait()
 			defer close(done)
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			return serve(ctx, cmd, cfg, once, lenient, monitorOnce)
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
 	cmd.Flags().BoolVar(&lenient, "lenient", false, "with --once, exit 0 even with dead letters or when no change matched the configured tables")
 	cmd.Flags().BoolVar(&monitorOnce, "monitor", false, "with --once, run the monitor during the drain too (unless monitor.enabled is false)")
+	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (read it with go tool pprof); for performance reports")
 	return cmd
 }
 

@@ -256,7 +256,8 @@ func fatal(err error) bool {
 		return true // lost privilege, dropped table, read-only server
 	}
 	var dim *embedder.DimensionError
-	if errors.As(err, &dim) {
+	var enc *embedder.EncodingError
+	if errors.As(err, &dim) || errors.As(err, &enc) {
 		return true
 	}
 	var api *embedder.APIError

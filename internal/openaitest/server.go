@@ -37,6 +37,10 @@ type Options struct {
 	MaxTokens int
 	// Models, if set, lists the models served; others get a 404.
 	Models []string
+	// NoBase64 makes the server one that lacks encoding_format base64:
+	// "ignore" answers with JSON numbers whatever was asked, "reject"
+	// refuses the parameter with a 400. Empty supports it.
+	NoBase64 string
 }
 
 // Fault changes how the server answers one request. Status and Drop replace
@@ -205,6 +209,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := Request{Model: wr.Model, Dimensions: wr.Dimensions, EncodingFormat: wr.EncodingFormat}
+	if req.EncodingFormat == "base64" && s.opts.NoBase64 == "reject" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Unrecognized request argument supplied: encoding_format")
+		return
+	}
 	if err := decodeInput(wr.Input, &req.Input); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
@@ -297,7 +305,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	resp.Usage.PromptTokens, resp.Usage.TotalTokens = tokens, tokens
 	for i, v := range vecs {
 		e := wireEmbedding{Object: "embedding", Index: i, Embedding: v}
-		if req.EncodingFormat == "base64" {
+		if req.EncodingFormat == "base64" && s.opts.NoBase64 == "" {
 			e.Embedding = encodeBase64(v)
 		}
 		resp.Data = append(resp.Data, e)
