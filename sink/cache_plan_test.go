@@ -142,4 +142,20 @@ func TestCacheReadsProbeByKey(t *testing.T) {
 		}
 		require.LessOrEqual(t, rows, float64(3), "StoredChunks read %v cache rows for 3 chunks", rows)
 	}
+	// A document whose chunks' vectors are all in the cache copies them
+	// inside Postgres: its reads, locks and copy probe by key too.
+	for v := range uint64(3) {
+		rows := run("Upsert from the cache", func() error {
+			cs := chunks("a", "b", "c")
+			for i := range cs {
+				cs[i].Vector = nil
+			}
+			out, err := s.Upsert(ctx, doc("2", v+1, cs))
+			if err == nil && !out.Applied {
+				err = fmt.Errorf("version %d not applied", v+1)
+			}
+			return err
+		})
+		require.LessOrEqual(t, rows, float64(4*3), "an upsert copying 3 cached vectors read %v cache rows of 5,003", rows)
+	}
 }

@@ -186,11 +186,14 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 	b.Queue("SELECT id, position, content_hash, md5(text), coalesce(vector_hash, content_hash) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
 	if len(need) > 0 {
-		b.Queue("SELECT e.content_hash FROM "+s.tCache+" e"+
-			" WHERE e.model = $1 AND e.dimensions = $2 AND e.content_hash = ANY($3)"+
+		// Probed and locked per key, in key order (need is sorted): with
+		// content_hash = ANY($3) a generic plan scanned every cache entry
+		// of the model for each document.
+		b.Queue("SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)"+
+			" CROSS JOIN LATERAL (SELECT e.content_hash FROM "+s.tCache+" e"+
+			" WHERE e.model = $1 AND e.dimensions = $2 AND e.content_hash = h.hash"+
 			" AND e.content_hash NOT IN (SELECT coalesce(c.vector_hash, c.content_hash) FROM "+s.tChunks+" c"+
-			" WHERE c.index_name = $4 AND c.doc_id = $5)"+
-			" ORDER BY e.content_hash FOR KEY SHARE OF e",
+			" WHERE c.index_name = $4 AND c.doc_id = $5) FOR KEY SHARE OF e) x",
 			s.cfg.Model, s.cfg.Dimensions, need, s.cfg.Index, id)
 	}
 	br := conn.SendBatch(ctx, b)
@@ -251,6 +254,7 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 		if rd.cached, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return rd, fmt.Errorf("lock cached vectors: %w", err)
 		}
+		slices.Sort(rd.cached) // SQL does not promise the lateral's order
 	}
 	return rd, br.Close()
 }
@@ -367,8 +371,9 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 	if len(late) > 0 {
 		slices.Sort(late)
 		b := &pgx.Batch{}
-		b.Queue("SELECT content_hash FROM "+s.tCache+
-			" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3) ORDER BY content_hash FOR KEY SHARE",
+		b.Queue("SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)"+
+			" CROSS JOIN LATERAL (SELECT content_hash FROM "+s.tCache+
+			" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash FOR KEY SHARE) x",
 			s.cfg.Model, s.cfg.Dimensions, late)
 		br := conn.SendBatch(ctx, b)
 		rows, err := br.Query()
@@ -428,7 +433,9 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 	}
 	if len(cached) > 0 {
 		// Vectors already in the cache (checked and locked by checkVectors)
-		// are copied inside Postgres.
+		// are copied inside Postgres, probed per chunk: a join let a generic
+		// plan hash the whole cache (spilling to temporary files) for every
+		// document, a cost that grew with the cache.
 		n := len(cached)
 		pos, toks := make([]int32, n), make([]int32, n)
 		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
@@ -438,7 +445,8 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
 			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
 			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[]) AS u(position, content_hash, vector_hash, text, tokens)"+
-			" JOIN "+s.tCache+" e ON e.model = $8 AND e.dimensions = $9 AND e.content_hash = u.vector_hash",
+			" CROSS JOIN LATERAL (SELECT embedding FROM "+s.tCache+
+			" WHERE model = $8 AND dimensions = $9 AND content_hash = u.vector_hash LIMIT 1) e",
 			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText)
 	}
 	if len(given) > 0 {
