@@ -53,8 +53,15 @@ func FuzzyScore(h1, h2 string) (int, error) {
 // 0–100 (method "shingle"), so short documents get a score too and the
 // caller can say which measure produced it.
 func DocSimilarity(a, b string) (score int, method string) {
-	ha, errA := FuzzyHash(a)
 	hb, errB := FuzzyHash(b)
+	return DocSimilarityTo(a, b, hb, errB)
+}
+
+// DocSimilarityTo is DocSimilarity for a b already hashed: hb and errB are
+// what FuzzyHash(b) returned. A caller that keeps b's hash saves hashing it
+// twice.
+func DocSimilarityTo(a, b, hb string, errB error) (score int, method string) {
+	ha, errA := FuzzyHash(a)
 	if errA == nil && errB == nil {
 		if s, err := FuzzyScore(ha, hb); err == nil {
 			return s, MethodSsdeep

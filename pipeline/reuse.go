@@ -172,27 +172,30 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 	return rest
 }
 
-// measureEdit records on doc its ssdeep hash and, for an update, how
-// similar its text is to the stored one (chunker.DocSimilarity). The texts
-// are the chunk texts joined: Split drops only whitespace between chunks,
-// which normalisation ignores anyway.
+// measureEdit records, for an update, how similar its text is to the
+// stored one (chunker.DocSimilarity), and the ssdeep hash it computed on
+// the way. A new document is not hashed: the hash serves only `ragsync
+// dupes`, which hashes texts that lack one, and it was a tenth of serve's
+// CPU in an initial load (issue 15). The texts are the chunk texts joined:
+// Split drops only whitespace between chunks, which normalisation ignores.
 func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
+	if len(stored) == 0 {
+		return
+	}
 	var b strings.Builder
 	for _, c := range doc.Chunks {
 		b.WriteString(c.Text)
 		b.WriteByte(' ')
 	}
 	text := b.String()
-	if h, err := chunker.FuzzyHash(text); err == nil {
+	h, err := chunker.FuzzyHash(text)
+	if err == nil {
 		doc.Fuzzy = h
-	}
-	if len(stored) == 0 {
-		return
 	}
 	b.Reset()
 	for _, c := range stored {
 		b.WriteString(c.Text)
 		b.WriteByte(' ')
 	}
-	doc.EditSimilarity, doc.EditMethod = chunker.DocSimilarity(b.String(), text)
+	doc.EditSimilarity, doc.EditMethod = chunker.DocSimilarityTo(b.String(), text, h, err)
 }

@@ -206,7 +206,8 @@ func TestEditMagnitudeRecorded(t *testing.T) {
 	long := strings.Repeat(fortyWords(0)+" ", 20) // > 4096 bytes
 	b.apply(t, nil,
 		event("c", 1, 10, long), event("u", 1, 11, long+" appended words here"),
-		event("c", 2, 12, "short text one two three"), event("u", 2, 13, "short text one two four"))
+		event("c", 2, 12, "short text one two three"), event("u", 2, 13, "short text one two four"),
+		event("c", 3, 14, long))
 	type rec struct {
 		fuzzy  bool
 		sim    *int16
@@ -220,11 +221,14 @@ func TestEditMagnitudeRecorded(t *testing.T) {
 		return r
 	}
 	l := read("public.docs/1")
-	require.True(t, l.fuzzy)
+	require.True(t, l.fuzzy, "an update stores the hash it measured the edit with")
 	require.Equal(t, chunker.MethodSsdeep, *l.method)
 	require.Greater(t, *l.sim, int16(80))
 	s := read("public.docs/2")
 	require.False(t, s.fuzzy, "under ssdeep's minimum there is no fuzzy hash")
 	require.Equal(t, chunker.MethodShingle, *s.method)
 	require.Equal(t, int16(50), *s.sim) // 3-word shingles: 2 shared of 4
+	n := read("public.docs/3")
+	require.False(t, n.fuzzy, "a new document is not hashed (ragsync dupes hashes it)")
+	require.Nil(t, n.sim)
 }

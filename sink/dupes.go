@@ -23,10 +23,11 @@ type Dupe struct {
 }
 
 // Dupes lists pairs of live documents of the index whose similarity is at
-// least minScore (0–100), best first. Documents with an ssdeep hash compare
-// by it; a document without one (text at most 4096 bytes normalised, or
-// written before migration 00002) compares by shingle similarity of the
-// chunk texts, and the pair says so in Method. The comparison is over all
+// least minScore (0–100), best first. Documents compare by ssdeep hash,
+// the stored one or, for a document stored without one, one computed here
+// from its chunk texts; a text at most 4096 bytes normalised has none and
+// compares by shingle similarity of the chunk texts, and the pair says so
+// in Method. The comparison is over all
 // pairs, O(n²): meant for an operator's command, not a request path.
 func (s *Store) Dupes(ctx context.Context, minScore int) ([]Dupe, error) {
 	if minScore < 0 || minScore > 100 {
@@ -47,9 +48,19 @@ func (s *Store) Dupes(ctx context.Context, minScore int) ([]Dupe, error) {
 	}
 	docs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (docFP, error) {
 		var d docFP
-		err := r.Scan(&d.id, &d.fuzzy, &d.text)
+		if err := r.Scan(&d.id, &d.fuzzy, &d.text); err != nil {
+			return d, err
+		}
+		if d.fuzzy == "" {
+			// The pipeline hashes only updated documents (the hash cost a
+			// tenth of an initial load's CPU); hashing here is O(n) against
+			// the O(n²) comparison below.
+			if h, err := chunker.FuzzyHash(d.text); err == nil {
+				d.fuzzy = h
+			}
+		}
 		d.words = len(chunker.Words(d.text))
-		return d, err
+		return d, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dupes of %s: %w", s.cfg.Index, err)

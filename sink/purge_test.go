@@ -137,7 +137,9 @@ func TestDupes(t *testing.T) {
 	add := func(key, text string) {
 		t.Helper()
 		d := doc(key, 1, []sink.Chunk{{Position: 0, Hash: chunker.Hash(text), Text: text, Vector: vecFor(key)}})
-		if h, err := chunker.FuzzyHash(text); err == nil {
+		// long2 is stored without a hash, as the pipeline stores a new
+		// document: Dupes hashes its text.
+		if h, err := chunker.FuzzyHash(text); err == nil && key != "long2" {
 			d.Fuzzy = h
 		}
 		_, err := s.Upsert(ctx, d)

@@ -98,6 +98,11 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 	}
 	defer rl.close()
 	u.Host = rl.addr()
+	if o.poolConns > 0 {
+		q := u.Query()
+		q.Set("pool_max_conns", fmt.Sprint(o.poolConns))
+		u.RawQuery = q.Encode()
+	}
 
 	shim := &tbShim{}
 	srv := openaitest.New(shim, openaitest.Options{Dimensions: o.dims})

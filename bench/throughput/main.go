@@ -45,6 +45,7 @@ type options struct {
 	fullTextNew  bool
 	base64New    bool
 	cpuProfile   string
+	poolConns    int
 }
 
 // measureRaw runs and prints the raw limit.
@@ -78,6 +79,7 @@ func main() {
 	flag.BoolVar(&o.base64New, "base64-new", false, "set embedder.encoding_format: base64 for -bin (older binaries lack the setting)")
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof (serve --cpu-profile; the last round's)")
+	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
