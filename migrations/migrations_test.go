@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -117,4 +118,33 @@ func TestDownDropsAliasViews(t *testing.T) {
 	_, err = p.DownTo(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"goose_db_version"}, tables(t, pool, schema))
+}
+
+// TestChunkLookupsByDocumentUseAnIndex: with chunks_doc_idx dropped
+// (00011), reads and deletes of one document's chunks still use an index,
+// the unique (index_name, doc_id, position) constraint, and every chunk
+// insert maintains one index fewer.
+func TestChunkLookupsByDocumentUseAnIndex(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'chunks_doc_idx'", schema).Scan(&n))
+	require.Zero(t, n, "the redundant index is gone")
+	_, err = conn.Exec(ctx, "SET enable_seqscan = off")
+	require.NoError(t, err)
+	defer conn.Exec(ctx, "RESET enable_seqscan") //nolint:errcheck // the connection goes back to a test pool
+	for _, q := range []string{
+		"SELECT id, position FROM " + schema + ".chunks WHERE index_name = 'i' AND doc_id = 'd'",
+		"DELETE FROM " + schema + ".chunks WHERE index_name = 'i' AND doc_id = 'd'",
+	} {
+		rows, err := conn.Query(ctx, "EXPLAIN "+q)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Contains(t, strings.Join(lines, "\n"), "chunks_doc_position_key", "%s", q)
+	}
 }

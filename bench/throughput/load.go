@@ -98,9 +98,16 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 	}
 	defer rl.close()
 	u.Host = rl.addr()
-	if o.poolConns > 0 {
+	if o.poolConns > 0 || o.pgParams != "" {
 		q := u.Query()
-		q.Set("pool_max_conns", fmt.Sprint(o.poolConns))
+		if o.poolConns > 0 {
+			q.Set("pool_max_conns", fmt.Sprint(o.poolConns))
+		}
+		for _, kv := range strings.Split(o.pgParams, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && bin == o.bin {
+				q.Set(k, v)
+			}
+		}
 		u.RawQuery = q.Encode()
 	}
 

@@ -46,6 +46,7 @@ type options struct {
 	base64New    bool
 	cpuProfile   string
 	poolConns    int
+	pgParams     string
 }
 
 // measureRaw runs and prints the raw limit.
@@ -80,6 +81,7 @@ func main() {
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof (serve --cpu-profile; the last round's)")
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
+	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))

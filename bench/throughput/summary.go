@@ -39,6 +39,17 @@ func summarise(results []result, latencies []time.Duration) {
 				med(k, func(r result) float64 { return r.perChunkMs(r.benchCPU) }),
 				med(k, result.inputsPerRequest))
 		}
+		// On a machine where serve, the test embedding server and
+		// Postgres share the cores, the CPU they spend per chunk bounds
+		// the ratio to the raw limit (whose client does almost nothing):
+		// at best raw's PG CPU per row over everyone's CPU per chunk.
+		k0 := key{n, latencies[0]}
+		rawPG := med(k0, func(r result) float64 { return float64(r.raw.pgCPU) / float64(time.Millisecond) / float64(r.raw.rows) })
+		pg := med(k0, func(r result) float64 { return r.perChunkMs(r.pgCPU) })
+		own := med(k0, func(r result) float64 { return r.perChunkMs(r.cpu) })
+		bench := med(k0, func(r result) float64 { return r.perChunkMs(r.benchCPU) })
+		fmt.Printf("  %s %s: CPU-budget ceiling of ÷ raw on this machine %.2f (%.2f if serve used no CPU; Postgres spends %.2f× raw's CPU per row)\n",
+			n, latencies[0], rawPG/(pg+own+bench), rawPG/(pg+bench), pg/rawPG)
 		if len(latencies) > 1 {
 			fmt.Printf("  %s: chunks/s at %s ÷ at %s = %.2f\n", n, latencies[len(latencies)-1], latencies[0],
 				med(key{n, latencies[len(latencies)-1]}, result.chunksPerSec)/med(key{n, latencies[0]}, result.chunksPerSec))
