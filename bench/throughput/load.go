@@ -162,6 +162,14 @@ http:
 	if out, err := mig.CombinedOutput(); err != nil {
 		return res, fmt.Errorf("migrate: %w\n%s", err, out)
 	}
+	if o.dropNew != "" && bin == o.bin {
+		// Pricing an index: the same binary as -base-bin, without it.
+		for _, idx := range strings.Split(o.dropNew, ",") {
+			if err := execAll(ctx, db, "DROP INDEX ragsync."+pgx.Identifier{strings.TrimSpace(idx)}.Sanitize()); err != nil {
+				return res, err
+			}
+		}
+	}
 	x0, err := db.xacts(ctx)
 	if err != nil {
 		return res, err

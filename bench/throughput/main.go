@@ -47,6 +47,7 @@ type options struct {
 	cpuProfile   string
 	poolConns    int
 	pgParams     string
+	dropNew      string
 }
 
 // measureRaw runs and prints the raw limit.
@@ -82,6 +83,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof (serve --cpu-profile; the last round's)")
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
+	flag.StringVar(&o.dropNew, "drop-new", "", "indexes of schema ragsync to drop after -bin's migrations (price them: -base-bin the same binary)")
 	flag.Parse()
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
