@@ -73,7 +73,7 @@ type Coalescer struct {
 	queue  []*part
 	closed bool
 
-	calls, requests, inputs atomic.Int64
+	calls, requests, inputs, shared atomic.Int64
 }
 
 // part is a run of one call's texts that fits one request alone.
@@ -279,13 +279,28 @@ func (co *Coalescer) fits() (int, bool) {
 }
 
 // send embeds the parts in one request and hands each its vectors or the
-// error (see Coalescer on which errors are narrowed to their input).
+// error (see Coalescer on which errors are narrowed to their input). A text
+// that several parts carry (a paragraph many documents share: a footer, a
+// disclaimer) is sent once, and each part gets its own copy of its vector.
 func (co *Coalescer) send(batch []*part) {
 	var texts []string
 	var tokens []int
-	for _, p := range batch {
-		texts = append(texts, p.texts...)
-		tokens = append(tokens, p.tokens...)
+	slot := make(map[string]int)
+	where := make([][]int, len(batch)) // where[k][i]: texts index of batch[k].texts[i]
+	carried := 0
+	for k, p := range batch {
+		where[k] = make([]int, len(p.texts))
+		for i, t := range p.texts {
+			u, ok := slot[t]
+			if !ok {
+				u = len(texts)
+				slot[t] = u
+				texts = append(texts, t)
+				tokens = append(tokens, p.tokens[i])
+			}
+			where[k][i] = u
+		}
+		carried += len(p.texts)
 	}
 	// The request serves every caller in it, so no single caller's
 	// cancellation ends it; it ends when all of them have gone. The first
@@ -304,46 +319,47 @@ func (co *Coalescer) send(batch []*part) {
 	}
 	co.requests.Add(1)
 	co.inputs.Add(int64(len(texts)))
+	co.shared.Add(int64(carried - len(texts)))
 	vecs, err := co.client.EmbedCounted(ctx, texts, tokens)
 	if err == nil && len(vecs) != len(texts) {
 		err = &ResponseError{Model: co.client.Model(), Reason: fmt.Sprintf("%d vectors for %d inputs", len(vecs), len(texts))}
 	}
 	if err == nil {
-		at := 0
-		for _, p := range batch {
-			p.res <- partResult{vecs: vecs[at : at+len(p.texts)]}
-			at += len(p.texts)
+		handed := make([]bool, len(texts))
+		for k, p := range batch {
+			out := make([][]float32, len(p.texts))
+			for i, u := range where[k] {
+				out[i] = vecs[u]
+				if handed[u] {
+					out[i] = slices.Clone(vecs[u]) // callers own their vectors
+				}
+				handed[u] = true
+			}
+			p.res <- partResult{vecs: out}
 		}
 		return
 	}
-	co.fail(batch, err)
+	co.fail(batch, where, err)
 }
 
 // fail hands a failed request's error to its parts, narrowing permanent
-// failures of one input to the part that holds it.
-func (co *Coalescer) fail(batch []*part, err error) {
+// failures of one input to the parts that carry that text.
+func (co *Coalescer) fail(batch []*part, where [][]int, err error) {
 	var in *InputError
 	switch {
-	case len(batch) == 1:
-		if errors.As(err, &in) {
-			err = &InputError{Index: batch[0].offset + in.Index, Reason: in.Reason}
-		}
-		batch[0].res <- partResult{err: err}
-	case errors.As(err, &in):
-		at := 0
+	case errors.As(err, &in) && slices.ContainsFunc(where, func(w []int) bool { return slices.Contains(w, in.Index) }):
 		var rest []*part
-		for _, p := range batch {
-			if in.Index >= at && in.Index < at+len(p.texts) {
-				p.res <- partResult{err: &InputError{Index: p.offset + in.Index - at, Reason: in.Reason}}
+		for k, p := range batch {
+			if i := slices.Index(where[k], in.Index); i >= 0 {
+				p.res <- partResult{err: &InputError{Index: p.offset + i, Reason: in.Reason}}
 			} else if !p.abandoned() {
 				rest = append(rest, p)
 			}
-			at += len(p.texts)
 		}
 		if len(rest) > 0 {
 			co.send(rest)
 		}
-	case inputRejected(err):
+	case len(batch) > 1 && inputRejected(err):
 		// The API does not say which input it refused: each call's texts
 		// go again alone, so only the culprit's call gets the error.
 		for _, p := range batch {
@@ -378,9 +394,12 @@ type CoalesceStats struct {
 	Calls    int64 // EmbedCounted calls that queued texts
 	Requests int64 // requests sent to the wrapped client, resends included
 	Inputs   int64 // texts those requests carried
+	// Shared counts texts that did not need an input of their own: the
+	// same text was already in the request for another call.
+	Shared int64
 }
 
 // Stats returns a snapshot of the counters.
 func (co *Coalescer) Stats() CoalesceStats {
-	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load()}
+	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load(), Shared: co.shared.Load()}
 }

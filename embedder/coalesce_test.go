@@ -310,3 +310,56 @@ func sum(ns []int) int {
 	}
 	return s
 }
+
+// A paragraph several documents in flight share is sent once per request,
+// and each call still gets its own vector of it, in its own slice.
+func TestCoalescerSendsASharedTextOnce(t *testing.T) {
+	t.Parallel()
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 1}, nil)
+	const footer = "Subscribe to our newsletter for more articles like this one."
+	var docs [][]string
+	for d := range 6 {
+		docs = append(docs, append(docTexts(d, 2), footer))
+	}
+	results := callAllHeld(t, co, hold(b), docs)
+	for _, r := range results {
+		require.NoError(t, r.err)
+		requireOwnVectors(t, docs[r.doc], r.vecs)
+	}
+	sent := 0
+	for _, req := range b.srv.Served() {
+		for _, in := range req.Input {
+			if in == footer {
+				sent++
+			}
+		}
+	}
+	require.Equal(t, len(b.srv.Served()), sent, "the footer once per request: %v", b.srv.BatchSizes())
+	st := co.Stats()
+	require.Equal(t, int64(6*3), st.Inputs+st.Shared)
+	require.Equal(t, int64(6-sent), st.Shared)
+	results[0].vecs[2][0] = 42 // a caller changing its vector changes no one else's
+	for _, r := range results[1:] {
+		require.NotEqual(t, float32(42), r.vecs[2][0])
+	}
+}
+
+// An input the API refuses fails every call that carries that text, and
+// only those.
+func TestCoalescerSharedCulpritFailsEveryCarrier(t *testing.T) {
+	t.Parallel()
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 1}, func(c *embedder.Config) {
+		c.MaxInputTokens = 5
+		c.OnTooLong = embedder.TooLongDeadLetter
+	})
+	long := "this shared paragraph is far longer than five tokens allow"
+	docs := [][]string{{"short one", long}, {"short two"}, {long, "short three"}}
+	results := callAllHeld(t, co, hold(b), docs)
+	require.NoError(t, results[1].err)
+	requireOwnVectors(t, docs[1], results[1].vecs)
+	for _, d := range []int{0, 2} {
+		var in *embedder.InputError
+		require.ErrorAs(t, results[d].err, &in, "doc %d", d)
+		require.Equal(t, slices.Index(docs[d], long), in.Index, "doc %d: the index within its own call", d)
+	}
+}

@@ -46,6 +46,8 @@ func RegisterCoalescerMetrics(reg prometheus.Registerer, co *Coalescer) error {
 			func() float64 { return float64(co.requests.Load()) }),
 		counter("ragsync_embedder_coalesced_inputs_total", "Texts carried by shared requests.",
 			func() float64 { return float64(co.inputs.Load()) }),
+		counter("ragsync_embedder_coalesced_shared_texts_total", "Texts not sent because the same text was already in the request for another document.",
+			func() float64 { return float64(co.shared.Load()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
