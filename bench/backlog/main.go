@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
+	"github.com/ragsync/ragsync/bench/internal/child"
 )
 
 const topic = "dbserver1.public.articles"
@@ -97,25 +98,7 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
     brokers: [%s]
     topics: [%s]
     group: backlog
-tables:
-  - match: public.articles
-    id: [id]
-    text: "# {{title}}\n\n{{body}}"
-chunker:
-  strategy: greedy
-  target_tokens: 60
-  min_tokens: 20
-  max_tokens: 200
-embedder:
-  provider: hashing
-  dimensions: 256
-postgres:
-  url: %s
-  schema: %s
-index: backlog
-http:
-  listen: ""
-`, strings.Join(c.ListenAddrs(), ","), topic, pgURL, schema)
+`, strings.Join(c.ListenAddrs(), ","), topic) + child.Settings("public.articles", pgURL, schema, "backlog")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return err
 	}
@@ -148,14 +131,7 @@ http:
 	}
 	// Exit 0 means drained; still count what it did, so a summary that
 	// disagrees with the events produced fails the bench.
-	drained := 0
-	for _, f := range strings.Fields(out.String()) {
-		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "op_") {
-			n, _ := strconv.Atoi(v)
-			drained += n
-		}
-	}
-	if drained < events {
+	if drained := child.Drained(out.String()); drained < events {
 		return fmt.Errorf("serve stopped after %d of %d events: %s", drained, events, strings.TrimSpace(out.String()))
 	}
 	peakMB := float64(peak.Load()) / 1024

@@ -47,6 +47,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
+	"github.com/ragsync/ragsync/bench/internal/child"
 )
 
 const topic = "dbserver1.public.articles"
@@ -259,25 +260,7 @@ func (b *bench) once(ctx context.Context, round int, interval time.Duration) (re
     brokers: [%s]
     topics: [%s]
     group: %s
-tables:
-  - match: public.articles
-    id: [id]
-    text: "# {{title}}\n\n{{body}}"
-chunker:
-  strategy: greedy
-  target_tokens: 60
-  min_tokens: 20
-  max_tokens: 200
-embedder:
-  provider: hashing
-  dimensions: 256
-postgres:
-  url: %s
-  schema: %s
-index: bench
-http:
-  listen: ""
-log:
+`, b.brokers, topic, tag) + child.Settings("public.articles", b.pgURL+sep+"application_name="+tag, tag, "bench") + fmt.Sprintf(`log:
   level: warn
 monitor:
   interval: %s
@@ -285,7 +268,7 @@ monitor:
   reference_size: 500
   window_size: 500
   topic: ragsync.monitor.bench
-`, b.brokers, topic, tag, b.pgURL+sep+"application_name="+tag, tag, max(interval, time.Second), b.sample)
+`, max(interval, time.Second), b.sample)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return result{}, err
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/bench/internal/child"
 )
 
 const topic = "dbserver1.public.articles"
@@ -196,27 +198,8 @@ func run(bin, pgURL string, events, docs, perTx, runs int) error {
 // serveOnce drains the source with `serve --once` and returns its wall time.
 func serveOnce(bin, dir, source, match, pgURL, schema string, events int) (float64, error) {
 	cfg := filepath.Join(dir, schema+".yaml")
-	yaml := source + fmt.Sprintf(`tables:
-  - match: %s
-    id: [id]
-    text: "# {{title}}\n\n{{body}}"
-chunker:
-  strategy: greedy
-  target_tokens: 60
-  min_tokens: 20
-  max_tokens: 200
-embedder:
-  provider: hashing
-  dimensions: 256
-postgres:
-  url: %s
-  schema: %s
-index: bench
-dlq:
-  path: %s
-http:
-  listen: ""
-`, match, pgURL, schema, filepath.Join(dir, schema+".dlq.jsonl"))
+	yaml := source + child.Settings(match, pgURL, schema, "bench") +
+		fmt.Sprintf("dlq:\n  path: %s\n", filepath.Join(dir, schema+".dlq.jsonl"))
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return 0, err
 	}
@@ -228,14 +211,7 @@ http:
 		return 0, fmt.Errorf("serve: %w\n%s", err, out.String())
 	}
 	secs := time.Since(start).Seconds()
-	drained := 0
-	for _, f := range strings.Fields(out.String()) {
-		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "op_") {
-			n, _ := strconv.Atoi(v)
-			drained += n
-		}
-	}
-	if drained < events {
+	if drained := child.Drained(out.String()); drained < events {
 		return 0, fmt.Errorf("serve stopped after %d of %d events: %s", drained, events, strings.TrimSpace(out.String()))
 	}
 	return secs, nil
