@@ -2,9 +2,7 @@ package sink
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,14 +27,7 @@ type Lookup struct {
 // snapshot, as the separate calls were: the sink fences again under the
 // row lock, so what they return only decides what to embed.
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
-	var (
-		l         = Lookup{Doc: StoredDocument{ID: id}, Cached: make(map[string]bool, len(hashes))}
-		d         = &l.Doc
-		version   string
-		sourceTS  *time.Time
-		deletedAt *time.Time
-		tenant    *string
-	)
+	l := Lookup{Cached: make(map[string]bool, len(hashes))}
 	b := &pgx.Batch{}
 	b.Queue(s.documentSQL(), s.cfg.Index, id)
 	b.Queue(s.storedChunksSQL(), s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
@@ -53,26 +44,9 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 	fail := func(what string, err error) (Lookup, error) {
 		return Lookup{}, fmt.Errorf("look up %s: %s: %w", id, what, classify(err, s.cfg.Schema))
 	}
-	err := br.QueryRow().Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		l.Doc = StoredDocument{}
-	case err != nil:
+	var err error
+	if l.Doc, l.Found, err = scanDocument(br.QueryRow(), id); err != nil {
 		return fail("read document", err)
-	default:
-		l.Found = true
-		if d.Version, err = storedVersion(version, sourceTS); err != nil {
-			return fail("read document", err)
-		}
-		if sourceTS != nil {
-			d.SourceTS = *sourceTS
-		}
-		if deletedAt != nil {
-			d.Deleted, d.DeletedAt = true, *deletedAt
-		}
-		if tenant != nil {
-			d.Tenant = *tenant
-		}
 	}
 	rows, err := br.Query()
 	if err != nil {

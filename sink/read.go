@@ -125,6 +125,18 @@ func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[st
 // Document returns the stored state of document id (see DocID), deleted or
 // not; ok is false if the index has never seen it.
 func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
+	// One statement, so the chunk hashes belong to the same snapshot as
+	// the row.
+	d, ok, err := scanDocument(s.pool.QueryRow(ctx, s.documentSQL(), s.cfg.Index, id), id)
+	if err != nil {
+		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, classify(err, s.cfg.Schema))
+	}
+	return d, ok, nil
+}
+
+// scanDocument reads the row of documentSQL for document id; ok is false
+// when there is none.
+func scanDocument(row pgx.Row, id string) (StoredDocument, bool, error) {
 	var (
 		d         = StoredDocument{ID: id}
 		version   string
@@ -132,18 +144,15 @@ func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, 
 		deletedAt *time.Time
 		tenant    *string
 	)
-	// One statement, so the chunk hashes belong to the same snapshot as
-	// the row.
-	err := s.pool.QueryRow(ctx, s.documentSQL(), s.cfg.Index, id).
-		Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
+	err := row.Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredDocument{}, false, nil
 	}
 	if err != nil {
-		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, classify(err, s.cfg.Schema))
+		return StoredDocument{}, false, err
 	}
 	if d.Version, err = storedVersion(version, sourceTS); err != nil {
-		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, err)
+		return StoredDocument{}, false, err
 	}
 	if sourceTS != nil {
 		d.SourceTS = *sourceTS
