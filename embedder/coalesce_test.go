@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,4 +363,34 @@ func TestCoalescerSharedCulpritFailsEveryCarrier(t *testing.T) {
 		require.ErrorAs(t, results[d].err, &in, "doc %d", d)
 		require.Equal(t, slices.Index(docs[d], long), in.Index, "doc %d: the index within its own call", d)
 	}
+}
+
+// badIndexClient refuses every request with an InputError whose index is
+// outside the request, as a buggy server or proxy might report.
+type badIndexClient struct{ calls atomic.Int32 }
+
+func (c *badIndexClient) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	return c.EmbedCounted(ctx, texts, nil)
+}
+
+func (c *badIndexClient) EmbedCounted(_ context.Context, texts []string, _ []int) ([][]float32, error) {
+	c.calls.Add(1)
+	return nil, &embedder.InputError{Index: len(texts) + 5, Reason: "refused"}
+}
+func (c *badIndexClient) Model() string   { return "bad-index" }
+func (c *badIndexClient) Dimensions() int { return dims }
+
+// An InputError that names no input of the request reaches every call in
+// it, once: it must not send the same request again and again.
+func TestCoalescerInputErrorOutsideTheRequest(t *testing.T) {
+	t.Parallel()
+	c := &badIndexClient{}
+	co := embedder.NewCoalescer(c, embedder.CoalesceConfig{Linger: 50 * time.Millisecond})
+	t.Cleanup(co.Close)
+	results := callAll(t.Context(), co, [][]string{{"one"}, {"two", "three"}})
+	for _, r := range results {
+		var in *embedder.InputError
+		require.ErrorAs(t, r.err, &in, "doc %d", r.doc)
+	}
+	require.LessOrEqual(t, c.calls.Load(), int32(2), "one request, or two if the calls did not meet")
 }
