@@ -17,9 +17,12 @@ const (
 	OpMessage  Op = "m" // logical decoding message: skipped, counted
 )
 
-// Message is one record as a source hands it over: a Kafka record, a line of
-// a JSONL file or a logical replication message rendered as Debezium JSON.
-// Value is nil for a tombstone.
+// Message is one record as a source hands it over, with its source
+// coordinates: a Kafka record, a line of a JSONL file, or a change read
+// from a replication slot or a snapshot. A transport that reads structured
+// rows (the Postgres source, the backfill readers) sets Change and leaves
+// Value nil; a transport that carries Debezium JSON leaves Change nil and
+// the pipeline decodes Value. Value is nil for a tombstone.
 type Message struct {
 	Topic     string
 	Partition int32
@@ -28,6 +31,9 @@ type Message struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
+	// Change is the change itself when the transport produced it directly;
+	// the pipeline then applies it without decoding anything.
+	Change *Change
 }
 
 // Header is one Kafka record header.

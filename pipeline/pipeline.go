@@ -131,6 +131,8 @@ func (c Config) Validate() error {
 
 // Stages are the pipeline's collaborators. DeadLetters may be nil, in which
 // case undecodable messages stop the pipeline instead of being set aside.
+// Decoder may be nil when the source hands over decoded changes
+// (cdc.Message.Change) only.
 type Stages struct {
 	Source      Source
 	Decoder     Decoder
@@ -197,9 +199,6 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	var errs []error
 	if st.Source == nil {
 		errs = append(errs, errors.New("pipeline: no source"))
-	}
-	if st.Decoder == nil {
-		errs = append(errs, errors.New("pipeline: no decoder"))
 	}
 	if st.Splitter == nil {
 		errs = append(errs, errors.New("pipeline: no splitter"))
@@ -323,7 +322,7 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 			start = time.Now()
 		}
 		dctx, span := tracer().Start(withTraceParent(ctx, messageTraceParent(m)), "ragsync.decode")
-		ch, err := p.st.Decoder.Decode(m)
+		ch, err := p.decode(m)
 		endSpan(span, err)
 		var skip *cdc.SkipError
 		switch {
@@ -358,6 +357,18 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 		segment = append(segment, item{m, ch})
 	}
 	return flush()
+}
+
+// decode returns the change a message carries: the one its transport built,
+// or the Debezium JSON of its value decoded.
+func (p *Pipeline) decode(m cdc.Message) (cdc.Change, error) {
+	if m.Change != nil {
+		return *m.Change, nil
+	}
+	if p.st.Decoder == nil {
+		return cdc.Change{}, fmt.Errorf("decode %s/%d@%d: the source handed over bytes and the pipeline has no decoder", m.Topic, m.Partition, m.Offset)
+	}
+	return p.st.Decoder.Decode(m)
 }
 
 // applyParallel applies a segment with up to Workers documents at once.
