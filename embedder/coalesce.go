@@ -359,9 +359,10 @@ func (co *Coalescer) fail(batch []*part, where [][]int, err error) {
 		if len(rest) > 0 {
 			co.send(rest)
 		}
-	case len(batch) > 1 && inputRejected(err):
-		// The API does not say which input it refused: each call's texts
-		// go again alone, so only the culprit's call gets the error.
+	case len(batch) > 1 && (inputRejected(err) || errors.As(err, new(*ResponseError))):
+		// The API does not say which input it refused, or answered a
+		// reply that does not match the request: each call's texts go
+		// again alone, so only the culprit's call gets the error.
 		for _, p := range batch {
 			if !p.abandoned() {
 				co.send([]*part{p})

@@ -35,6 +35,13 @@ const (
 	EncodingBase64 = "base64"
 )
 
+// Values of Config.SendDimensions.
+const (
+	SendDimensionsAuto   = "auto"
+	SendDimensionsAlways = "always"
+	SendDimensionsNever  = "never"
+)
+
 // Config is the embedder section of ragsync.yaml.
 type Config struct {
 	// Provider is "openai" (any OpenAI-compatible endpoint) or "hashing"
@@ -54,9 +61,25 @@ type Config struct {
 	// Model is the embedding model; required for openai. Defaults to
 	// "hashing-v1" for hashing, the only model it has.
 	Model string `yaml:"model"`
-	// Dimensions is the vector size the index stores; required, > 0. For
-	// text-embedding-3-* it is sent to the API, which shortens vectors.
+	// Dimensions is the vector size the index stores; required, > 0.
+	// Whether it is sent to the API (which then shortens vectors) is
+	// SendDimensions' choice.
 	Dimensions int `yaml:"dimensions"`
+	// SendDimensions says whether requests carry "dimensions": "always",
+	// "never", or "auto": only when Model starts with "text-embedding-3"
+	// (OpenAI's and Azure's models that shorten vectors on request; older
+	// models and most self-hosted servers refuse the field with a 400).
+	// Set "always" for a server that honours it under another model name,
+	// "never" for one that refuses it. Provider openai only. Defaults to
+	// "auto".
+	SendDimensions string `yaml:"send_dimensions"`
+	// MaxResponseBytes caps the size of one response body; a larger one
+	// is refused after reading that much (a misbehaving server cannot
+	// exhaust memory) and its inputs are narrowed like any bad answer.
+	// Defaults to 0: 4 × (4096 + inputs × (256 + Dimensions × 24)) for
+	// each request, four times the largest honest answer in JSON floats
+	// (base64 answers are about a quarter of that).
+	MaxResponseBytes int64 `yaml:"max_response_bytes"`
 	// APIKey authenticates to the API; set it as ${OPENAI_API_KEY} so it
 	// stays out of files. It is redacted when the config is logged.
 	APIKey string `yaml:"api_key"`
@@ -106,6 +129,33 @@ type Config struct {
 	// server with an error naming the fix. Provider openai only. Defaults
 	// to "auto".
 	EncodingFormat string `yaml:"encoding_format"`
+
+	// Logger receives the client's warnings (the encoding fallback); the
+	// caller routes it through the redactor. nil discards them.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// SendsDimensions reports whether requests carry "dimensions" under
+// SendDimensions (see there for what "auto" decides).
+func (c Config) SendsDimensions() bool {
+	switch c.SendDimensions {
+	case SendDimensionsAlways:
+		return true
+	case SendDimensionsNever:
+		return false
+	}
+	return strings.HasPrefix(c.Model, "text-embedding-3")
+}
+
+// responseCap is the largest response body accepted for a request of n
+// inputs: MaxResponseBytes, or by default four times the largest honest
+// answer as JSON floats (about 24 bytes a number at worst, 256 bytes of
+// fields per vector, 4 KiB around them).
+func (c Config) responseCap(n int) int64 {
+	if c.MaxResponseBytes > 0 {
+		return c.MaxResponseBytes
+	}
+	return 4 * (4096 + int64(n)*(256+int64(c.Dimensions)*24))
 }
 
 // Coalesce returns the Coalescer settings of c.
@@ -154,6 +204,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EncodingFormat == "" {
 		c.EncodingFormat = EncodingAuto
+	}
+	if c.SendDimensions == "" {
+		c.SendDimensions = SendDimensionsAuto
 	}
 	return c
 }
@@ -225,6 +278,14 @@ func (c Config) Validate() error {
 	if c.EncodingFormat != EncodingAuto && c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
 		add("embedder.encoding_format: %q is not %q, %q or %q", c.EncodingFormat, EncodingAuto, EncodingFloat, EncodingBase64)
 	}
+	switch c.SendDimensions {
+	case SendDimensionsAuto, SendDimensionsAlways, SendDimensionsNever:
+	default:
+		add("embedder.send_dimensions: %q is not %q, %q or %q", c.SendDimensions, SendDimensionsAuto, SendDimensionsAlways, SendDimensionsNever)
+	}
+	if c.MaxResponseBytes < 0 {
+		add("embedder.max_response_bytes: must be >= 0 (0: four times the largest answer a request can honestly get), got %d", c.MaxResponseBytes)
+	}
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
@@ -247,7 +308,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("requests_per_minute", c.RequestsPerMinute), slog.Int("tokens_per_minute", c.TokensPerMinute),
 		slog.Int("max_input_tokens", c.MaxInputTokens), slog.String("on_too_long", c.OnTooLong),
 		slog.Duration("linger", c.Linger), slog.Int("max_requests_in_flight", c.MaxRequestsInFlight),
-		slog.String("encoding_format", c.EncodingFormat),
+		slog.String("encoding_format", c.EncodingFormat), slog.String("send_dimensions", c.SendDimensions),
+		slog.Int64("max_response_bytes", c.MaxResponseBytes),
 	)
 }
 
@@ -256,6 +318,7 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		c.APIKey = "[redacted]"
 	}
+	c.Logger = nil
 	type plain Config // no String method: avoids recursion
 	return fmt.Sprintf("%+v", plain(c))
 }

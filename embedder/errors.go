@@ -38,24 +38,37 @@ func (e *APIError) Permanent() bool {
 	return e.StatusCode >= 400 && e.StatusCode < 500
 }
 
-// DimensionError reports vectors of the wrong size: the model does not
-// produce what the index stores. It is permanent.
+// DimensionError reports a model whose answers are not the size the index
+// stores: every vector of an answer had the same wrong size, so the model
+// (or the server behind the name) is not the one the index was built with.
+// It is permanent, and serve stops on it: changing embedder.dimensions
+// would not fit the stored vectors.
 type DimensionError struct {
 	Model     string
 	Got, Want int
+	// Sent says the request asked for Want dimensions
+	// (embedder.send_dimensions) and the server ignored it.
+	Sent bool
 }
 
 func (e *DimensionError) Error() string {
-	return fmt.Sprintf("model %q returned %d dimensions, want %d: set embedder.dimensions to %d or choose a model that outputs %d",
-		e.Model, e.Got, e.Want, e.Got, e.Want)
+	msg := fmt.Sprintf("model %q returned %d-dimension vectors, the index stores %d (embedder.dimensions): set embedder.model (and embedder.base_url) to the model this index was built with, or build a new index for this model with `ragsync reindex --to NEW --model %s --dimensions %d`",
+		e.Model, e.Got, e.Want, e.Model, e.Got)
+	if e.Sent {
+		return msg + "; the request asked for " + fmt.Sprint(e.Want) + " dimensions and the server ignored it"
+	}
+	return msg + "; if the model shortens vectors on request, set embedder.send_dimensions: always"
 }
 
 // Permanent is always true: retrying returns the same size.
 func (e *DimensionError) Permanent() bool { return true }
 
-// ResponseError reports a reply that does not match the request (wrong
-// number of vectors, bad or repeated index). It is retried: a proxy or a
-// server bug may not repeat.
+// ResponseError reports a reply that does not match the request: the
+// wrong number of vectors, a bad or repeated index, or a body over the
+// response cap. The OpenAI client does not retry it at the same size: it
+// halves the request until the inputs that draw it stand alone, and an
+// input still answered badly alone, after the retries, fails with an
+// InputError. It is not permanent: a proxy or a server bug may not repeat.
 type ResponseError struct {
 	Model  string
 	Reason string
@@ -65,8 +78,16 @@ func (e *ResponseError) Error() string {
 	return fmt.Sprintf("embeddings API reply for model %q: %s", e.Model, e.Reason)
 }
 
-// InputError reports a text that cannot be embedded, such as an empty one
-// (OpenAI rejects empty inputs). It is permanent.
+// Permanent is false: the same request may be answered well next time.
+func (e *ResponseError) Permanent() bool { return false }
+
+// InputError reports a text that cannot be embedded: an empty one (OpenAI
+// rejects empty inputs), one over embedder.max_input_tokens with
+// on_too_long: dead_letter, or one the server answers badly whenever it is
+// sent (a vector of another size than its neighbours', or a reply that
+// does not match the request even alone). Index is the text's position in
+// the call. It is permanent: the caller dead-letters the document that
+// carries the text, and no other.
 type InputError struct {
 	Index  int
 	Reason string

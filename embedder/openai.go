@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // OpenAI embeds texts through an OpenAI-compatible /embeddings endpoint. It
@@ -34,6 +37,11 @@ type OpenAI struct {
 	// floatOnly is set once an "auto" encoding found that the server does
 	// not speak base64.
 	floatOnly atomic.Bool
+	// sized is set once the model answered with vectors of Dimensions: from
+	// then on a lone vector of another size is that input's fault, not the
+	// model's.
+	sized atomic.Bool
+	log   *slog.Logger
 }
 
 // Stats are cumulative counters of an OpenAI client, for metrics and tests.
@@ -78,6 +86,10 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		// Every request must fit the token bucket.
 		cfg.MaxBatchTokens = min(cfg.MaxBatchTokens, TokenBurst(cfg.TokensPerMinute))
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Per-attempt timeouts come from the request context, so the client
 	// itself has none; a client timeout would also cut Retry-After reads.
@@ -86,12 +98,20 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		cfg:       cfg,
 		client:    openai.NewClientWithConfig(cc),
 		transport: tr,
-		// Only text-embedding-3 and later accept "dimensions"; older models
-		// and most self-hosted servers reject the field with a 400.
-		sendDims: strings.HasPrefix(cfg.Model, "text-embedding-3"),
-		sleep:    sleepCtx,
-		limits:   newLimits(cfg.RequestsPerMinute, cfg.TokensPerMinute),
+		sendDims:  cfg.SendsDimensions(),
+		sleep:     sleepCtx,
+		limits:    newLimits(cfg.RequestsPerMinute, cfg.TokensPerMinute),
+		log:       logger,
 	}, nil
+}
+
+// Probe embeds one short text, so that a model that does not answer with
+// Dimensions-long vectors stops start-up with a DimensionError naming the
+// setting, before any document depends on it. Its other errors are those
+// of Embed.
+func (o *OpenAI) Probe(ctx context.Context) error {
+	_, err := o.Embed(ctx, []string{"ragsync start-up probe"})
+	return err
 }
 
 // Model returns the configured model name.
@@ -168,6 +188,9 @@ func (o *OpenAI) embed(ctx context.Context, texts []string, tokens []int) ([][]f
 	for _, b := range batches(tokens, o.cfg.MaxBatchInputs, o.cfg.MaxBatchTokens) {
 		vecs, err := o.embedSplitting(ctx, texts[b.start:b.end], tokens[b.start:b.end])
 		if err != nil {
+			if in, ok := shiftInput(err, b.start); ok {
+				return nil, in
+			}
 			return nil, fmt.Errorf("batch %d..%d: %w", b.start, b.end-1, err)
 		}
 		copy(out[b.start:b.end], vecs)
@@ -177,12 +200,25 @@ func (o *OpenAI) embed(ctx context.Context, texts []string, tokens []int) ([][]f
 
 // embedSplitting sends batch and, when the API rejects it as too large
 // (our token count and the provider's differ, or its limits are lower than
-// configured), halves it and tries each half. A single input the API still
-// rejects keeps the permanent error, which dead-letters its change.
+// configured) or answers it with a reply that does not match it (a vector
+// short or over, a bad index, a body over the cap), halves it and tries
+// each half. A single input the API still rejects keeps the permanent
+// error, and one it still answers badly fails with an InputError: either
+// dead-letters its change and no other.
 func (o *OpenAI) embedSplitting(ctx context.Context, batch []string, tokens []int) ([][]float32, error) {
 	vecs, err := o.embedBatch(ctx, batch, sum(tokens))
-	if err == nil || len(batch) < 2 || !tooLarge(err) {
-		return vecs, err
+	if err == nil {
+		return vecs, nil
+	}
+	var bad *ResponseError
+	if len(batch) < 2 {
+		if errors.As(err, &bad) && ctx.Err() == nil {
+			return nil, &InputError{Index: 0, Reason: fmt.Sprintf("sent alone (%d attempts), the embeddings API's reply for model %q did not match it: %s", max(o.cfg.MaxRetries, 0)+1, o.cfg.Model, bad.Reason)}
+		}
+		return nil, err
+	}
+	if !tooLarge(err) && !errors.As(err, &bad) {
+		return nil, err
 	}
 	o.stats.splits.Add(1)
 	half := len(batch) / 2
@@ -192,9 +228,22 @@ func (o *OpenAI) embedSplitting(ctx context.Context, batch []string, tokens []in
 	}
 	right, err := o.embedSplitting(ctx, batch[half:], tokens[half:])
 	if err != nil {
+		if in, ok := shiftInput(err, half); ok {
+			return nil, in
+		}
 		return nil, err
 	}
 	return append(left, right...), nil
+}
+
+// shiftInput returns err's InputError with its index moved by off (the
+// failed slice's position in the call), and whether err carries one.
+func shiftInput(err error, off int) (*InputError, bool) {
+	var in *InputError
+	if !errors.As(err, &in) {
+		return nil, false
+	}
+	return &InputError{Index: in.Index + off, Reason: in.Reason}, true
 }
 
 // tooLarge reports a rejection of the request's size: 413, or a 400 whose
@@ -245,6 +294,12 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		if errors.As(err, &p) && p.Permanent() {
 			return nil, err
 		}
+		var bad *ResponseError
+		if len(batch) > 1 && errors.As(err, &bad) {
+			// Halving finds the inputs that draw it sooner than resending
+			// the same request (embedSplitting).
+			return nil, err
+		}
 		if attempt >= o.cfg.MaxRetries {
 			return nil, fmt.Errorf("%d attempts: %w", attempt+1, err)
 		}
@@ -265,8 +320,8 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
-	var hdr http.Header
-	ctx = context.WithValue(ctx, headerKey{}, &hdr)
+	info := &reqInfo{limit: o.cfg.responseCap(len(batch))}
+	ctx = context.WithValue(ctx, reqKey{}, info)
 	req := openai.EmbeddingRequestStrings{Input: batch, Model: openai.EmbeddingModel(o.cfg.Model)}
 	if o.sendDims {
 		req.Dimensions = o.cfg.Dimensions
@@ -282,18 +337,19 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 		err = o.classify(ctx, err)
 		if b64 && noBase64(err) {
 			if o.cfg.EncodingFormat == EncodingBase64 {
-				return nil, hdr, &EncodingError{Model: o.cfg.Model, Err: err}
+				return nil, info.hdr, &EncodingError{Model: o.cfg.Model, Err: err}
 			}
 			if o.floatOnly.CompareAndSwap(false, true) {
-				slog.Warn("embedding server does not answer in base64; asking for float from now on (set embedder.encoding_format: float to skip the probe)",
-					"base_url", o.cfg.BaseURL, "error", err)
+				// The URL may carry a password and the error may quote it.
+				o.log.WarnContext(ctx, "embedding server does not answer in base64; asking for float from now on (set embedder.encoding_format: float to skip the probe)",
+					"base_url", redact.String(o.cfg.BaseURL), "error", redact.String(err.Error()))
 			}
 			return o.attempt(ctx, batch)
 		}
-		return nil, hdr, err
+		return nil, info.hdr, err
 	}
 	if len(resp.Data) != len(batch) {
-		return nil, hdr, &ResponseError{Model: o.cfg.Model,
+		return nil, info.hdr, &ResponseError{Model: o.cfg.Model,
 			Reason: fmt.Sprintf("%d vectors for %d inputs", len(resp.Data), len(batch))}
 	}
 	out := make([][]float32, len(batch))
@@ -301,20 +357,46 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 		// Order by the index field, not by position: the API documents
 		// index as the input's position and does not promise order.
 		if d.Index < 0 || d.Index >= len(batch) || out[d.Index] != nil {
-			return nil, hdr, &ResponseError{Model: o.cfg.Model,
+			return nil, info.hdr, &ResponseError{Model: o.cfg.Model,
 				Reason: fmt.Sprintf("index %d out of range or repeated", d.Index)}
 		}
-		if len(d.Embedding) != o.cfg.Dimensions {
-			return nil, hdr, &DimensionError{Model: o.cfg.Model, Got: len(d.Embedding), Want: o.cfg.Dimensions}
-		}
 		out[d.Index] = d.Embedding
+	}
+	if err := o.checkSizes(out); err != nil {
+		return nil, info.hdr, err
 	}
 	o.stats.inputs.Add(int64(len(batch)))
 	o.stats.tokens.Add(int64(resp.Usage.PromptTokens))
 	if m := string(resp.Model); m != "" {
 		o.reported.Store(&m)
 	}
-	return out, hdr, nil
+	return out, info.hdr, nil
+}
+
+// checkSizes tells a model of the wrong size from one bad vector. An
+// answer whose vectors all have the same wrong size is the model's (a
+// DimensionError: every request would get it), unless it is one vector
+// of a model already seen answering at the right size. A vector whose
+// size differs from its neighbours' is its input's fault: an InputError
+// naming the first, so that only that input's document fails.
+func (o *OpenAI) checkSizes(vecs [][]float32) error {
+	want := o.cfg.Dimensions
+	bad, uniform := -1, true
+	for i, v := range vecs {
+		if len(v) != want && bad < 0 {
+			bad = i
+		}
+		uniform = uniform && len(v) == len(vecs[0])
+	}
+	if bad < 0 {
+		o.sized.Store(true)
+		return nil
+	}
+	got := len(vecs[bad])
+	if uniform && (len(vecs) > 1 || !o.sized.Load()) {
+		return &DimensionError{Model: o.cfg.Model, Got: got, Want: want, Sent: o.sendDims}
+	}
+	return &InputError{Index: bad, Reason: fmt.Sprintf("model %q returned a %d-dimension vector for it, where its other vectors have %d", o.cfg.Model, got, want)}
 }
 
 // noBase64 reports a reply showing that the server does not speak
@@ -345,25 +427,82 @@ func (o *OpenAI) classify(ctx context.Context, err error) error {
 		}
 		return &APIError{StatusCode: reqErr.HTTPStatusCode, Model: o.cfg.Model, Message: strings.TrimSpace(body)}
 	}
+	var big *bodyTooLarge
+	if errors.As(err, &big) {
+		return &ResponseError{Model: o.cfg.Model, Reason: fmt.Sprintf("body over %d bytes, refused unread past that (embedder.max_response_bytes)", big.limit)}
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return fmt.Errorf("request timed out after %s (embedder.timeout): %w", o.cfg.Timeout, err)
 	}
 	return err
 }
 
-// headerKey carries a *http.Header through the request context so that
-// headerDoer can hand the response headers back: go-openai's errors drop
-// them, and 429s need Retry-After.
-type headerKey struct{}
+// reqKey carries a *reqInfo through the request context: headerDoer hands
+// the response headers back (go-openai's errors drop them, and 429s need
+// Retry-After) and caps the body at limit bytes.
+type reqKey struct{}
+
+type reqInfo struct {
+	hdr   http.Header
+	limit int64
+}
 
 type headerDoer struct{ c *http.Client }
 
 func (d headerDoer) Do(req *http.Request) (*http.Response, error) {
 	resp, err := d.c.Do(req)
 	if resp != nil {
-		if p, ok := req.Context().Value(headerKey{}).(*http.Header); ok {
-			*p = resp.Header
+		if p, ok := req.Context().Value(reqKey{}).(*reqInfo); ok {
+			p.hdr = resp.Header
+			if p.limit > 0 {
+				resp.Body = newCappedBody(resp.Body, resp.ContentLength, p.limit)
+			}
 		}
 	}
 	return resp, err
 }
+
+// bodyTooLarge is the read error of a response body over its cap.
+type bodyTooLarge struct{ limit int64 }
+
+func (e *bodyTooLarge) Error() string {
+	return fmt.Sprintf("response body over %d bytes", e.limit)
+}
+
+// cappedBody reads at most limit bytes of a body and then fails with
+// bodyTooLarge, without reading further (like http.MaxBytesReader, for a
+// client). Closing it closes the connection under it, so the rest of an
+// oversized body is never read.
+type cappedBody struct {
+	rc    io.ReadCloser
+	left  int64
+	limit int64
+	err   error
+}
+
+func newCappedBody(rc io.ReadCloser, length, limit int64) *cappedBody {
+	c := &cappedBody{rc: rc, left: limit, limit: limit}
+	if length > limit {
+		c.err = &bodyTooLarge{limit: limit} // announced too large: read none of it
+	}
+	return c
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.rc.Read(p)
+	if int64(n) <= c.left {
+		c.left -= int64(n)
+		return n, err
+	}
+	n, c.left = int(c.left), 0
+	c.err = &bodyTooLarge{limit: c.limit}
+	return n, c.err
+}
+
+func (c *cappedBody) Close() error { return c.rc.Close() }

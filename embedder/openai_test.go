@@ -90,12 +90,35 @@ func TestOpenAIMatchesServerVectors(t *testing.T) {
 	require.Positive(t, st.Tokens)
 }
 
-func TestOpenAIDimensionsOnlyForV3Models(t *testing.T) {
+// embedder.send_dimensions decides whether requests carry "dimensions":
+// auto only for text-embedding-3 models.
+func TestOpenAISendDimensions(t *testing.T) {
 	t.Parallel()
-	c, b := setup(t, openaitest.Options{Dimensions: dims}, false, func(c *embedder.Config) { c.Model = "nomic-embed-text" })
-	_, err := c.Embed(t.Context(), someTexts(2))
-	require.NoError(t, err)
-	require.Zero(t, b.srv.Served()[0].Dimensions)
+	for _, tc := range []struct {
+		setting, model string
+		want           int
+	}{
+		{"", "text-embedding-3-small", dims},
+		{"auto", "text-embedding-3-large", dims},
+		{"auto", "nomic-embed-text", 0},
+		{"auto", "text-embedding-ada-002", 0},
+		{"always", "nomic-embed-text", dims},
+		{"always", "text-embedding-3-small", dims},
+		{"never", "text-embedding-3-small", 0},
+		{"never", "nomic-embed-text", 0},
+	} {
+		t.Run(tc.setting+"/"+tc.model, func(t *testing.T) {
+			t.Parallel()
+			c, b := setup(t, openaitest.Options{Dimensions: dims}, false, func(c *embedder.Config) {
+				c.Model, c.SendDimensions = tc.model, tc.setting
+			})
+			_, err := c.Embed(t.Context(), someTexts(2))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, b.srv.Served()[0].Dimensions)
+		})
+	}
+	_, err := embedder.NewOpenAI(embedder.Config{BaseURL: "http://127.0.0.1:1/v1", Model: "m", Dimensions: dims, SendDimensions: "sometimes"})
+	require.ErrorContains(t, err, `embedder.send_dimensions: "sometimes" is not "auto", "always" or "never"`)
 }
 
 func TestOpenAIEmptyInputSendsNothing(t *testing.T) {
@@ -276,6 +299,8 @@ func TestOpenAIPermanentErrors(t *testing.T) {
 	}
 }
 
+// A whole answer of one wrong size is the model's: a configuration error
+// whose advice keeps the index (no "change embedder.dimensions").
 func TestOpenAIWrongDimensions(t *testing.T) {
 	t.Parallel()
 	c, b := setup(t, openaitest.Options{}, false, nil)
@@ -283,10 +308,18 @@ func TestOpenAIWrongDimensions(t *testing.T) {
 	_, err := c.Embed(t.Context(), someTexts(2))
 	var de *embedder.DimensionError
 	require.ErrorAs(t, err, &de)
-	require.Equal(t, embedder.DimensionError{Model: "text-embedding-3-small", Got: 3, Want: dims}, *de)
-	require.ErrorContains(t, err, `model "text-embedding-3-small" returned 3 dimensions, want 24: set embedder.dimensions to 3`)
+	require.Equal(t, embedder.DimensionError{Model: "text-embedding-3-small", Got: 3, Want: dims, Sent: true}, *de)
+	require.ErrorContains(t, err, `model "text-embedding-3-small" returned 3-dimension vectors, the index stores 24 (embedder.dimensions): set embedder.model (and embedder.base_url) to the model this index was built with, or build a new index for this model with `+"`ragsync reindex --to NEW --model text-embedding-3-small --dimensions 3`")
+	require.NotContains(t, err.Error(), "set embedder.dimensions")
 	requirePermanent(t, err, true)
 	require.Equal(t, int64(1), b.srv.Requests.Load())
+
+	// Not sent: the advice names send_dimensions.
+	c2, b2 := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.SendDimensions = embedder.SendDimensionsNever })
+	b2.srv.FailNext(1, openaitest.Fault{Dimensions: 3})
+	_, err = c2.Embed(t.Context(), someTexts(1))
+	require.ErrorAs(t, err, &de)
+	require.ErrorContains(t, err, "if the model shortens vectors on request, set embedder.send_dimensions: always")
 }
 
 func TestOpenAIGivesUp(t *testing.T) {

@@ -60,6 +60,20 @@ type Fault struct {
 	Drop bool
 	// Dimensions, if > 0, makes the vectors this long whatever was asked.
 	Dimensions int
+	// Lengths makes the vector of input i Lengths[i] long: one bad vector
+	// among good ones.
+	Lengths map[int]int
+	// Short leaves the last Short vectors out of the answer.
+	Short int
+	// Long appends Long vectors whose indexes are past the inputs.
+	Long int
+	// Padded keeps the answer's length but gives its last Padded vectors
+	// index 0 again, as a server that pads a short answer would.
+	Padded int
+	// BodyBytes, if > 0, answers 200 with a body of that many bytes: a JSON
+	// vector that never ends. Server.BodyWritten counts what the client
+	// let the server write of it.
+	BodyBytes int64
 }
 
 // Request is one request as the server decoded it.
@@ -80,6 +94,9 @@ type Server struct {
 	Requests atomic.Int64
 	Inputs   atomic.Int64
 	Tokens   atomic.Int64
+	// BodyWritten counts the bytes of Fault.BodyBytes bodies that were
+	// written to a client (accepted by the connection).
+	BodyWritten atomic.Int64
 
 	opts   Options
 	srv    *httptest.Server
@@ -248,6 +265,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			writeError(w, f.Status, "server_error", fmt.Sprintf("injected fault %d", f.Status))
 			return
 		}
+		if f.BodyBytes > 0 {
+			s.writeHuge(w, f.BodyBytes)
+			return
+		}
 	}
 
 	if req.Model == "" {
@@ -293,6 +314,18 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "server_error", err.Error())
 		return
 	}
+	if f != nil {
+		for i, n := range f.Lengths {
+			if i >= 0 && i < len(vecs) {
+				v, err := embedder.NewHashing(n).Embed(context.Background(), req.Input[i:i+1])
+				if err != nil {
+					writeError(w, http.StatusInternalServerError, "server_error", err.Error())
+					return
+				}
+				vecs[i] = v[0]
+			}
+		}
+	}
 	s.mu.Lock()
 	xform := s.xform
 	s.mu.Unlock()
@@ -310,6 +343,17 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Data = append(resp.Data, e)
 	}
+	if f != nil {
+		resp.Data = resp.Data[:max(len(resp.Data)-f.Short, 0)]
+		for k := range f.Long {
+			e := resp.Data[len(resp.Data)-1]
+			e.Index = len(vecs) + k
+			resp.Data = append(resp.Data, e)
+		}
+		for k := 0; k < f.Padded && k < len(resp.Data)-1; k++ {
+			resp.Data[len(resp.Data)-1-k].Index = 0
+		}
+	}
 	s.mu.Lock()
 	s.served = append(s.served, req)
 	s.mu.Unlock()
@@ -317,6 +361,24 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.Tokens.Add(int64(tokens))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// writeHuge answers 200 with n bytes: the start of an answer, then a
+// vector that never ends, written in chunks until n or until the client
+// stops reading. BodyWritten counts what the connection accepted.
+func (s *Server) writeHuge(w http.ResponseWriter, n int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	head := []byte(`{"object":"list","model":"huge","data":[{"object":"embedding","index":0,"embedding":[0`)
+	chunk := bytes.Repeat([]byte(",0.125"), 64<<10/6)
+	written, err := w.Write(head)
+	s.BodyWritten.Add(int64(written))
+	for left := n - int64(written); err == nil && left > 0; {
+		c := chunk[:min(int64(len(chunk)), left)]
+		written, err = w.Write(c)
+		s.BodyWritten.Add(int64(written))
+		left -= int64(written)
+	}
 }
 
 // decodeInput accepts input as a string or an array of strings, as the
