@@ -105,15 +105,6 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 	}, nil
 }
 
-// Probe embeds one short text, so that a model that does not answer with
-// Dimensions-long vectors stops start-up with a DimensionError naming the
-// setting, before any document depends on it. Its other errors are those
-// of Embed.
-func (o *OpenAI) Probe(ctx context.Context) error {
-	_, err := o.Embed(ctx, []string{"ragsync start-up probe"})
-	return err
-}
-
 // Model returns the configured model name.
 func (o *OpenAI) Model() string { return o.cfg.Model }
 

@@ -65,3 +65,15 @@ func TestFatalCoversPostgres(t *testing.T) {
 	// document: stop instead of dead-lettering them all.
 	require.True(t, fatal(fmt.Errorf("embed: %w", &embedder.EncodingError{Model: "m", Err: errors.New("numbers")})))
 }
+
+// A reply that does not match its request is retried a bounded number of
+// times and then dead-lettered, never retried for ever: a provider that
+// answers one input badly must not stall the pipeline.
+func TestBadReplyIsNotTransient(t *testing.T) {
+	bad := fmt.Errorf("embed x: %w", &embedder.ResponseError{Model: "m", Reason: "1 vectors for 2 inputs"})
+	require.False(t, transient(bad))
+	require.False(t, fatal(bad))
+	in := fmt.Errorf("embed x: %w", &embedder.InputError{Index: 3, Reason: "sent alone, the reply did not match it"})
+	require.False(t, transient(in))
+	require.False(t, fatal(in), "one input's fault dead-letters its document, it does not stop serve")
+}

@@ -181,7 +181,9 @@ func (f *family) open(ctx context.Context, x sink.IndexInfo) (shadowIndex, error
 // the primary's are.
 func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.IndexInfo, logger *slog.Logger) (embedder.Client, *sink.Store, error) {
 	cfg.Embedder.Model, cfg.Embedder.Dimensions = x.Model, x.Dimensions
-	emb, err := embedder.New(cfg.embedderConfig())
+	ec := cfg.embedderConfig()
+	ec.Logger = logger
+	emb, err := embedder.New(ec)
 	if err != nil {
 		return nil, nil, err
 	}

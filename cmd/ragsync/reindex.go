@@ -15,6 +15,7 @@ import (
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -58,6 +59,12 @@ ragsync index list shows the states, ragsync index drop removes the old one.`,
 			target.Index = to
 			if model != "" {
 				target.Embedder.Model = model
+				if target.Embedder.Provider == embedder.ProviderHashing && model != embedder.HashingModel {
+					// The offline embedder would build a hashing index
+					// under any name; the user asked for another model.
+					errs = append(errs, fmt.Errorf("--model: provider hashing cannot embed with %q, its only model is %q; set embedder.provider: openai (with embedder.base_url and embedder.api_key) to build an index of %s",
+						model, embedder.HashingModel, model))
+				}
 			}
 			if cmd.Flags().Changed("dimensions") {
 				target.Embedder.Dimensions = dims

@@ -87,6 +87,7 @@ func TestReindexErrors(t *testing.T) {
 		{[]string{"--to", "Bad-Name"}, "must be lower-case"},
 		{[]string{"--to", "v2", "--dimensions", "-3"}, "embedder.dimensions"},
 		{[]string{"--to", "v2"}, `index: "articles" does not exist`},
+		{[]string{"--to", "v2", "--model", "text-embedding-3-large"}, `--model: provider hashing cannot embed with "text-embedding-3-large", its only model is "hashing-v1"; set embedder.provider: openai (with embedder.base_url and embedder.api_key) to build an index of text-embedding-3-large`},
 	} {
 		_, err := runCLI(t, "", append(append([]string{"reindex"}, tc.args...), base...)...)
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)

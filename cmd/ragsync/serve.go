@@ -143,6 +143,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	}
 	defer ix.Close()
 	emb, st, pool := ix.emb, ix.st, ix.pool
+	if err := probeEmbedder(ctx, emb, logger); err != nil {
+		return err
+	}
 	warnUnvacuumed(ctx, st, logger)
 	var (
 		src      pipeline.Source

@@ -71,7 +71,9 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 		pool.Close()
 		return nil, err
 	}
-	emb, err := embedder.New(cfg.embedderConfig())
+	ec := cfg.embedderConfig()
+	ec.Logger = logger // its warnings go through the redactor like every line
+	emb, err := embedder.New(ec)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -237,10 +239,6 @@ func transient(err error) bool {
 	var api *embedder.APIError
 	if errors.As(err, &api) {
 		return !api.Permanent()
-	}
-	var resp *embedder.ResponseError
-	if errors.As(err, &resp) {
-		return true
 	}
 	var nerr net.Error
 	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
