@@ -16,11 +16,14 @@ import (
 
 // EventSchema is the version of the fused event's JSON schema (README
 // "Fused monitor event"). Fields are only ever added under one version; a
-// change of meaning bumps it. v2: query_drift's psi_max, ks_p_bonferroni
-// and centroid_cosine compare queries with the query reference (v1: with
-// the chunk reference, now corpus_psi_max and corpus_centroid_cosine,
-// never exceeded).
-const EventSchema = "ragsync.monitor.event/v2"
+// change of meaning bumps it. v3: exceeded is the alarm state and nothing
+// else: drift's and query_drift's ks_p_bonferroni is a detail, never
+// exceeded (v2: exceeded whenever its p-value was under the threshold,
+// which on stationary data was nearly every check). v2: query_drift's
+// psi_max, ks_p_bonferroni and centroid_cosine compare queries with the
+// query reference (v1: with the chunk reference, now corpus_psi_max and
+// corpus_centroid_cosine, never exceeded).
+const EventSchema = "ragsync.monitor.event/v3"
 
 // Semantic tags of events.
 const (
@@ -57,8 +60,10 @@ type Signal struct {
 	Method    string  `json:"method"`
 	Score     float64 `json:"score"`
 	Threshold float64 `json:"threshold"`
-	// Exceeded is the alarm state: for drift it follows the hysteresis, so
-	// it can stay true while the score is back under the threshold.
+	// Exceeded is the alarm state, and only that: for drift it follows the
+	// hysteresis, so it can stay true while the score is back under the
+	// threshold. Detail signals (KS, centroid distances, the corpus
+	// distances of queries) carry their score and are never exceeded.
 	Exceeded bool `json:"exceeded"`
 	// Details carries the numbers behind the score (per-kind percentiles,
 	// per-projection PSI, …).

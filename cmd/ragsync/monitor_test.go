@@ -90,7 +90,7 @@ func TestMonitorCommands(t *testing.T) {
 	}
 	lastJSON(t, out, &status)
 	require.True(t, status.Breach)
-	require.Equal(t, "ragsync.monitor.event/v2", status.Events[0].Schema)
+	require.Equal(t, "ragsync.monitor.event/v3", status.Events[0].Schema)
 
 	// Every sampled chunk now measures past the bound: repair re-embeds
 	// the three of them with the swapped model.
