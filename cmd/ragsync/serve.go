@@ -114,7 +114,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
 	logger = slog.New(traceLogs{logs})
-	stopTracing, err := setupTracing(ctx)
+	stopTracing, err := setupTracing(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -264,7 +264,10 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		if pgSrc != nil {
 			handler = slotReadyz(pgSrc, handler)
 		}
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+		// net/http's own messages (a failed accept, a bad request) go to
+		// the redacting logger, not to the log package's default one.
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: slog.NewLogLogger(logger.With("stage", "http").Handler(), slog.LevelWarn)}
 		logger.Info("http listening", "addr", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

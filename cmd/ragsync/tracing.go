@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -27,8 +28,15 @@ func otlpConfigured() bool {
 // OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set; the exporter
 // reads the other OTEL_EXPORTER_OTLP_* variables itself (headers, timeout,
 // compression, insecure). Without them tracing stays off and spans cost a
-// no-op. The returned func flushes and stops the exporter.
-func setupTracing(ctx context.Context) (func(context.Context) error, error) {
+// no-op. The returned func flushes and stops the exporter. OpenTelemetry's
+// own messages (export failures) go to logger, through the redactor,
+// instead of its default logger, which prints to stderr past it.
+func setupTracing(ctx context.Context, logger *slog.Logger) (func(context.Context) error, error) {
+	otelLogs := logger.With("stage", "tracing")
+	otel.SetLogger(logr.FromSlogHandler(otelLogs.Handler()))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		otelLogs.Warn("opentelemetry failed; check OTEL_EXPORTER_OTLP_ENDPOINT", "error", err)
+	}))
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	if !otlpConfigured() {
 		return func(context.Context) error { return nil }, nil
