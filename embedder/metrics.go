@@ -18,7 +18,7 @@ func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 			func() float64 { return float64(o.stats.retries.Load()) }),
 		counter("ragsync_embedder_inputs_truncated_total", "Inputs over embedder.max_input_tokens cut to it; their tail is not embedded.",
 			func() float64 { return float64(o.stats.truncated.Load()) }),
-		counter("ragsync_embedder_batch_splits_total", "Batches the API rejected as too large and that were halved.",
+		counter("ragsync_embedder_batch_splits_total", "Batches halved because the API rejected them as too large or answered them with a reply that does not match the request.",
 			func() float64 { return float64(o.stats.splits.Load()) }),
 		counter("ragsync_embedder_rate_limit_wait_seconds_total", "Time spent waiting for the client-side requests/tokens per minute limits.",
 			func() float64 { return float64(o.stats.limitWait.Load()) / 1e9 }),

@@ -77,6 +77,20 @@ func TestOpenAIMisbehavingProviderNamesTheInput(t *testing.T) {
 	}
 }
 
+// The culprit's index survives both kinds of cut: into requests of
+// embedder.max_batch_inputs, then halves of a failed request.
+func TestOpenAIInputErrorIndexAcrossBatches(t *testing.T) {
+	t.Parallel()
+	c, b := setup(t, openaitest.Options{}, false, func(c *embedder.Config) { c.MaxRetries, c.MaxBatchInputs = -1, 4 })
+	b.srv.SetHook(culpritHook(func(int) openaitest.Fault { return openaitest.Fault{Short: 1} }))
+	texts := someTexts(11)
+	texts[10] = culprit
+	_, err := c.Embed(t.Context(), texts)
+	var in *embedder.InputError
+	require.ErrorAs(t, err, &in)
+	require.Equal(t, 10, in.Index, "%v", err)
+}
+
 // The coalescer over the client: documents sharing requests with the
 // culprit's get their vectors, only the culprit's call fails, with an
 // InputError, and nothing waits for ever.

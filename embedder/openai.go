@@ -54,7 +54,7 @@ type Stats struct {
 	RetryWait time.Duration // total time waited before retries
 	LimitWait time.Duration // total time waited for the client-side rate limits
 	Truncated int64         // inputs cut to MaxInputTokens
-	Splits    int64         // batches the API rejected as too large and that were halved
+	Splits    int64         // batches halved: rejected as too large, or answered with a reply that does not match them
 }
 
 type stats struct {
