@@ -50,3 +50,11 @@ func sum(ns []int) int {
 	}
 	return s
 }
+
+// inputs says "1 input" or "n inputs".
+func inputs(n int) string {
+	if n == 1 {
+		return "1 input"
+	}
+	return fmt.Sprintf("%d inputs", n)
+}

@@ -322,7 +322,7 @@ func (co *Coalescer) send(batch []*part) {
 	co.shared.Add(int64(carried - len(texts)))
 	vecs, err := co.client.EmbedCounted(ctx, texts, tokens)
 	if err == nil && len(vecs) != len(texts) {
-		err = &ResponseError{Model: co.client.Model(), Reason: fmt.Sprintf("%d vectors for %d inputs", len(vecs), len(texts))}
+		err = &ResponseError{Model: co.client.Model(), Reason: fmt.Sprintf("%d vectors for %s", len(vecs), inputs(len(texts)))}
 	}
 	if err == nil {
 		handed := make([]bool, len(texts))

@@ -341,7 +341,7 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 	}
 	if len(resp.Data) != len(batch) {
 		return nil, info.hdr, &ResponseError{Model: o.cfg.Model,
-			Reason: fmt.Sprintf("%d vectors for %d inputs", len(resp.Data), len(batch))}
+			Reason: fmt.Sprintf("%d vectors for %s", len(resp.Data), inputs(len(batch)))}
 	}
 	out := make([][]float32, len(batch))
 	for _, d := range resp.Data {

@@ -2,5 +2,7 @@
 // tests: real JSON on a real socket, deterministic vectors (from
 // embedder.Hashing), request counters, and injectable faults (429 with
 // Retry-After, 5xx, slow replies, dropped connections, wrong dimensions,
-// too many inputs). It is the only fake DESIGN.md allows.
+// too many inputs) including misbehaviour: one vector of the wrong length,
+// answers short, long or padded, and huge bodies. It is the only fake the
+// project's tests use for a remote service.
 package openaitest
