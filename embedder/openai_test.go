@@ -423,7 +423,7 @@ func TestOpenAIBase64Unsupported(t *testing.T) {
 			require.Zero(t, c.Stats().Retries, "the switch is not a retry")
 
 			strict, sb := setup(t, openaitest.Options{NoBase64: server}, false, func(c *embedder.Config) { c.EncodingFormat = embedder.EncodingBase64 })
-			_, err = strict.Embed(t.Context(), texts)
+			_, err := strict.Embed(t.Context(), texts) // its own err: the subtests run in parallel
 			var enc *embedder.EncodingError
 			require.ErrorAs(t, err, &enc)
 			require.ErrorContains(t, err, "embedder.encoding_format")
