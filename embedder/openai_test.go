@@ -222,8 +222,11 @@ func TestOpenAIRetries(t *testing.T) {
 		{name: "503 with Retry-After", faults: []openaitest.Fault{{Status: 503, RetryAfter: "1"}},
 			wantWaits: func(t *testing.T, w []time.Duration) { require.Equal(t, []time.Duration{time.Second}, w) }},
 		{name: "dropped connections", faults: []openaitest.Fault{{Drop: true}, {Drop: true}}},
+		// The timeout must cut the minute-long reply and leave room for the
+		// healthy retry on a loaded machine: 100ms failed the retry itself
+		// under load.
 		{name: "timeout", faults: []openaitest.Fault{{Delay: time.Minute}},
-			edit: func(c *embedder.Config) { c.Timeout = 100 * time.Millisecond }},
+			edit: func(c *embedder.Config) { c.Timeout = 2 * time.Second }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
