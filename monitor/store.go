@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,11 +49,13 @@ func textHash(s string) string {
 type canary struct {
 	hash, text string
 	vec        []float32
+	takenBy    string
+	takenAt    time.Time
 }
 
 // canaries returns the stored canaries among texts, by text hash.
 func (s *store) canaries(ctx context.Context) (map[string]canary, error) {
-	rows, err := s.pool.Query(ctx, "SELECT text_hash, text, embedding FROM "+s.tCanaries+" WHERE index_name = $1", s.index)
+	rows, err := s.pool.Query(ctx, "SELECT text_hash, text, embedding, coalesce(taken_by, ''), created_at FROM "+s.tCanaries+" WHERE index_name = $1", s.index)
 	if err != nil {
 		return nil, fmt.Errorf("read canaries of %s: %w", s.index, err)
 	}
@@ -60,7 +63,7 @@ func (s *store) canaries(ctx context.Context) (map[string]canary, error) {
 	for rows.Next() {
 		var c canary
 		var v pgvector.Vector
-		if err := rows.Scan(&c.hash, &c.text, &v); err != nil {
+		if err := rows.Scan(&c.hash, &c.text, &v, &c.takenBy, &c.takenAt); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -70,15 +73,24 @@ func (s *store) canaries(ctx context.Context) (map[string]canary, error) {
 	return out, rows.Err()
 }
 
-// addCanaries stores baselines; an existing baseline is kept (first wins).
-func (s *store) addCanaries(ctx context.Context, cs []canary) error {
+// addCanaries stores baselines taken by by; an existing baseline is kept
+// (resetCanaries forgets them).
+func (s *store) addCanaries(ctx context.Context, cs []canary, by string) error {
 	b := &pgx.Batch{}
 	for _, c := range cs {
-		b.Queue("INSERT INTO "+s.tCanaries+" (index_name, text_hash, text, embedding) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-			s.index, c.hash, c.text, pgvector.NewVector(c.vec))
+		b.Queue("INSERT INTO "+s.tCanaries+" (index_name, text_hash, text, embedding, taken_by) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+			s.index, c.hash, c.text, pgvector.NewVector(c.vec), by)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store %d canaries of %s: %w", len(cs), s.index, err)
+	}
+	return nil
+}
+
+// resetCanaries forgets every baseline of the index.
+func (s *store) resetCanaries(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.tCanaries+" WHERE index_name = $1", s.index); err != nil {
+		return fmt.Errorf("reset canaries of %s: %w", s.index, err)
 	}
 	return nil
 }
