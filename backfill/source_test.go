@@ -12,6 +12,7 @@ import (
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/sink"
 )
 
 var errEOF = io.EOF
@@ -92,7 +93,7 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 	w := newWorld(t)
 	w.seed(30)
 	ctx := context.Background()
-	cp := backfill.NewCheckpoints(w.ix, "articles")
+	cp := sink.NewCheckpoints(w.ix, w.ixSchema, "articles")
 	require.NoError(t, ensureIndex(w, "articles"))
 
 	src, err := backfill.Open(ctx, w.config(7), cp)
