@@ -128,9 +128,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return err
 	}
 	defer ix.Close()
-	var cp *backfill.Checkpoints
+	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !f.dryRun {
-		cp = backfill.NewCheckpoints(ix.pool, ix.name)
+		cp = sink.NewCheckpoints(ix.pool, cfg.Postgres.Schema, ix.name)
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
