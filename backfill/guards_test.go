@@ -3,6 +3,7 @@ package backfill_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -86,4 +87,21 @@ func TestWhereMustBeOneBooleanExpression(t *testing.T) {
 			require.ErrorContains(t, err, "it must be one boolean expression over the table's columns")
 		})
 	}
+}
+
+// --rate holds per row, not per page: 60 rows at 40 rows/s take about 1.5 s
+// even though they fit one page of 500 (read at once, the page used to pass
+// in one burst).
+func TestRateHoldsPerRow(t *testing.T) {
+	w := newWorld(t)
+	w.seed(60)
+	cfg := w.config(500)
+	cfg.Rate = 40
+	src, err := backfill.Open(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	defer src.Close()
+	start := time.Now()
+	require.Len(t, fetchAll(t, src), 60)
+	// 60 rows at 40/s: at least 1.5 s, with no burst allowance.
+	require.GreaterOrEqual(t, time.Since(start), 1400*time.Millisecond)
 }

@@ -44,6 +44,9 @@ type Source struct {
 	cur    int
 	snap   *snapshot
 	lim    *rate.Limiter
+	// pageRows is the rows one page reads: cfg.PageRows, fewer under a
+	// rate (one second's worth).
+	pageRows int
 
 	mu   sync.Mutex
 	prog Progress
@@ -83,8 +86,14 @@ func Open(ctx context.Context, cfg Config, cp Checkpoints) (*Source, error) {
 		return nil, fmt.Errorf("connect source: %w", err)
 	}
 	s := &Source{cfg: cfg, pool: pool, cp: cp}
+	s.pageRows = cfg.PageRows
 	if cfg.Rate > 0 {
-		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.PageRows)
+		// The rate holds per row, over any second: a page is at most one
+		// second's rows, and its rows are paid for before they are read.
+		// The limiter starts empty, so the first page waits too.
+		s.pageRows = min(cfg.PageRows, max(1, int(cfg.Rate)))
+		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), s.pageRows)
+		s.lim.AllowN(time.Now(), s.pageRows)
 	}
 	if err := s.init(ctx); err != nil {
 		pool.Close()
@@ -341,7 +350,12 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 		}
 	}
 	b.WriteString(t.whereSQL("AND"))
-	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.cfg.PageRows)
+	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.pageRows)
+	if s.lim != nil {
+		if err := s.lim.WaitN(ctx, s.pageRows); err != nil {
+			return nil, nil, err
+		}
+	}
 
 	rows, err := s.snap.tx.Query(ctx, b.String(), args...)
 	if err != nil {
@@ -370,11 +384,6 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 	}
 	if len(page) == 0 {
 		return nil, nil, nil
-	}
-	if s.lim != nil {
-		if err := s.lim.WaitN(ctx, len(page)); err != nil {
-			return nil, nil, err
-		}
 	}
 	now := time.Now()
 	msgs := make([]cdc.Message, 0, len(page))

@@ -123,7 +123,12 @@ func (d dryEmbedder) Dimensions() int { return d.id.Dimensions() }
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
 	bc.Logger = logger
-	ix, err := openIndex(ctx, cfg, logger, nil)
+	// A dry run only reads: it creates no schema, index or checkpoint.
+	open := func() (*index, error) { return openIndex(ctx, cfg, logger, nil) }
+	if f.dryRun {
+		open = func() (*index, error) { return openIndexRead(ctx, cfg, logger) }
+	}
+	ix, err := open()
 	if err != nil {
 		return err
 	}
@@ -168,15 +173,6 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			logger.Info("index is empty: bulk load, HNSW index built at the end")
 			snk = bulk
 			source = flushingSource{src, bulk}
-			defer func() {
-				// Also after an interruption: the index must be searchable.
-				start := time.Now()
-				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
-					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
-					return
-				}
-				logger.Info("HNSW index built", "seconds", time.Since(start).Seconds())
-			}()
 		}
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
@@ -200,6 +196,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	runErr := p.Run(ctx)
 	close(done)
 	<-progressDone
+	// The HNSW build is part of the run (its time is in the summary); it
+	// runs after an interruption too, so the index is searchable.
+	var build time.Duration
+	var buildErr error
+	if bulk != nil {
+		bstart := time.Now()
+		if buildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); buildErr != nil {
+			logger.Error("build HNSW index failed; serve builds it at start", "error", buildErr)
+		}
+		build = time.Since(bstart)
+	}
 
 	pr := src.Progress()
 	st := p.Stats()
@@ -207,8 +214,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
-	fmt.Fprintf(out, "pipeline: %s\n", st)
+	switch {
+	case bulk != nil && buildErr == nil:
+		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", build.Round(time.Millisecond))
+	case bulk != nil:
+		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", build.Round(time.Millisecond), buildErr)
+	}
+	if dry == nil {
+		fmt.Fprintf(out, "pipeline: %s\n", st)
+	}
 	if dry != nil {
+		fmt.Fprintln(out, "dry run: nothing was embedded or written")
 		e := dry.Estimate()
 		ec := cfg.embedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
