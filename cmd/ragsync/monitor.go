@@ -51,8 +51,11 @@ func newMonitorCmd(g *globals) *cobra.Command {
 		Long: `monitor runs one check of the index the way serve's monitor does — canary
 probes re-embedded and compared, the drift windows serve persisted compared
 with each other — and prints every signal with its score, threshold and
-state. It publishes nothing and leaves the persisted windows alone; the
-stored-vector sample is off unless --sample N asks for it (it spends tokens).
+state, and who took the canary baselines. It is read-only: it publishes
+nothing, takes no canary baseline (serve or ragsync monitor baseline does)
+and leaves the persisted windows alone; the stored-vector sample is off
+unless --sample N asks for it (it spends tokens, and records its
+measurements).
 --watch repeats every --every until interrupted.
 
 Example:
@@ -280,6 +283,8 @@ func newFidelityCmd(g *globals) *cobra.Command {
 reused vectors and old cache entries, plus a uniform share) with the
 configured embedder, compares them with what the index holds, records the
 measurements (what ragsync repair acts on) and prints the distances by kind.
+It creates nothing else: canaries without a baseline are skipped (serve, or
+ragsync monitor baseline, takes them).
 It exits with status 1 when a fidelity signal is past its threshold, so cron
 and CI can use it.
 
@@ -315,6 +320,8 @@ Example:
 				}
 			} else if err := printAggregates(out, st.Fidelity); err != nil {
 				return err
+			} else {
+				fmt.Fprintln(out, describeBaselines(st.Baselines))
 			}
 			if len(breached) > 0 {
 				return fmt.Errorf("fidelity breach: %s (ragsync repair re-embeds the chunks past the bound; a changed model needs a new index)",

@@ -73,7 +73,7 @@ func TestReindexAndIndexCommands(t *testing.T) {
 	require.Contains(t, out, "dropped index articles_v2 (3 documents)")
 	require.Empty(t, docs("articles_v2"))
 	_, err = runCLI(t, "", args("index", "drop", "articles_v2")...)
-	require.ErrorContains(t, err, `no index "articles_v2"`)
+	require.ErrorContains(t, err, `no index or alias "articles_v2"`)
 }
 
 func TestReindexErrors(t *testing.T) {
