@@ -179,7 +179,13 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// backfill with the reason, and --resume retries from its page.
 	// No vector cache stage either: the bulk sink and the dry run take
 	// vectors on the chunks.
-	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), logger)
+	plog := logger
+	if f.dryRun {
+		// The pipeline's own summary counts what a dry run only pretends
+		// to apply; the dry run's lines say what it did.
+		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
+	}
+	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return err
 	}
