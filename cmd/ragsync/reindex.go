@@ -180,7 +180,7 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 // reindexPass applies every document of index from to ix once: bulk into
 // an empty target (HNSW built at the end) unless bulkMode is off.
 func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
-	src := backfill.NewIndexSource(ix.pool, from, pageRows)
+	src := backfill.NewIndexSource(sink.NewCatalog(ix.pool, cfg.Postgres.Schema), from, pageRows)
 	var source pipeline.Source = src
 	var snk pipeline.Sink = ix.st
 	if bulkMode != "off" {
