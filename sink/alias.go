@@ -219,7 +219,11 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q (ragsync index list shows them)", ErrNoIndex, index)
+			known, err := c.names(ctx)
+			if err != nil {
+				return err
+			}
+			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: nearest(index, known)}
 		}
 		if err := c.checkPromote(ctx, tx, alias, x, force); err != nil {
 			return err
