@@ -54,8 +54,10 @@ func (e *FamilyError) Error() string {
 		b.WriteString("; check the name")
 	case e.Op == "index drop":
 		b.WriteString("; check the name, or run it with that family's configuration (index:); --force drops it anyway")
+	case e.Op == "index promote":
+		b.WriteString("; check NEW and --alias; --force promotes it anyway when you really mean to merge the families")
 	default:
-		b.WriteString("; check the name (--to, ALIAS); --force does it anyway when you really mean to merge them")
+		b.WriteString("; check --to; --force writes into it anyway when you really mean to merge them")
 	}
 	return b.String()
 }

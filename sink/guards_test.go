@@ -167,18 +167,18 @@ func TestFamiliesStayApart(t *testing.T) {
 	// articles_v2 holds documents it was never claimed for.
 	err := cat.Claim(ctx, "articles_v2", "tickets", false)
 	require.ErrorAs(t, err, &ferr)
-	require.EqualError(t, err, `reindex --to articles_v2: index "articles_v2" holds 2 documents and belongs to no family (ragsync reindex did not build it from "tickets"); check the name (--to, ALIAS); --force does it anyway when you really mean to merge them`)
+	require.EqualError(t, err, `reindex --to articles_v2: index "articles_v2" holds 2 documents and belongs to no family (ragsync reindex did not build it from "tickets"); check --to; --force writes into it anyway when you really mean to merge them`)
 	// An empty one is claimed, and claimed again by its own family.
 	open("tickets_v2")
 	require.NoError(t, cat.Claim(ctx, "tickets_v2", "tickets", false))
 	require.NoError(t, cat.Claim(ctx, "tickets_v2", "tickets", false))
 	// ... but not by another, even empty.
 	err = cat.Claim(ctx, "tickets_v2", "articles", false)
-	require.EqualError(t, err, `reindex --to tickets_v2: index "tickets_v2" belongs to family "tickets", not "articles"; check the name (--to, ALIAS); --force does it anyway when you really mean to merge them`)
+	require.EqualError(t, err, `reindex --to tickets_v2: index "tickets_v2" belongs to family "tickets", not "articles"; check --to; --force writes into it anyway when you really mean to merge them`)
 
 	// Promote under another alias is refused; under its own it works.
 	_, err = cat.Promote(ctx, "articles", "tickets_v2", false)
-	require.EqualError(t, err, `index promote tickets_v2: index "tickets_v2" belongs to family "tickets", not "articles"; check the name (--to, ALIAS); --force does it anyway when you really mean to merge them`)
+	require.EqualError(t, err, `index promote tickets_v2: index "tickets_v2" belongs to family "tickets", not "articles"; check NEW and --alias; --force promotes it anyway when you really mean to merge the families`)
 	open("tickets")
 	_, err = cat.Promote(ctx, "tickets", "tickets_v2", true)
 	require.NoError(t, err)

@@ -123,7 +123,7 @@ func TestReindexRefusesAnotherFamilysIndex(t *testing.T) {
 	before := e.docs("tickets")
 
 	_, err = runCLI(t, "", e.args("reindex", "--to", "tickets")...)
-	require.EqualError(t, err, `reindex --to tickets: index "tickets" holds 2 documents and belongs to no family (ragsync reindex did not build it from "articles"); check the name (--to, ALIAS); --force does it anyway when you really mean to merge them`)
+	require.EqualError(t, err, `reindex --to tickets: index "tickets" holds 2 documents and belongs to no family (ragsync reindex did not build it from "articles"); check --to; --force writes into it anyway when you really mean to merge them`)
 	require.Equal(t, before, e.docs("tickets"), "nothing written to the refused target")
 	var follows *string
 	require.NoError(t, e.pool.QueryRow(context.Background(), "SELECT follows FROM indexes WHERE name = 'tickets'").Scan(&follows))
