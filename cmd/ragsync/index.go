@@ -82,7 +82,10 @@ for an alias's target, and for the configured index (index:) when no alias
 names it; else "building" (ragsync reindex is filling it), "caught-up"
 (complete; serve writes every change to it too) or "retired" (the alias
 moved away from it; still written, so ragsync index rollback loses nothing,
-until ragsync index drop removes it).`,
+until ragsync index drop removes it). FAMILY is the alias (or plain index
+name) the index was built for by reindex or made live under by promote; the
+lifecycle commands refuse to mix families. It only reads: a role with
+SELECT on the schema can run it.`,
 		Example: `  ragsync index list --config ragsync.yaml [--json]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -136,10 +139,10 @@ until ragsync index drop removes it).`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tALIASES")
+			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tFAMILY\tALIASES")
 			for _, x := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
-					float64(x.HNSWBytes)/(1<<20), x.State, strings.Join(x.Aliases, ","))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
+					float64(x.HNSWBytes)/(1<<20), x.State, dash(x.Family), strings.Join(x.Aliases, ","))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
