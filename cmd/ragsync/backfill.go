@@ -56,10 +56,13 @@ row carries a version at the snapshot's WAL position, so it can run while
 serve applies live changes: a change committed after the snapshot always
 wins, and a backfill never regresses a document (docs/backfill.md).
 
-A checkpoint per table is kept in the index's schema; --resume continues
-after Ctrl-C or a crash, and re-reading a page costs no embedding calls (the
-cache has its chunks). --dry-run reads and chunks without embedding or
-writing, and prints what a real run would send to the embedding API.`,
+A checkpoint per table is kept in the index's schema, naming the key columns
+and --where it belongs to; --resume continues after Ctrl-C or a crash (and
+refuses a checkpoint of other key columns or another --where), and
+re-reading a page costs no embedding calls (vectors are cached as they are
+embedded). --dry-run reads and chunks without embedding or writing, opens
+the index read-only, and prints what a real run would send to the embedding
+API.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -99,9 +102,9 @@ writing, and prints what a real run would send to the embedding API.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.sourceURL, "source-url", "", "document database to read (backfill.source_url; default source.postgres.url)")
 	fl.StringArrayVar(&f.tables, "table", nil, "schema.table to backfill (repeatable; default every tables[].match that names one table)")
-	fl.StringVar(&f.where, "where", "", "SQL condition on the rows to read, columns by name (with --via debezium: the additional-conditions filter)")
+	fl.StringVar(&f.where, "where", "", "one boolean SQL expression on the rows to read, columns by name, checked before reading (with --via debezium: the additional-conditions filter)")
 	fl.BoolVar(&f.resume, "resume", false, "continue each table after its checkpoint instead of starting over")
-	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second (backfill.rate; 0 = no cap)")
+	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second, held per row over any second (backfill.rate; 0 = no cap)")
 	fl.IntVar(&f.pageRows, "page-rows", 0, "rows per page and checkpoint (backfill.page_rows; default 500)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
