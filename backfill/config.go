@@ -31,7 +31,9 @@ type Config struct {
 	// PageRows is how many rows one page (one pipeline batch, one
 	// checkpoint) holds. Defaults to 500.
 	PageRows int
-	// Rate caps rows read per second; 0 means no cap. Defaults to 0.
+	// Rate caps rows read per second, over any second of the run, not just
+	// between pages: under a rate a page holds at most one second's rows
+	// (fewer than PageRows). 0 means no cap. Defaults to 0.
 	Rate float64
 	// Resume continues each table after its checkpoint instead of starting
 	// over. Defaults to false.

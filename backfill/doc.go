@@ -9,8 +9,12 @@
 // WAL position, chosen so that a streamed change committed after the snapshot
 // always wins over it, and a change committed before it never does (see
 // snapshot.go and docs/backfill.md for the argument). A checkpoint per table
-// in the index's schema lets a killed backfill resume.
+// (kept by sink.Checkpoints) lets a killed backfill resume; it names the
+// key columns and --where it belongs to, and a resume against others is
+// refused. --where is checked up front to be one boolean expression that
+// cannot change the paging condition.
 //
-// It must not chunk, embed or write to the index itself, and it does not
-// stream changes: that is the sources' job in package cdc.
+// It must not chunk, embed, run SQL on the index tables (it reads stored
+// documents for re-indexing through sink), or write to the index itself,
+// and it does not stream changes: that is the sources' job in package cdc.
 package backfill

@@ -109,7 +109,7 @@ func (w *world) pipeline(src pipeline.Source, emb pipeline.Embedder, st pipeline
 }
 
 // backfill runs a whole backfill of the world's table into st.
-func (w *world) backfill(cfg backfill.Config, cp *backfill.Checkpoints, emb pipeline.Embedder, st pipeline.Sink) *backfill.Source {
+func (w *world) backfill(cfg backfill.Config, cp backfill.Checkpoints, emb pipeline.Embedder, st pipeline.Sink) *backfill.Source {
 	w.t.Helper()
 	src, err := backfill.Open(context.Background(), cfg, cp)
 	require.NoError(w.t, err)

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // IndexSource yields the documents stored in one index as changes, to
@@ -22,21 +20,26 @@ import (
 // running it again only applies what changed in between. Messages carry the
 // change as JSON; ChangeDecoder reads them.
 type IndexSource struct {
-	pool     *pgxpool.Pool
+	rows     StoredRows
 	index    string
 	pageRows int
-	lastID   *string
+	lastID   string
 	done     bool
 	read     atomic.Int64
 }
 
-// NewIndexSource reads index from pool (search_path on its schema), pageRows
-// documents per batch (default 500).
-func NewIndexSource(pool *pgxpool.Pool, index string, pageRows int) *IndexSource {
+// StoredRows reads the documents an index keeps (sink.Catalog).
+type StoredRows interface {
+	StoredRows(ctx context.Context, index, after string, limit int) ([]sink.StoredRow, error)
+}
+
+// NewIndexSource reads index through rows, pageRows documents per batch
+// (default 500).
+func NewIndexSource(rows StoredRows, index string, pageRows int) *IndexSource {
 	if pageRows <= 0 {
 		pageRows = 500
 	}
-	return &IndexSource{pool: pool, index: index, pageRows: pageRows}
+	return &IndexSource{rows: rows, index: index, pageRows: pageRows}
 }
 
 // Read is how many documents have been read so far. Safe for concurrent use.
@@ -47,59 +50,39 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if s.done {
 		return cdc.Batch{}, io.EOF
 	}
-	q := "SELECT id, source_table, doc_key, version, source_ts, row, deleted_at IS NOT NULL FROM documents WHERE index_name = $1"
-	args := []any{s.index}
-	if s.lastID != nil {
-		q += " AND id > $2"
-		args = append(args, *s.lastID)
-	}
-	q += fmt.Sprintf(" ORDER BY id LIMIT %d", s.pageRows)
-	rows, err := s.pool.Query(ctx, q, args...)
+	page, err := s.rows.StoredRows(ctx, s.index, s.lastID, s.pageRows)
 	if err != nil {
-		return cdc.Batch{}, fmt.Errorf("read index %s: %w", s.index, err)
+		return cdc.Batch{}, err
 	}
-	defer rows.Close()
 	var msgs []cdc.Message
-	for rows.Next() {
-		var (
-			id, table, key, version string
-			ts                      *time.Time
-			raw                     []byte
-			deleted                 bool
-		)
-		if err := rows.Scan(&id, &table, &key, &version, &ts, &raw, &deleted); err != nil {
-			return cdc.Batch{}, fmt.Errorf("read index %s: %w", s.index, err)
-		}
-		v, err := cdc.ParseVersion(version)
+	for _, d := range page {
+		v, err := cdc.ParseVersion(d.Version)
 		if err != nil {
-			return cdc.Batch{}, fmt.Errorf("read index %s: document %s: %w", s.index, id, err)
+			return cdc.Batch{}, fmt.Errorf("read index %s: document %s: %w", s.index, d.ID, err)
 		}
 		// json.Number keeps integers as they were (float64 would render a
 		// large id as 1e+06 in a template).
 		var row map[string]any
-		if len(raw) > 0 {
-			dec := json.NewDecoder(bytes.NewReader(raw))
+		if len(d.Row) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(d.Row))
 			dec.UseNumber()
 			if err := dec.Decode(&row); err != nil {
-				return cdc.Batch{}, fmt.Errorf("read index %s: document %s row: %w", s.index, id, err)
+				return cdc.Batch{}, fmt.Errorf("read index %s: document %s row: %w", s.index, d.ID, err)
 			}
 		}
-		ch := cdc.Change{Op: cdc.OpRead, Table: table, DocKey: key, Version: v, After: row, Snapshot: true}
-		if ts != nil {
-			ch.SourceTS = *ts
+		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row, Snapshot: true}
+		if d.SourceTS != nil {
+			ch.SourceTS = *d.SourceTS
 		}
-		if deleted {
+		if d.Deleted {
 			ch.Op, ch.After = cdc.OpDelete, nil
 		}
 		b, err := json.Marshal(ch)
 		if err != nil {
 			return cdc.Batch{}, err
 		}
-		msgs = append(msgs, cdc.Message{Topic: "ragsync-reindex." + s.index, Key: []byte(id), Value: b})
-		s.lastID = &id
-	}
-	if err := rows.Err(); err != nil {
-		return cdc.Batch{}, fmt.Errorf("read index %s: %w", s.index, err)
+		msgs = append(msgs, cdc.Message{Topic: "ragsync-reindex." + s.index, Key: []byte(d.ID), Value: b})
+		s.lastID = d.ID
 	}
 	if len(msgs) == 0 {
 		s.done = true

@@ -27,7 +27,7 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 	_, err := st.Delete(ctx, "public.notes", "2", v(20), cdc.Change{}.SourceTS)
 	require.NoError(t, err)
 
-	src := backfill.NewIndexSource(w.ix, "old", 2)
+	src := backfill.NewIndexSource(sink.NewCatalog(w.ix, w.ixSchema), "old", 2)
 	var got []cdc.Change
 	for {
 		b, err := src.Fetch(ctx)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,23 +77,4 @@ func (s Signal) Insert(ctx context.Context, db execer, table string) error {
 func (s Signal) KafkaValue() []byte {
 	b, _ := json.Marshal(map[string]any{"type": s.Type, "data": s.Data}) // maps of strings: cannot fail
 	return b
-}
-
-// Applied counts, per table, the documents of index that the sink wrote
-// since since: what serve has applied of a snapshot requested then. q is
-// the index's pool (search_path on its schema).
-func Applied(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, index string, tables []string, since time.Time) (map[string]int64, error) {
-	out := make(map[string]int64, len(tables))
-	for _, t := range tables {
-		var n int64
-		err := q.QueryRow(ctx, "SELECT count(*) FROM documents WHERE index_name = $1 AND source_table = $2 AND updated_at >= $3 AND deleted_at IS NULL",
-			index, t, since).Scan(&n)
-		if err != nil {
-			return nil, fmt.Errorf("count applied %s: %w", t, err)
-		}
-		out[t] = n
-	}
-	return out, nil
 }

@@ -38,12 +38,15 @@ type table struct {
 type Source struct {
 	cfg    Config
 	pool   *pgxpool.Pool
-	cp     *Checkpoints
+	cp     Checkpoints
 	db     string
 	tables []*table
 	cur    int
 	snap   *snapshot
 	lim    *rate.Limiter
+	// pageRows is the rows one page reads: cfg.PageRows, fewer under a
+	// rate (one second's worth).
+	pageRows int
 
 	mu   sync.Mutex
 	prog Progress
@@ -62,9 +65,11 @@ type Progress struct {
 }
 
 // Open connects to the source, resolves every table's id columns and size,
-// and, with cfg.Resume, loads their checkpoints from cp (nil keeps none).
-// The caller closes the Source.
-func Open(ctx context.Context, cfg Config, cp *Checkpoints) (*Source, error) {
+// checks each --where, and, with cfg.Resume, loads their checkpoints from
+// cp (nil keeps none). A checkpoint written for other key columns or
+// another --where is refused with the difference spelled out: its position
+// means nothing in this run's keyset. The caller closes the Source.
+func Open(ctx context.Context, cfg Config, cp Checkpoints) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -81,8 +86,14 @@ func Open(ctx context.Context, cfg Config, cp *Checkpoints) (*Source, error) {
 		return nil, fmt.Errorf("connect source: %w", err)
 	}
 	s := &Source{cfg: cfg, pool: pool, cp: cp}
+	s.pageRows = cfg.PageRows
 	if cfg.Rate > 0 {
-		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.PageRows)
+		// The rate holds per row, over any second: a page is at most one
+		// second's rows, and its rows are paid for before they are read.
+		// The limiter starts empty, so the first page waits too.
+		s.pageRows = min(cfg.PageRows, max(1, int(cfg.Rate)))
+		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), s.pageRows)
+		s.lim.AllowN(time.Now(), s.pageRows)
 	}
 	if err := s.init(ctx); err != nil {
 		pool.Close()
@@ -117,15 +128,23 @@ func (s *Source) init(ctx context.Context) error {
 				return err
 			}
 		} else {
+			var errs []error
 			for _, t := range s.tables {
 				c, ok, err := s.cp.Load(ctx, t.Name)
 				if err != nil {
 					return err
 				}
+				if d := c.Mismatch(t.ID, t.Where); ok && d != "" {
+					errs = append(errs, fmt.Errorf("backfill --resume %s: the checkpoint does not belong to this run: %s; run without --resume to start the table over", t.Name, d))
+					continue
+				}
 				if ok {
 					t.lastKey, t.done, t.read = c.LastKey, c.Done, c.Rows
 					s.cfg.Logger.InfoContext(ctx, "resuming backfill", "table", t.Name, "after_key", strings.Join(c.LastKey, ","), "rows_before", c.Rows, "done", c.Done)
 				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				return err
 			}
 		}
 	}
@@ -187,6 +206,9 @@ func (s *Source) resolve(ctx context.Context, t Table) (*table, error) {
 			}
 			tb.types = append(tb.types, typ)
 		}
+	}
+	if err := s.checkWhere(ctx, tb); err != nil {
+		return nil, err
 	}
 	// A huge table is not counted: pg_class's estimate is good enough for
 	// an ETA and costs nothing.
@@ -290,12 +312,12 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if last == nil {
 		// The table is read: its empty batch's Ack marks it done.
 		t.done = true
-		cp := Checkpoint{Table: t.Name, LastKey: t.lastKey, Position: formatLSN(s.snap.position), Rows: t.read, Done: true}
+		cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: t.lastKey, Position: formatLSN(s.snap.position), Rows: t.read, Done: true}
 		s.cfg.Logger.InfoContext(ctx, "backfill table read", "table", t.Name, "rows", t.read)
 		return cdc.Batch{Ack: s.ack(cp)}, nil
 	}
 	t.lastKey = last
-	cp := Checkpoint{Table: t.Name, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}
+	cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}
 	return cdc.Batch{Messages: msgs, Ack: s.ack(cp)}, nil
 }
 
@@ -328,7 +350,12 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 		}
 	}
 	b.WriteString(t.whereSQL("AND"))
-	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.cfg.PageRows)
+	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.pageRows)
+	if s.lim != nil {
+		if err := s.lim.WaitN(ctx, s.pageRows); err != nil {
+			return nil, nil, err
+		}
+	}
 
 	rows, err := s.snap.tx.Query(ctx, b.String(), args...)
 	if err != nil {
@@ -357,11 +384,6 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 	}
 	if len(page) == 0 {
 		return nil, nil, nil
-	}
-	if s.lim != nil {
-		if err := s.lim.WaitN(ctx, len(page)); err != nil {
-			return nil, nil, err
-		}
 	}
 	now := time.Now()
 	msgs := make([]cdc.Message, 0, len(page))

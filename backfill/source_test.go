@@ -12,6 +12,7 @@ import (
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/sink"
 )
 
 var errEOF = io.EOF
@@ -92,7 +93,7 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 	w := newWorld(t)
 	w.seed(30)
 	ctx := context.Background()
-	cp := backfill.NewCheckpoints(w.ix, "articles")
+	cp := sink.NewCheckpoints(w.ix, w.ixSchema, "articles")
 	require.NoError(t, ensureIndex(w, "articles"))
 
 	src, err := backfill.Open(ctx, w.config(7), cp)
@@ -239,7 +240,7 @@ func TestOpenErrors(t *testing.T) {
 		{"missing table", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.srcName + ".nope"}}}, "no such table"},
 		{"no primary key", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.srcName + ".nokey"}}}, "no primary key, set tables[].id"},
 		{"bad id column", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.table(), ID: []string{"nope"}}}}, `id column "nope" does not exist`},
-		{"bad where", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.table(), Where: "t.nope > 1"}}}, "check --where"},
+		{"bad where", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.table(), Where: "t.nope > 1"}}}, `--where "t.nope > 1": ERROR: column t.nope does not exist`},
 		{"negative rate", backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: w.table()}}, Rate: -1}, "backfill rate"},
 		{"unreachable", backfill.Config{URL: "postgres://postgres@127.0.0.1:1/x?connect_timeout=2", Tables: []backfill.Table{{Name: w.table()}}}, "connect source"},
 	}

@@ -13,8 +13,12 @@
 // recommended replica count. Every check publishes Events (event.go) to
 // Kafka, a Redis Stream and the log, and sets Prometheus gauges.
 //
-// The monitor must not block the write path: it reads the index's tables on
-// its own schedule, spends at most monitor.max_tokens_per_hour on
-// re-embedding, and a failed check is logged and retried at the next
-// interval.
+// Canary baselines are taken only by serve's monitor (Deps.BaselineBy) or
+// TakeBaselines, never by a read-only check; each records who took it.
+//
+// The monitor must not block the write path: it reads the index on its own
+// schedule, through sink.MonitorState (it runs no SQL of its own on the
+// index tables, except repair's writes), spends at most
+// monitor.max_tokens_per_hour on re-embedding, and a failed check is logged
+// and retried at the next interval.
 package monitor

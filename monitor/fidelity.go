@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"time"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -15,11 +17,77 @@ func (m *Monitor) probes() []string {
 	return DefaultProbes()
 }
 
-// ensureCanaries stores a baseline for every probe text that has none.
-func (m *Monitor) ensureCanaries(ctx context.Context) error {
+// Baselines describes the stored canary baselines of the index.
+type Baselines struct {
+	// Probes is how many probe texts have a baseline; Missing how many
+	// configured probes have none.
+	Probes  int `json:"probes"`
+	Missing int `json:"missing"`
+	// TakenBy lists the commands that took them ("serve", "monitor
+	// baseline"), and TakenAt when the newest was taken.
+	TakenBy []string  `json:"taken_by,omitempty"`
+	TakenAt time.Time `json:"taken_at,omitzero"`
+}
+
+// TakeBaselines embeds the probe texts that have no baseline and stores
+// them as taken by by; with reset it first forgets every baseline of the
+// index, so all are taken again with the current embedder (after a
+// baseline was taken against the wrong endpoint). It returns how many it
+// stored.
+func (m *Monitor) TakeBaselines(ctx context.Context, reset bool, by string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if reset {
+		if err := m.st.resetCanaries(ctx); err != nil {
+			return 0, err
+		}
+	}
+	n, err := m.ensureCanaries(ctx, by)
+	if err == nil {
+		m.baseline = true
+	}
+	return n, err
+}
+
+// Baselines reads what TakeBaselines or serve stored.
+func (m *Monitor) Baselines(ctx context.Context) (Baselines, error) {
 	have, err := m.st.canaries(ctx)
 	if err != nil {
-		return err
+		return Baselines{}, err
+	}
+	return m.describe(have), nil
+}
+
+func (m *Monitor) describe(have map[string]canary) Baselines {
+	var b Baselines
+	for _, t := range m.probes() {
+		c, ok := have[textHash(t)]
+		if !ok {
+			b.Missing++
+			continue
+		}
+		b.Probes++
+		by := c.takenBy
+		if by == "" {
+			by = "unknown (taken before ragsync recorded it)"
+		}
+		if !slices.Contains(b.TakenBy, by) {
+			b.TakenBy = append(b.TakenBy, by)
+		}
+		if c.takenAt.After(b.TakenAt) {
+			b.TakenAt = c.takenAt
+		}
+	}
+	slices.Sort(b.TakenBy)
+	return b
+}
+
+// ensureCanaries stores a baseline for every probe text that has none,
+// recorded as taken by by, and returns how many it stored.
+func (m *Monitor) ensureCanaries(ctx context.Context, by string) (int, error) {
+	have, err := m.st.canaries(ctx)
+	if err != nil {
+		return 0, err
 	}
 	var texts []string
 	for _, t := range m.probes() {
@@ -28,11 +96,11 @@ func (m *Monitor) ensureCanaries(ctx context.Context) error {
 		}
 	}
 	if len(texts) == 0 {
-		return nil
+		return 0, nil
 	}
 	vecs, err := m.emb.Embed(ctx, texts)
 	if err != nil {
-		return fmt.Errorf("embed %d canary baselines: %w", len(texts), err)
+		return 0, fmt.Errorf("embed %d canary baselines: %w", len(texts), err)
 	}
 	tokens := 0
 	cs := make([]canary, len(texts))
@@ -41,11 +109,11 @@ func (m *Monitor) ensureCanaries(ctx context.Context) error {
 		tokens += chunker.CountTokens(t)
 	}
 	m.metrics.tokens.WithLabelValues("canary").Add(float64(tokens))
-	if err := m.st.addCanaries(ctx, cs); err != nil {
-		return err
+	if err := m.st.addCanaries(ctx, cs, by); err != nil {
+		return 0, err
 	}
-	m.logger.InfoContext(ctx, "canary baselines stored", "probes", len(cs), "model", m.emb.Model())
-	return nil
+	m.logger.InfoContext(ctx, "canary baselines stored", "probes", len(cs), "model", m.emb.Model(), "taken_by", by)
+	return len(cs), nil
 }
 
 // checkFidelity re-embeds the canaries and a sample of stored chunks.
@@ -54,8 +122,8 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 	var aggs []Aggregate
 	var sigs []tagged
 
-	if !m.baseline {
-		if err := m.ensureCanaries(ctx); err != nil {
+	if !m.baseline && m.deps.BaselineBy != "" {
+		if _, err := m.ensureCanaries(ctx, m.deps.BaselineBy); err != nil {
 			return nil, nil, err
 		}
 		m.baseline = true
@@ -64,6 +132,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 	if err != nil {
 		return nil, nil, err
 	}
+	m.lastBaselines = m.describe(have)
 	var cs []canary
 	tokens := 0
 	for _, t := range m.probes() {

@@ -52,7 +52,7 @@ func (b *bundle) monitor(t *testing.T, cfg monitor.Config, pubs ...monitor.Publi
 		cfg.Registerer = b.reg
 	}
 	m, err := monitor.New(t.Context(), cfg, monitor.Deps{Pool: b.pool, Schema: b.schema, Index: "docs", Embedder: b.emb,
-		Publishers: pubs, ModelVersion: b.emb.ReportedModel})
+		Publishers: pubs, ModelVersion: b.emb.ReportedModel, BaselineBy: "serve"})
 	require.NoError(t, err)
 	return m
 }

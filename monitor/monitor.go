@@ -42,6 +42,11 @@ type Deps struct {
 	ModelVersion func() string
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// BaselineBy, when set, lets Check take the canary baselines the index
+	// does not have yet, recorded as taken by this command ("serve"). Empty
+	// (every other command): Check never takes one, and canaries without a
+	// baseline are not measured (TakeBaselines takes them explicitly).
+	BaselineBy string
 }
 
 // Monitor runs the checks of one index. Its methods are safe for
@@ -72,6 +77,8 @@ type Monitor struct {
 	qPinned  time.Time       // query reference pin, likewise
 	lastID   int64           // chunks read into the windows up to this id
 	baseline bool            // canary baselines are stored
+	// lastBaselines describes the baselines the last check read.
+	lastBaselines Baselines
 	// saved identifies, per window, the vectors last written, so a save
 	// rewrites only the windows that changed; absent means unknown.
 	saved map[string]string
@@ -90,15 +97,19 @@ type Status struct {
 	// so it is reported, never alarmed on.
 	QueryCorpus DriftResult `json:"query_corpus"`
 	Lag         *LagStatus  `json:"lag,omitempty"`
+	// Baselines says who took the canary baselines the check compared
+	// with, and when.
+	Baselines Baselines `json:"canary_baselines"`
 	// Breach is true when any signal is in alarm.
 	Breach bool `json:"breach"`
 }
 
-// New builds the monitor and loads its persisted windows. The canary
-// baselines the index does not have yet are stored by the first check (the
-// first time the monitor meets an index, i.e. at its creation when the
-// monitor is on from the start); an embedding API that is down then only
-// delays them to the next check, it never stops serve.
+// New builds the monitor and loads its persisted windows. With
+// Deps.BaselineBy set (serve), the canary baselines the index does not
+// have yet are stored by the first check (the first time the monitor meets
+// an index, i.e. at its creation when the monitor is on from the start);
+// an embedding API that is down then only delays them to the next check,
+// it never stops serve.
 func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -193,6 +204,7 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 
 	fid, fsigs, err := m.checkFidelity(ctx, opts)
 	st.Fidelity, sigs = fid, append(sigs, fsigs...)
+	st.Baselines = m.lastBaselines
 	if err != nil {
 		errs = append(errs, err)
 	}

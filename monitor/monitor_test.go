@@ -94,7 +94,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	cfg := monitor.Config{Interval: time.Hour, SampleSize: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	m, err := monitor.New(t.Context(), cfg, monitor.Deps{Pool: b.pool, Schema: b.schema, Index: "docs", Embedder: b.emb,
-		Publishers: []monitor.Publisher{monitor.LogPublisher{Logger: cfg.Logger}}})
+		Publishers: []monitor.Publisher{monitor.LogPublisher{Logger: cfg.Logger}}, BaselineBy: "serve"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -2,13 +2,11 @@ package monitor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/pgvector/pgvector-go"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // Persisted window names.
@@ -30,60 +28,13 @@ type savedWindow struct {
 }
 
 func (s *store) loadWindow(ctx context.Context, name string) (savedWindow, bool, error) {
-	var w savedWindow
-	err := s.pool.QueryRow(ctx, "SELECT seen, last_chunk_id, pinned_at FROM "+s.tWindows+" WHERE index_name = $1 AND name = $2",
-		s.index, name).Scan(&w.seen, &w.lastID, &w.pinnedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return w, false, nil
-	}
-	if err != nil {
-		return w, false, fmt.Errorf("load drift window %s of %s: %w", name, s.index, err)
-	}
-	rows, err := s.pool.Query(ctx, "SELECT embedding FROM "+s.tWinVecs+" WHERE index_name = $1 AND name = $2 ORDER BY slot", s.index, name)
-	if err != nil {
-		return w, false, fmt.Errorf("load drift window %s of %s: %w", name, s.index, err)
-	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
-	if err != nil {
-		return w, false, fmt.Errorf("load drift window %s of %s: %w", name, s.index, err)
-	}
-	for _, v := range vs {
-		w.vecs = append(w.vecs, v.Slice())
-	}
-	return w, true, nil
+	w, ok, err := s.ms.LoadWindow(ctx, name)
+	return savedWindow{seen: w.Seen, lastID: w.LastID, pinnedAt: w.PinnedAt, vecs: w.Vectors}, ok, err
 }
 
 // saveWindow replaces a window's vectors in one transaction.
 func (s *store) saveWindow(ctx context.Context, name string, w savedWindow) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "INSERT INTO "+s.tWindows+" (index_name, name, seen, last_chunk_id, pinned_at) VALUES ($1, $2, $3, $4, $5)"+
-			" ON CONFLICT (index_name, name) DO UPDATE SET seen = excluded.seen, last_chunk_id = excluded.last_chunk_id, pinned_at = excluded.pinned_at",
-			s.index, name, w.seen, w.lastID, w.pinnedAt)
-		if err != nil {
-			return fmt.Errorf("save drift window %s of %s: %w", name, s.index, err)
-		}
-		if w.same {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+s.tWinVecs+" WHERE index_name = $1 AND name = $2 AND slot >= $3", s.index, name, len(w.vecs)); err != nil {
-			return fmt.Errorf("save drift window %s of %s: %w", name, s.index, err)
-		}
-		if len(w.vecs) == 0 {
-			return nil
-		}
-		slots := make([]int32, len(w.vecs))
-		vecs := make([]pgvector.Vector, len(w.vecs))
-		for i, v := range w.vecs {
-			slots[i], vecs[i] = int32(i), pgvector.NewVector(v)
-		}
-		_, err = tx.Exec(ctx, "INSERT INTO "+s.tWinVecs+" (index_name, name, slot, embedding) SELECT $1, $2, u.slot, u.embedding"+
-			" FROM unnest($3::int[], $4::vector[]) AS u(slot, embedding)"+
-			" ON CONFLICT (index_name, name, slot) DO UPDATE SET embedding = excluded.embedding", s.index, name, slots, vecs)
-		if err != nil {
-			return fmt.Errorf("save drift window %s of %s: %w", name, s.index, err)
-		}
-		return nil
-	})
+	return s.ms.SaveWindow(ctx, name, sink.Window{Seen: w.seen, LastID: w.lastID, PinnedAt: w.pinnedAt, Vectors: w.vecs, HeaderOnly: w.same})
 }
 
 // loadWindows restores the drift windows a previous run saved.
@@ -125,22 +76,16 @@ func (m *Monitor) loadWindows(ctx context.Context) error {
 func (m *Monitor) saveWindows(ctx context.Context) error {
 	// A reference pinned by `ragsync monitor reference --reset [--queries]`
 	// in another process since we loaded wins over our in-memory windows.
-	rows, err := m.st.pool.Query(ctx, "SELECT name, pinned_at FROM "+m.st.tWindows+" WHERE index_name = $1 AND name = ANY($2) AND pinned_at IS NOT NULL",
-		m.st.index, []string{winReference, winQueryRef})
+	pins, err := m.st.ms.Pins(ctx, []string{winReference, winQueryRef})
 	if err != nil {
 		return fmt.Errorf("save drift windows of %s: %w", m.st.index, err)
 	}
-	var name string
-	var pinned time.Time
 	var elsewhere []string
-	_, err = pgx.ForEachRow(rows, []any{&name, &pinned}, func() error {
-		if mine := map[string]time.Time{winReference: m.pinnedAt, winQueryRef: m.qPinned}[name]; !pinned.Equal(mine) {
+	for _, name := range []string{winReference, winQueryRef} {
+		pinned, ok := pins[name]
+		if mine := map[string]time.Time{winReference: m.pinnedAt, winQueryRef: m.qPinned}[name]; ok && !pinned.Equal(mine) {
 			elsewhere = append(elsewhere, name)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("save drift windows of %s: %w", m.st.index, err)
 	}
 	if len(elsewhere) > 0 {
 		m.logger.InfoContext(ctx, "drift reference was pinned elsewhere; reloading the windows", "windows", elsewhere)
@@ -237,34 +182,7 @@ func (m *Monitor) readNewChunks(ctx context.Context) error {
 // chunkVectors reads up to n chunk vectors with id > after, in id order;
 // newest takes the last n instead of the first.
 func (s *store) chunkVectors(ctx context.Context, after int64, n int, newest bool) ([]int64, [][]float32, error) {
-	order := "ASC"
-	if newest {
-		order = "DESC"
-	}
-	rows, err := s.pool.Query(ctx, "SELECT id, embedding FROM "+s.tChunks+" WHERE index_name = $1 AND id > $2 ORDER BY id "+order+" LIMIT $3",
-		s.index, after, n)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read new chunk vectors of %s: %w", s.index, err)
-	}
-	defer rows.Close()
-	var ids []int64
-	var vecs [][]float32
-	for rows.Next() {
-		var id int64
-		var v pgvector.Vector
-		if err := rows.Scan(&id, &v); err != nil {
-			return nil, nil, err
-		}
-		ids, vecs = append(ids, id), append(vecs, v.Slice())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	if newest {
-		slices.Reverse(ids)
-		slices.Reverse(vecs)
-	}
-	return ids, vecs, nil
+	return s.ms.ChunkVectors(ctx, after, n, newest)
 }
 
 // ResetReference pins a new drift reference: a uniform sample of
@@ -275,21 +193,9 @@ func (m *Monitor) ResetReference(ctx context.Context) (int, error) {
 	defer m.mu.Unlock()
 	s := m.st
 	// A manual command: one scan of the index's chunks is acceptable here.
-	rows, err := s.pool.Query(ctx, "SELECT embedding FROM "+s.tChunks+" WHERE index_name = $1 ORDER BY random() LIMIT $2", s.index, m.cfg.ReferenceSize)
+	vecs, maxID, err := s.ms.RandomVectors(ctx, m.cfg.ReferenceSize)
 	if err != nil {
-		return 0, fmt.Errorf("pin drift reference of %s: %w", s.index, err)
-	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[pgvector.Vector])
-	if err != nil {
-		return 0, fmt.Errorf("pin drift reference of %s: %w", s.index, err)
-	}
-	vecs := make([][]float32, len(vs))
-	for i, v := range vs {
-		vecs[i] = v.Slice()
-	}
-	var maxID int64
-	if err := s.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+s.tChunks+" WHERE index_name = $1", s.index).Scan(&maxID); err != nil {
-		return 0, fmt.Errorf("pin drift reference of %s: %w", s.index, err)
+		return 0, fmt.Errorf("pin drift reference: %w", err)
 	}
 	m.drift.Pin(vecs, m.rng)
 	m.saved = map[string]string{} // everything is written in full below or at the next check

@@ -42,6 +42,12 @@ type IndexInfo struct {
 	// DualWriteSince is when a serve first wrote a change here beside its
 	// primary; nil until then.
 	DualWriteSince *time.Time
+	// Family is the alias (or plain index name) the index belongs to:
+	// recorded when reindex --to claims it and by every promote and
+	// rollback. Empty when no family claimed it.
+	Family string
+	// FullText is whether the index's chunks carry a tsvector.
+	FullText bool
 }
 
 // Alias is one row of the aliases table.
@@ -80,11 +86,11 @@ type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const indexCols = "name, model, dimensions, state, coalesce(follows, ''), dual_write_since"
+const indexCols = "name, model, dimensions, state, coalesce(follows, ''), dual_write_since, coalesce(family, ''), full_text"
 
 func scanIndex(r pgx.Row) (IndexInfo, error) {
 	var x IndexInfo
-	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince)
+	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText)
 	return x, err
 }
 
@@ -162,7 +168,7 @@ func (c *Catalog) Aliases(ctx context.Context) ([]Alias, error) {
 // the alias will be named after) in state: serve dual-writes every change
 // of the family to it from its next poll.
 func (c *Catalog) Follow(ctx context.Context, index, family, state string) error {
-	tag, err := c.pool.Exec(ctx, "UPDATE "+c.tIndexes+" SET follows = $2, state = $3 WHERE name = $1", index, family, state)
+	tag, err := c.pool.Exec(ctx, "UPDATE "+c.tIndexes+" SET follows = $2, state = $3, family = $2 WHERE name = $1", index, family, state)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", family, err)
 	}
@@ -205,7 +211,7 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 	}
 	var out Alias
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.alias", c.schema, alias)); err != nil {
+		if err := lockDDL(ctx, tx, c.schema); err != nil {
 			return err
 		}
 		x, ok, err := c.index(ctx, tx, index)
@@ -213,7 +219,14 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q (ragsync index list shows them)", ErrNoIndex, index)
+			known, err := c.names(ctx)
+			if err != nil {
+				return err
+			}
+			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: nearest(index, known)}
+		}
+		if err := c.checkPromote(ctx, tx, alias, x, force); err != nil {
+			return err
 		}
 		if x.State == StateBuilding && !force {
 			return fmt.Errorf("%w: %q has not caught up (ragsync reindex --to %s sets it caught-up when done; --force promotes it anyway)", ErrBuilding, index, index)
@@ -240,7 +253,7 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 		return err
 	})
 	if err != nil {
-		return Alias{}, fmt.Errorf("promote %s to %s: %w", alias, index, err)
+		return Alias{}, wrapUnlessFamily(err, "promote %s to %s", alias, index)
 	}
 	return out, nil
 }
@@ -250,7 +263,7 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 func (c *Catalog) Rollback(ctx context.Context, alias string) (Alias, error) {
 	var out Alias
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.alias", c.schema, alias)); err != nil {
+		if err := lockDDL(ctx, tx, c.schema); err != nil {
 			return err
 		}
 		a, err := c.alias(ctx, tx, alias, true)
@@ -267,11 +280,14 @@ func (c *Catalog) Rollback(ctx context.Context, alias string) (Alias, error) {
 		if err != nil {
 			return err
 		}
+		if x.Family != "" && x.Family != alias {
+			return &FamilyError{Op: "index rollback", Index: x.Name, Family: alias, Owner: x.Family}
+		}
 		out, err = c.move(ctx, tx, alias, a.Previous, a.Index, x.Dimensions)
 		return err
 	})
 	if err != nil {
-		return Alias{}, fmt.Errorf("rollback %s: %w", alias, err)
+		return Alias{}, wrapUnlessFamily(err, "rollback %s", alias)
 	}
 	return out, nil
 }
@@ -292,18 +308,18 @@ func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous st
 	}
 	// Every member of the family follows the alias: the live one is
 	// excluded from serve's shadows by being its primary.
-	if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3 WHERE name = $1", index, StateCaughtUp, alias); err != nil {
+	if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3, family = $3 WHERE name = $1", index, StateCaughtUp, alias); err != nil {
 		return Alias{}, err
 	}
 	if previous != "" {
-		if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3 WHERE name = $1", previous, StateRetired, alias); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE "+c.tIndexes+" SET state = $2, follows = $3, family = $3 WHERE name = $1", previous, StateRetired, alias); err != nil {
 			return Alias{}, err
 		}
 	}
 	// DROP + CREATE in one transaction: readers block on the view's lock
 	// and then see the new definition; CREATE OR REPLACE cannot change the
 	// embedding column's type (vector(D)) when dimensions change.
-	view := pgx.Identifier{c.schema, alias + "_chunks"}.Sanitize()
+	view := pgx.Identifier{c.schema, AliasView(alias)}.Sanitize()
 	if _, err := tx.Exec(ctx, "DROP VIEW IF EXISTS "+view); err != nil {
 		return Alias{}, err
 	}
@@ -311,17 +327,6 @@ func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous st
 		return Alias{}, err
 	}
 	return a, nil
-}
-
-// viewSQL is the CREATE VIEW of an alias: the target's live chunks, with
-// embedding cast to vector(dims) and the index name as a literal, exactly
-// the HNSW index's expression and predicate (see hnswDDL, indexLit), so
-// that "ORDER BY embedding <=> $1 LIMIT k" on the view uses the HNSW index.
-// index is a validated index name (no quoting needed in the literal).
-func viewSQL(view, chunks, docs, index string, dims int) string {
-	return fmt.Sprintf("CREATE VIEW %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, c.embedding::vector(%d) AS embedding"+
-		" FROM %s c JOIN %s d ON d.index_name = c.index_name AND d.id = c.doc_id"+
-		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", view, dims, chunks, docs, index)
 }
 
 // AliasesTo lists the aliases whose target is index: it must not be

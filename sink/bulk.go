@@ -54,18 +54,39 @@ func (s *Store) BeginBulk(ctx context.Context) (*Bulk, error) {
 	if any {
 		return nil, ErrNotEmpty
 	}
-	if _, err := s.pool.Exec(ctx, "DROP INDEX IF EXISTS "+pgx.Identifier{s.cfg.Schema, s.hnswIndexName()}.Sanitize()); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockDDL(ctx, tx, s.cfg.Schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DROP INDEX IF EXISTS "+pgx.Identifier{s.cfg.Schema, s.hnswIndexName()}.Sanitize())
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("begin bulk load: drop HNSW index: %w", err)
 	}
 	return &Bulk{s: s, vecs: map[string][]float32{}}, nil
 }
 
-// Upsert buffers d; Flush writes it.
-func (b *Bulk) Upsert(_ context.Context, d Document) (Outcome, error) {
+// Upsert writes d's new vectors to the embedding cache at once, as the
+// streaming path does, and buffers d; Flush writes it. Caching before the
+// page is flushed is what makes a killed load cheap to resume: the
+// re-read page finds its vectors in the cache, so a kill costs at most
+// the embedding requests in flight.
+func (b *Bulk) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	if d.ID == "" {
 		d.ID = DocID(d.Table, d.Key)
 	}
 	if err := b.s.checkDocument(d.ID, d); err != nil {
+		return Outcome{}, fmt.Errorf("upsert %s: %w", d.ID, err)
+	}
+	var hashes, texts []string
+	var vecs [][]float32
+	for _, c := range d.Chunks {
+		if c.Vector != nil && c.VectorHash == "" && !slices.Contains(hashes, c.Hash) {
+			hashes, texts, vecs = append(hashes, c.Hash), append(texts, c.Text), append(vecs, c.Vector)
+		}
+	}
+	if err := b.s.CacheVectors(ctx, hashes, texts, vecs); err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", d.ID, err)
 	}
 	b.mu.Lock()
@@ -308,6 +329,11 @@ func (b *Bulk) Finish(ctx context.Context, opts BuildOptions) error {
 		opts.ParallelWorkers = 2
 	}
 	return pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
+		// The lock New takes too: a serve starting during the build
+		// waits for it, then finds the HNSW index built.
+		if err := lockDDL(ctx, tx, b.s.cfg.Schema); err != nil {
+			return fmt.Errorf("build HNSW index: %w", err)
+		}
 		// SET LOCAL: the settings end with the build's transaction.
 		if _, err := tx.Exec(ctx, "SELECT set_config('maintenance_work_mem', $1, true), set_config('max_parallel_maintenance_workers', $2, true)",
 			opts.MaintenanceWorkMem, fmt.Sprint(opts.ParallelWorkers)); err != nil {

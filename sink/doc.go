@@ -14,6 +14,14 @@
 // computed from (vector_hash), and the embedding cache keeps that text, so a
 // monitor can re-embed a sample of reused vectors and measure the distance.
 //
+// The sink owns every index table: besides documents, chunks and the cache,
+// the catalog of indexes with their families and aliases (Catalog: the
+// lifecycle rules of reindex, promote, rollback and drop live there), the
+// backfill checkpoints (Checkpoints) and the monitor's state (MonitorState).
+// Every DDL statement on an index takes one advisory lock per schema. Each
+// index has the SQL view <index>_index, each alias <alias>_chunks (see
+// IndexView). Open reads an existing index without creating anything.
+//
 // Growth is bounded by Purge: soft-deleted documents past a retention go
 // with their chunks, cache entries unused past a longer retention go unless
 // a chunk row still points at them. Dupes lists near-duplicate documents by

@@ -11,3 +11,6 @@ func SetTruncatePageRowsForTest(s *Store, n int) { s.truncatePageRows = n }
 
 // ServingHoldPIDForTest is the backend that holds h's locks.
 func ServingHoldPIDForTest(h *ServingHold) uint32 { return h.conn.PgConn().PID() }
+
+// DDLLockKeyForTest is the advisory lock every index DDL of schema takes.
+func DDLLockKeyForTest(schema string) int64 { return lockKey("ragsync.ddl", schema) }

@@ -32,15 +32,31 @@ type Store struct {
 
 // New registers cfg.Index in the indexes table (or checks that it is
 // already registered with the same model and dimensions) and makes sure its
-// HNSW index exists. The schema must have been migrated (migrations.Up).
+// HNSW index and its SQL view (<index>_index, see IndexView) exist. The
+// schema must have been migrated (migrations.Up). Commands that only read
+// use Open, which creates nothing.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	s, err := newStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
+	if err != nil {
+		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+	}
+	s.logger.InfoContext(ctx, "index ready", "model", s.cfg.Model, "dimensions", s.cfg.Dimensions, "schema", s.cfg.Schema)
+	return s, nil
+}
+
+// newStore checks cfg and builds a Store without a pool or any I/O.
+func newStore(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	q := func(table string) string { return pgx.Identifier{cfg.Schema, table}.Sanitize() }
 	s := &Store{
-		pool:     pool,
 		cfg:      cfg,
 		logger:   cfg.Logger.With("stage", "sink", "index", cfg.Index),
 		tIndexes: q("indexes"),
@@ -55,18 +71,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open index %s: %w", cfg.Index, err)
 	}
 	s.metrics = m
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
-	if err != nil {
-		return nil, fmt.Errorf("open index %s: %w", cfg.Index, hintMigrate(err, cfg.Schema))
-	}
-	s.logger.InfoContext(ctx, "index ready", "model", cfg.Model, "dimensions", cfg.Dimensions, "schema", cfg.Schema)
 	return s, nil
 }
 
 func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	// Two processes opening the same new index would race on CREATE INDEX
-	// IF NOT EXISTS (the loser fails on pg_class's unique index).
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("ragsync.index", s.cfg.Schema, s.cfg.Index)); err != nil {
+	// IF NOT EXISTS (the loser fails on pg_class's unique index); a bulk
+	// load building the HNSW index holds the same lock, so a serve
+	// starting meanwhile waits for the build and then finds it.
+	if err := lockDDL(ctx, tx, s.cfg.Schema); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, "INSERT INTO "+s.tIndexes+" (name, model, dimensions) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
@@ -88,8 +101,10 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	}
 	// The cast fixes the dimensions the HNSW index needs while the column
 	// stays untyped; the predicate keeps each index to its own rows.
-	_, err = tx.Exec(ctx, s.hnswDDL())
-	return err
+	if _, err = tx.Exec(ctx, s.hnswDDL()); err != nil {
+		return err
+	}
+	return ensureIndexView(ctx, tx, s.cfg.Schema, s.cfg.Index, s.cfg.Dimensions)
 }
 
 // syncFullText records whether this store writes full text. Switching it

@@ -56,10 +56,13 @@ row carries a version at the snapshot's WAL position, so it can run while
 serve applies live changes: a change committed after the snapshot always
 wins, and a backfill never regresses a document (docs/backfill.md).
 
-A checkpoint per table is kept in the index's schema; --resume continues
-after Ctrl-C or a crash, and re-reading a page costs no embedding calls (the
-cache has its chunks). --dry-run reads and chunks without embedding or
-writing, and prints what a real run would send to the embedding API.`,
+A checkpoint per table is kept in the index's schema, naming the key columns
+and --where it belongs to; --resume continues after Ctrl-C or a crash (and
+refuses a checkpoint of other key columns or another --where), and
+re-reading a page costs no embedding calls (vectors are cached as they are
+embedded). --dry-run reads and chunks without embedding or writing, opens
+the index read-only, and prints what a real run would send to the embedding
+API.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -99,9 +102,9 @@ writing, and prints what a real run would send to the embedding API.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.sourceURL, "source-url", "", "document database to read (backfill.source_url; default source.postgres.url)")
 	fl.StringArrayVar(&f.tables, "table", nil, "schema.table to backfill (repeatable; default every tables[].match that names one table)")
-	fl.StringVar(&f.where, "where", "", "SQL condition on the rows to read, columns by name (with --via debezium: the additional-conditions filter)")
+	fl.StringVar(&f.where, "where", "", "one boolean SQL expression on the rows to read, columns by name, checked before reading (with --via debezium: the additional-conditions filter)")
 	fl.BoolVar(&f.resume, "resume", false, "continue each table after its checkpoint instead of starting over")
-	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second (backfill.rate; 0 = no cap)")
+	fl.Float64Var(&f.rate, "rate", 0, "cap rows read per second, held per row over any second (backfill.rate; 0 = no cap)")
 	fl.IntVar(&f.pageRows, "page-rows", 0, "rows per page and checkpoint (backfill.page_rows; default 500)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
@@ -123,14 +126,19 @@ func (d dryEmbedder) Dimensions() int { return d.id.Dimensions() }
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
 	bc.Logger = logger
-	ix, err := openIndex(ctx, cfg, logger, nil)
+	// A dry run only reads: it creates no schema, index or checkpoint.
+	open := func() (*index, error) { return openIndex(ctx, cfg, logger, nil) }
+	if f.dryRun {
+		open = func() (*index, error) { return openIndexRead(ctx, cfg, logger) }
+	}
+	ix, err := open()
 	if err != nil {
 		return err
 	}
 	defer ix.Close()
-	var cp *backfill.Checkpoints
+	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !f.dryRun {
-		cp = backfill.NewCheckpoints(ix.pool, ix.name)
+		cp = sink.NewCheckpoints(ix.pool, cfg.Postgres.Schema, ix.name)
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
@@ -168,22 +176,19 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			logger.Info("index is empty: bulk load, HNSW index built at the end")
 			snk = bulk
 			source = flushingSource{src, bulk}
-			defer func() {
-				// Also after an interruption: the index must be searchable.
-				start := time.Now()
-				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
-					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
-					return
-				}
-				logger.Info("HNSW index built", "seconds", time.Since(start).Seconds())
-			}()
 		}
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
 	// No vector cache stage either: the bulk sink and the dry run take
 	// vectors on the chunks.
-	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), logger)
+	plog := logger
+	if f.dryRun {
+		// The pipeline's own summary counts what a dry run only pretends
+		// to apply; the dry run's lines say what it did.
+		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
+	}
+	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return err
 	}
@@ -200,6 +205,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	runErr := p.Run(ctx)
 	close(done)
 	<-progressDone
+	// The HNSW build is part of the run (its time is in the summary); it
+	// runs after an interruption too, so the index is searchable.
+	var build time.Duration
+	var buildErr error
+	if bulk != nil {
+		bstart := time.Now()
+		if buildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); buildErr != nil {
+			logger.Error("build HNSW index failed; serve builds it at start", "error", buildErr)
+		}
+		build = time.Since(bstart)
+	}
 
 	pr := src.Progress()
 	st := p.Stats()
@@ -207,8 +223,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
-	fmt.Fprintf(out, "pipeline: %s\n", st)
+	switch {
+	case bulk != nil && buildErr == nil:
+		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", build.Round(time.Millisecond))
+	case bulk != nil:
+		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", build.Round(time.Millisecond), buildErr)
+	}
+	if dry == nil {
+		fmt.Fprintf(out, "pipeline: %s\n", st)
+	}
 	if dry != nil {
+		fmt.Fprintln(out, "dry run: nothing was embedded or written")
 		e := dry.Estimate()
 		ec := cfg.embedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",

@@ -61,9 +61,7 @@ func viaDebezium(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	}
 	out := cmd.OutOrStdout()
 
-	var pool interface {
-		QueryRow(context.Context, string, ...any) pgx.Row
-	}
+	var cat *sink.Catalog
 	var since time.Time
 	if f.follow && !f.stop {
 		p, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
@@ -71,13 +69,13 @@ func viaDebezium(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			return err
 		}
 		defer p.Close()
+		cat = sink.NewCatalog(p, cfg.Postgres.Schema)
 		// The index's clock, not ours: the sink stamps updated_at with it.
-		if err := p.QueryRow(ctx, "SELECT now()").Scan(&since); err != nil {
-			return fmt.Errorf("read index clock: %w", err)
+		if since, err = cat.Clock(ctx); err != nil {
+			return err
 		}
-		pool = p
 		// serve applies to the alias's target (see resolveIndex).
-		if r, ok, err := sink.NewCatalog(p, cfg.Postgres.Schema).Resolve(ctx, cfg.Index); err == nil && ok {
+		if r, ok, err := cat.Resolve(ctx, cfg.Index); err == nil && ok {
 			cfg.Index = r.Index.Name
 		}
 	}
@@ -121,14 +119,12 @@ func viaDebezium(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	if !f.follow || f.stop {
 		return nil
 	}
-	return follow(ctx, cmd, cfg, bc, f, pool, tables, since)
+	return follow(ctx, cmd, cfg, bc, f, cat, tables, since)
 }
 
 // follow counts the documents serve applies per table until each table has
 // as many as its rows (counted in the source when it is reachable).
-func follow(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f debeziumFlags, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, tables []string, since time.Time) error {
+func follow(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f debeziumFlags, cat *sink.Catalog, tables []string, since time.Time) error {
 	want := map[string]int64{}
 	if bc.URL != "" {
 		if src, err := backfill.Open(ctx, bc, nil); err == nil {
@@ -149,7 +145,7 @@ func follow(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Con
 	var got map[string]int64
 	for {
 		var err error
-		got, err = backfill.Applied(ctx, pool, cfg.Index, tables, since)
+		got, err = cat.AppliedSince(ctx, cfg.Index, tables, since)
 		if err != nil && ctx.Err() == nil {
 			return err
 		}

@@ -106,6 +106,8 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 		deps.Lag = kafkaLag{src: ks, topics: cfg.Source.Kafka.Topics}
 	}
 	if publish {
+		// serve's monitor: the one that takes missing canary baselines.
+		deps.BaselineBy = "serve"
 		mcd := mc.WithDefaults()
 		deps.Publishers = append(deps.Publishers, monitor.LogPublisher{Logger: logger.With("stage", "monitor")})
 		if brokers := cfg.monitorBrokers(); len(brokers) > 0 {

@@ -38,7 +38,7 @@ Example:
 				return err
 			}
 			ctx := cmd.Context()
-			ix, err := openIndex(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false), nil)
+			ix, err := openIndexRead(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
 			if err != nil {
 				return err
 			}

@@ -177,8 +177,9 @@ func (f *family) open(ctx context.Context, x sink.IndexInfo) (shadowIndex, error
 }
 
 // openIndexOn opens index x on pool with the config's embedder settings
-// but x's model and dimensions. The store's metrics are not registered:
-// the primary's are.
+// but x's identity: its model, dimensions and full-text setting, so that
+// opening a shadow never switches its full text on or off. The store's
+// metrics are not registered: the primary's are.
 func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.IndexInfo, logger *slog.Logger) (embedder.Client, *sink.Store, error) {
 	cfg.Embedder.Model, cfg.Embedder.Dimensions = x.Model, x.Dimensions
 	ec := cfg.embedderConfig()
@@ -187,7 +188,8 @@ func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.Ind
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := sink.New(ctx, pool, sink.Config{Schema: cfg.Postgres.Schema, Index: x.Name, Model: emb.Model(), Dimensions: emb.Dimensions(), Logger: logger})
+	st, err := sink.New(ctx, pool, sink.Config{Schema: cfg.Postgres.Schema, Index: x.Name, Model: emb.Model(), Dimensions: emb.Dimensions(),
+		SkipFullText: !x.FullText, Logger: logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -36,6 +36,7 @@ type indexInfo struct {
 	HNSWBytes  int64     `json:"hnsw_bytes"`
 	State      string    `json:"state"`
 	Follows    string    `json:"follows,omitempty"`
+	Family     string    `json:"family,omitempty"`
 	Aliases    []string  `json:"aliases,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 }
@@ -55,14 +56,20 @@ func openCatalog(cmd *cobra.Command, cfg Config) (*pgxpool.Pool, *sink.Catalog, 
 	return pool, sink.NewCatalog(pool, cfg.Postgres.Schema), nil
 }
 
-// liveIndex is the index index: resolves to: an alias's target, else the
-// index of that name.
-func liveIndex(cmd *cobra.Command, cat *sink.Catalog, name string) (string, error) {
-	r, found, err := cat.Resolve(cmd.Context(), name)
-	if err != nil || !found {
-		return name, err
+// openCatalogRead opens the pool and the catalog for a command that only
+// reads: it checks the schema is migrated instead of migrating it, so it
+// creates nothing and needs USAGE and SELECT only.
+func openCatalogRead(cmd *cobra.Command, cfg Config) (*pgxpool.Pool, *sink.Catalog, error) {
+	ctx := cmd.Context()
+	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, nil, err
 	}
-	return r.Index.Name, nil
+	if err := sink.CheckMigrated(ctx, pool, cfg.Postgres.Schema); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, sink.NewCatalog(pool, cfg.Postgres.Schema), nil
 }
 
 func newIndexListCmd(g *globals) *cobra.Command {
@@ -75,7 +82,10 @@ for an alias's target, and for the configured index (index:) when no alias
 names it; else "building" (ragsync reindex is filling it), "caught-up"
 (complete; serve writes every change to it too) or "retired" (the alias
 moved away from it; still written, so ragsync index rollback loses nothing,
-until ragsync index drop removes it).`,
+until ragsync index drop removes it). FAMILY is the alias (or plain index
+name) the index was built for by reindex or made live under by promote; the
+lifecycle commands refuse to mix families. It only reads: a role with
+SELECT on the schema can run it.`,
 		Example: `  ragsync index list --config ragsync.yaml [--json]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,7 +94,7 @@ until ragsync index drop removes it).`,
 				return err
 			}
 			ctx := cmd.Context()
-			pool, cat, err := openCatalog(cmd, cfg)
+			pool, cat, err := openCatalogRead(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -99,25 +109,24 @@ until ragsync index drop removes it).`,
 				live[a.Index] = append(live[a.Index], a.Name)
 				configuredIsAlias = configuredIsAlias || a.Name == cfg.Index
 			}
-			rows, err := pool.Query(ctx, `SELECT i.name, i.model, i.dimensions, i.created_at, i.state, coalesce(i.follows, ''),
-				(SELECT count(*) FROM documents d WHERE d.index_name = i.name AND d.deleted_at IS NULL),
-				(SELECT count(*) FROM chunks c WHERE c.index_name = i.name),
-				coalesce(pg_relation_size(to_regclass(quote_ident($1) || '.' || quote_ident('chunks_hnsw_' || i.name))), 0)
-				FROM indexes i ORDER BY i.name`, cfg.Postgres.Schema)
+			stats, err := cat.Stats(ctx)
 			if err != nil {
-				return fmt.Errorf("list indexes: %w", err)
+				return err
 			}
-			infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (indexInfo, error) {
-				var x indexInfo
-				err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.CreatedAt, &x.State, &x.Follows, &x.Documents, &x.Chunks, &x.HNSWBytes)
-				x.Aliases = live[x.Name]
-				if len(x.Aliases) > 0 || (x.Name == cfg.Index && !configuredIsAlias) {
-					x.State = "live"
+			if _, err := cat.Lookup(ctx, cfg.Index); errors.Is(err, sink.ErrNoIndex) {
+				// The list is still worth showing; the warning says why
+				// nothing is live.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: index: %v\n", err)
+			} else if err != nil {
+				return err
+			}
+			infos := make([]indexInfo, len(stats))
+			for i, x := range stats {
+				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks,
+					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: live[x.Name], CreatedAt: x.CreatedAt}
+				if len(infos[i].Aliases) > 0 || (x.Name == cfg.Index && !configuredIsAlias) {
+					infos[i].State = "live"
 				}
-				return x, err
-			})
-			if err != nil {
-				return fmt.Errorf("list indexes: %w", err)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -130,10 +139,10 @@ until ragsync index drop removes it).`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tALIASES")
+			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tFAMILY\tALIASES")
 			for _, x := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
-					float64(x.HNSWBytes)/(1<<20), x.State, strings.Join(x.Aliases, ","))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
+					float64(x.HNSWBytes)/(1<<20), x.State, dash(x.Family), strings.Join(x.Aliases, ","))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -174,7 +183,9 @@ every run); a running serve notices within index_poll and switches its
 front door (bumping its cache generation). The old target is kept up to
 date (retired) until ragsync index drop removes it, so ragsync index rollback
 is instant and loses nothing. NEW must have caught up (ragsync reindex sets
-that when done) unless --force.`,
+that when done) unless --force. NEW must not be another alias's live index,
+and not belong to another family (built by reindex for, or made live under,
+another alias): --force promotes an index of another family anyway.`,
 		Example: `  ragsync index promote articles_v2 --config ragsync.yaml`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -201,7 +212,7 @@ that when done) unless --force.`,
 		},
 	}
 	cmd.Flags().StringVar(&alias, "alias", "", "alias to move (default: index: from the config)")
-	cmd.Flags().BoolVar(&force, "force", false, "promote an index that is still building (has not caught up)")
+	cmd.Flags().BoolVar(&force, "force", false, "promote an index that is still building (has not caught up), or that belongs to another family")
 	return cmd
 }
 
@@ -211,7 +222,9 @@ func newIndexRollbackCmd(g *globals) *cobra.Command {
 		Short: "Move an alias (default: index:) back to its previous index",
 		Long: `rollback moves ALIAS (default: the configured index:) back to the index it
 pointed at before the last promote, with its view, in one transaction. serve
-kept that index up to date meanwhile, so nothing is lost.`,
+kept that index up to date meanwhile, so nothing is lost. It refuses when
+that index was claimed by another family since (reindex --to it with
+--force).`,
 		Example: `  ragsync index rollback --config ragsync.yaml`,
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -264,13 +277,17 @@ func reportSwitch(cmd *cobra.Command, cfg Config, a sink.Alias) error {
 }
 
 func newIndexDropCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "drop NAME",
-		Short: "Remove an index: its documents, chunks and HNSW index (the embedding cache stays)",
+		Short: "Remove an index: its documents, chunks, HNSW index and view (the embedding cache stays)",
 		Long: `drop removes index NAME from postgres.schema. It refuses the live index: the
 target of an alias (roll back or promote another index first), or the
-configured index (index:) when no alias names it. Dropping an alias's
-previous index removes its way back (rollback then has nowhere to go).`,
+configured index (index:) when no alias names it; and an index a running
+serve writes. It refuses an index of another family (one that reindex
+built for, or promote made live under, another alias than index:), which is
+almost always a typo; --force drops it anyway. Dropping an alias's previous
+index removes its way back (rollback then has nowhere to go).`,
 		Example: `  ragsync index drop articles_v1 --config ragsync.yaml`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -278,58 +295,19 @@ previous index removes its way back (rollback then has nowhere to go).`,
 			if err != nil {
 				return err
 			}
-			name := args[0]
-			if !indexName.MatchString(name) {
-				return fmt.Errorf("index drop %q: not an index name", name)
-			}
-			ctx := cmd.Context()
 			pool, cat, err := openCatalog(cmd, cfg)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			targetOf, err := cat.AliasesTo(ctx, name)
+			res, err := cat.Drop(cmd.Context(), args[0], cfg.Index, force)
 			if err != nil {
 				return err
 			}
-			if len(targetOf) > 0 {
-				return fmt.Errorf("index drop %s: it is the live target of alias %s; run ragsync index rollback %s, or ragsync index promote ANOTHER --alias %s, first",
-					name, strings.Join(targetOf, ", "), targetOf[0], targetOf[0])
-			}
-			if inUse, err := cat.PrimaryInUse(ctx, name); err != nil {
-				return err
-			} else if inUse {
-				return fmt.Errorf("index drop %s: a running serve writes to it (it started before the last promote or rollback); restart serve first: it then writes the alias's target", name)
-			}
-			if live, err := liveIndex(cmd, cat, cfg.Index); err != nil {
-				return err
-			} else if name == live {
-				return fmt.Errorf("index drop %s: it is the configured index (index:); point index: at another index first", name)
-			}
-			var docs int64
-			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if err := tx.QueryRow(ctx, "SELECT count(*) FROM documents WHERE index_name = $1", name).Scan(&docs); err != nil {
-					return err
-				}
-				// Chunks reference documents, documents the index: the
-				// cascade removes both, and the checkpoints; an alias's
-				// previous pointer is set to NULL. An alias made the
-				// target meanwhile fails the FK: nothing is dropped.
-				tag, err := tx.Exec(ctx, "DELETE FROM indexes WHERE name = $1", name)
-				if err != nil {
-					return err
-				}
-				if tag.RowsAffected() == 0 {
-					return fmt.Errorf("no index %q in schema %s (ragsync index list shows them)", name, cfg.Postgres.Schema)
-				}
-				_, err = tx.Exec(ctx, "DROP INDEX IF EXISTS "+pgx.Identifier{cfg.Postgres.Schema, "chunks_hnsw_" + name}.Sanitize())
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("index drop %s: %w", name, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "dropped index %s (%d documents)\n", name, docs)
+			fmt.Fprintf(cmd.OutOrStdout(), "dropped index %s (%d documents)\n", args[0], res.Documents)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "drop an index that belongs to another family than the configured index:")
+	return cmd
 }

@@ -17,15 +17,16 @@ import (
 	"github.com/ragsync/ragsync/monitor"
 )
 
-// openMonitor opens the index and a monitor that publishes nothing: the
-// commands below read and report, serve publishes.
+// openMonitor opens the index (reading: it creates nothing) and a monitor
+// that publishes nothing and takes no canary baseline: the commands below
+// read and report, serve publishes and takes the baselines.
 func openMonitor(ctx context.Context, cmd *cobra.Command, g *globals) (*monitor.Monitor, func(), error) {
 	cfg, err := g.loadValid(false)
 	if err != nil {
 		return nil, nil, err
 	}
 	logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-	ix, err := openIndex(ctx, cfg, logger, nil)
+	ix, err := openIndexRead(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -50,8 +51,11 @@ func newMonitorCmd(g *globals) *cobra.Command {
 		Long: `monitor runs one check of the index the way serve's monitor does — canary
 probes re-embedded and compared, the drift windows serve persisted compared
 with each other — and prints every signal with its score, threshold and
-state. It publishes nothing and leaves the persisted windows alone; the
-stored-vector sample is off unless --sample N asks for it (it spends tokens).
+state, and who took the canary baselines. It is read-only: it publishes
+nothing, takes no canary baseline (serve or ragsync monitor baseline does)
+and leaves the persisted windows alone; the stored-vector sample is off
+unless --sample N asks for it (it spends tokens, and records its
+measurements).
 --watch repeats every --every until interrupted.
 
 Example:
@@ -93,8 +97,67 @@ Example:
 	cmd.Flags().DurationVar(&every, "every", 30*time.Second, "interval of --watch")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status (fused events included) as JSON")
 	cmd.Flags().IntVar(&sample, "sample", 0, "also re-embed N stored chunks (spends tokens)")
-	cmd.AddCommand(newMonitorReferenceCmd(g))
+	cmd.AddCommand(newMonitorReferenceCmd(g), newMonitorBaselineCmd(g))
 	return cmd
+}
+
+func newMonitorBaselineCmd(g *globals) *cobra.Command {
+	var reset, show bool
+	cmd := &cobra.Command{
+		Use:   "baseline",
+		Short: "Take the canary baselines the index lacks (--reset: all again), or --show who took them",
+		Long: `baseline embeds the canary probes (monitor.canaries, or the shipped ones) that
+have no baseline yet with the configured embedder and stores them; the canary
+check compares every later embedding of a probe with its baseline. serve
+takes the missing ones at its first check; no other command takes any.
+--reset forgets every baseline of the index first and takes them all again,
+after a baseline was taken against the wrong endpoint or model. Each
+baseline records the command that took it; --show prints that and takes
+nothing.
+
+Example:
+  ragsync monitor baseline --show --config ragsync.yaml
+  ragsync monitor baseline --reset --config ragsync.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, closeFn, err := openMonitor(cmd.Context(), cmd, g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			out := cmd.OutOrStdout()
+			if !show {
+				n, err := m.TakeBaselines(cmd.Context(), reset, "monitor baseline")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "canary baselines taken: %d\n", n)
+			}
+			b, err := m.Baselines(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, describeBaselines(b))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&reset, "reset", false, "forget every baseline of the index and take them all again")
+	cmd.Flags().BoolVar(&show, "show", false, "print who took the baselines and when; take none")
+	cmd.MarkFlagsMutuallyExclusive("reset", "show")
+	return cmd
+}
+
+// describeBaselines is the one line that says whose canary baselines the
+// checks compare with.
+func describeBaselines(b monitor.Baselines) string {
+	if b.Probes == 0 {
+		return fmt.Sprintf("canary baselines: none of %d probes (serve takes them at its first check; ragsync monitor baseline takes them now)", b.Missing)
+	}
+	s := fmt.Sprintf("canary baselines: %d probes, taken by %s, newest %s", b.Probes, strings.Join(b.TakenBy, ", "), b.TakenAt.UTC().Format(time.RFC3339))
+	if b.Missing > 0 {
+		s += fmt.Sprintf("; %d probes have none (ragsync monitor baseline takes them)", b.Missing)
+	}
+	return s
 }
 
 // sampleOrOff maps a flag's 0 ("not asked") to "no sample".
@@ -137,6 +200,7 @@ func printStatus(w io.Writer, st monitor.Status, asJSON bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w, describeBaselines(st.Baselines))
 	if len(st.Fidelity) > 0 {
 		return printAggregates(w, st.Fidelity)
 	}
@@ -219,6 +283,8 @@ func newFidelityCmd(g *globals) *cobra.Command {
 reused vectors and old cache entries, plus a uniform share) with the
 configured embedder, compares them with what the index holds, records the
 measurements (what ragsync repair acts on) and prints the distances by kind.
+It creates nothing else: canaries without a baseline are skipped (serve, or
+ragsync monitor baseline, takes them).
 It exits with status 1 when a fidelity signal is past its threshold, so cron
 and CI can use it.
 
@@ -254,6 +320,8 @@ Example:
 				}
 			} else if err := printAggregates(out, st.Fidelity); err != nil {
 				return err
+			} else {
+				fmt.Fprintln(out, describeBaselines(st.Baselines))
 			}
 			if len(breached) > 0 {
 				return fmt.Errorf("fidelity breach: %s (ragsync repair re-embeds the chunks past the bound; a changed model needs a new index)",

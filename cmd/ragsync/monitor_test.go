@@ -56,9 +56,18 @@ func TestMonitorCommands(t *testing.T) {
 	_, err = st.Upsert(ctx, d)
 	require.NoError(t, err)
 
+	// No command but serve and monitor baseline takes canary baselines.
 	out, err := runCLI(t, "", append([]string{"fidelity", "check", "--sample", "3"}, base...)...)
 	require.NoError(t, err, out)
+	require.Contains(t, out, "canary baselines: none of")
+	out, err = runCLI(t, "", append([]string{"monitor", "baseline"}, base...)...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "canary baselines taken: ")
+	require.Contains(t, out, "taken by monitor baseline")
+	out, err = runCLI(t, "", append([]string{"fidelity", "check", "--sample", "3"}, base...)...)
+	require.NoError(t, err, out)
 	require.Contains(t, out, "canary")
+	require.Contains(t, out, "taken by monitor baseline")
 
 	out, err = runCLI(t, "", append([]string{"monitor"}, base...)...)
 	require.NoError(t, err, out)

@@ -62,7 +62,7 @@ and text. Deleted documents never appear.`,
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-			ix, err := openIndex(ctx, cfg, logger, nil)
+			ix, err := openIndexRead(ctx, cfg, logger)
 			if err != nil {
 				return err
 			}

@@ -25,6 +25,7 @@ func newReindexCmd(g *globals) *cobra.Command {
 	var dims, pageRows int
 	var bulkMode string
 	var waitServe time.Duration
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "reindex",
 		Short: "Build another index (model, dimensions) from the documents the current one stores",
@@ -40,7 +41,15 @@ serve writes every change to both (within index_poll); reindex waits for
 that (--wait-serve), runs a second pass for what changed meanwhile and marks
 the index caught-up. Then ragsync index promote NEW switches index: (an
 alias) to it atomically and ragsync index rollback switches back;
-ragsync index list shows the states, ragsync index drop removes the old one.`,
+ragsync index list shows the states, ragsync index drop removes the old one.
+
+--to must name a new index, an empty one, or one this family's reindex
+already claimed (a rerun continues it). An index of another family, or one
+holding documents that reindex did not build from index:, is refused before
+anything is written: writing into it would merge two indexes and serve
+foreign documents to its users. --force takes it over anyway (the rare real
+case: adopting an index built by hand with ragsync backfill); the live index
+of another alias is refused even then.`,
 		Example: `  ragsync reindex --config ragsync.yaml --to articles_v2 --model text-embedding-3-large --dimensions 1024`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,7 +83,7 @@ ragsync index list shows the states, ragsync index drop removes the old one.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return reindex(ctx, cmd, from, target, pageRows, bulkMode, waitServe)
+			return reindex(ctx, cmd, from, target, pageRows, bulkMode, waitServe, force)
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "name of the index to build (required)")
@@ -83,18 +92,30 @@ ragsync index list shows the states, ragsync index drop removes the old one.`,
 	cmd.Flags().IntVar(&pageRows, "page-rows", 500, "documents per batch")
 	cmd.Flags().StringVar(&bulkMode, "bulk", "auto", "auto: COPY into an empty target and build its HNSW index at the end; off: always upsert")
 	cmd.Flags().DurationVar(&waitServe, "wait-serve", time.Minute, "after the first pass, how long to wait for a running serve to start writing every change to the new index too")
+	cmd.Flags().BoolVar(&force, "force", false, "write into --to even when it holds documents of another family or of none (never another alias's live index)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 
-func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration) error {
+func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration, force bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex")
+	// An existing target is checked before opening it, which could
+	// change its full-text setting; a new one is claimed once registered.
+	pool, cat, err := openCatalog(cmd, cfg)
+	if err != nil {
+		return err
+	}
+	err = cat.Claim(ctx, cfg.Index, family, force)
+	pool.Close()
+	if err != nil && !errors.Is(err, sink.ErrNoIndex) {
+		return err
+	}
 	ix, err := openIndex(ctx, cfg, logger, nil)
 	if err != nil {
 		return err
 	}
 	defer ix.Close()
-	cat := sink.NewCatalog(ix.pool, cfg.Postgres.Schema)
+	cat = sink.NewCatalog(ix.pool, cfg.Postgres.Schema)
 	r, found, err := cat.Resolve(ctx, family)
 	if err != nil {
 		return err
@@ -105,6 +126,11 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 	from := r.Index.Name
 	if from == cfg.Index {
 		return fmt.Errorf("--to: %q is the live index of %s itself; name a new index", cfg.Index, family)
+	}
+	// Before a document is written: the target joins this family or the
+	// run stops here.
+	if err := cat.Claim(ctx, cfg.Index, family, force); err != nil {
+		return err
 	}
 	out := cmd.OutOrStdout()
 	start := time.Now()
@@ -129,7 +155,7 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 		// dual-writes from its first batch.
 		fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
 	} else {
-		switch since, err := waitDualWrite(ctx, ix, cfg.Index, waitServe); {
+		switch since, err := cat.WaitDualWrite(ctx, cfg.Index, waitServe); {
 		case err != nil:
 			return err
 		case since == nil:
@@ -151,30 +177,10 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 	return nil
 }
 
-// waitDualWrite waits up to d for a serve to record that it writes every
-// change to index too (indexes.dual_write_since); nil when none did.
-func waitDualWrite(ctx context.Context, ix *index, name string, d time.Duration) (*time.Time, error) {
-	deadline := time.Now().Add(d)
-	for {
-		var since *time.Time
-		if err := ix.pool.QueryRow(ctx, "SELECT dual_write_since FROM indexes WHERE name = $1", name).Scan(&since); err != nil {
-			return nil, fmt.Errorf("read dual-write state of %s: %w", name, err)
-		}
-		if since != nil || !time.Now().Before(deadline) {
-			return since, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // reindexPass applies every document of index from to ix once: bulk into
 // an empty target (HNSW built at the end) unless bulkMode is off.
 func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
-	src := backfill.NewIndexSource(ix.pool, from, pageRows)
+	src := backfill.NewIndexSource(sink.NewCatalog(ix.pool, cfg.Postgres.Schema), from, pageRows)
 	var source pipeline.Source = src
 	var snk pipeline.Sink = ix.st
 	if bulkMode != "off" {

@@ -73,7 +73,7 @@ func TestReindexAndIndexCommands(t *testing.T) {
 	require.Contains(t, out, "dropped index articles_v2 (3 documents)")
 	require.Empty(t, docs("articles_v2"))
 	_, err = runCLI(t, "", args("index", "drop", "articles_v2")...)
-	require.ErrorContains(t, err, `no index "articles_v2"`)
+	require.ErrorContains(t, err, `no index or alias "articles_v2"`)
 }
 
 func TestReindexErrors(t *testing.T) {
@@ -111,7 +111,7 @@ func TestIndexPromoteRollback(t *testing.T) {
 	_, err = runCLI(t, "", args("index", "promote", "articles_v2")...)
 	require.ErrorContains(t, err, "has not caught up")
 	_, err = runCLI(t, "", args("index", "promote", "nothing")...)
-	require.ErrorContains(t, err, `no such index: "nothing"`)
+	require.ErrorContains(t, err, `no index or alias "nothing"`)
 	_, err = runCLI(t, "", args("index", "rollback")...)
 	require.ErrorContains(t, err, "is not an alias")
 	out, err = runCLI(t, "", args("index", "promote", "articles_v2", "--force")...)

@@ -108,6 +108,38 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	return &index{emb: emb, st: st, pool: pool, name: cfg.Index, alias: alias}, nil
 }
 
+// openIndexRead opens the configured index for a command that only reads
+// (query, dupes, monitor, backfill --dry-run): it migrates nothing,
+// registers nothing and needs USAGE and SELECT only. An unknown index: is
+// an error naming the known ones. The embedder is built once, from the
+// index's identity (model and dimensions as the index records them), with
+// the config's provider, endpoint and limits.
+func openIndexRead(ctx context.Context, cfg Config, logger *slog.Logger) (*index, error) {
+	if err := cfg.embedderConfig().Validate(); err != nil {
+		return nil, fmt.Errorf("embedder config: %w", err) // before connecting
+	}
+	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, err
+	}
+	st, id, err := sink.Open(ctx, pool, sink.Config{Schema: cfg.Postgres.Schema, Index: cfg.Index, Logger: logger})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	alias := ""
+	if id.Name != cfg.Index {
+		alias = cfg.Index
+	}
+	cfg.Embedder.Model, cfg.Embedder.Dimensions = id.Model, id.Dimensions
+	emb, err := embedder.New(cfg.embedderConfig())
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &index{emb: emb, st: st, pool: pool, name: id.Name, alias: alias}, nil
+}
+
 // resolveIndex applies the resolution rule to index:: when it names an
 // alias, cfg is returned opened on the alias's target, with the target's
 // model and dimensions from the indexes table (the rest of the embedder —

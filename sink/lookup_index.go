@@ -1,0 +1,186 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ragsync/ragsync/migrations"
+)
+
+// UnknownIndexError is what Lookup returns for a name that is neither an
+// alias nor an index: it lists the known names and the nearest one. It
+// matches ErrNoIndex with errors.Is.
+type UnknownIndexError struct {
+	Name, Schema string
+	// Known are the schema's aliases and indexes, by name.
+	Known []string
+	// Nearest is the known name within a typo's distance of Name, if any.
+	Nearest string
+}
+
+func (e *UnknownIndexError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "no index or alias %q in schema %s", e.Name, e.Schema)
+	switch {
+	case e.Nearest != "":
+		fmt.Fprintf(&b, " (did you mean %q? known: %s)", e.Nearest, strings.Join(e.Known, ", "))
+	case len(e.Known) > 0:
+		fmt.Fprintf(&b, " (known: %s)", strings.Join(e.Known, ", "))
+	default:
+		b.WriteString(" (it has none yet: ragsync serve or ragsync backfill creates the configured one)")
+	}
+	b.WriteString("; fix index: or --index")
+	return b.String()
+}
+
+// Permanent marks the error as one a retry cannot fix.
+func (e *UnknownIndexError) Permanent() bool { return true }
+
+// Is makes errors.Is(err, ErrNoIndex) true.
+func (e *UnknownIndexError) Is(target error) bool { return target == ErrNoIndex }
+
+// Lookup resolves name as Resolve does, for commands that read an index
+// and must never create one: a name that is neither an alias nor an index
+// is an *UnknownIndexError. It reads only.
+func (c *Catalog) Lookup(ctx context.Context, name string) (Resolved, error) {
+	r, found, err := c.Resolve(ctx, name)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if found {
+		return r, nil
+	}
+	known, err := c.names(ctx)
+	if err != nil {
+		return Resolved{}, fmt.Errorf("resolve %s: %w", name, err)
+	}
+	return Resolved{}, &UnknownIndexError{Name: name, Schema: c.schema, Known: known, Nearest: nearest(name, known)}
+}
+
+// names lists the aliases and indexes, sorted, without repeats.
+func (c *Catalog) names(ctx context.Context) ([]string, error) {
+	rows, err := c.pool.Query(ctx, "SELECT name FROM "+c.tIndexes+" UNION SELECT name FROM "+c.tAliases+" ORDER BY 1")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// nearest returns the name in known within a typo's distance of name.
+func nearest(name string, known []string) string {
+	best, bestD := "", max(2, len(name)/3)+1
+	for _, k := range known {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is Levenshtein's distance over bytes (index names are ASCII).
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Identity is what an index was built with: every reader and writer of it
+// must use the same, so the embedder is built from it, never from the
+// configuration alone.
+type Identity struct {
+	Name       string
+	Model      string
+	Dimensions int
+	// FullText is whether the index's chunks carry a tsvector (text and
+	// hybrid search read them).
+	FullText bool
+}
+
+// CheckMigrated reports, reading only, whether the schema exists and is
+// migrated to the version this build needs: read-only commands call it
+// instead of migrating, so that they create nothing.
+func CheckMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	want, err := latestMigration()
+	if err != nil {
+		return err
+	}
+	var have *int64
+	var exists bool
+	err = pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, "goose_db_version"}.Sanitize()).Scan(&exists)
+	if err == nil && exists {
+		err = pool.QueryRow(ctx, "SELECT max(version_id) FROM "+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+" WHERE is_applied").Scan(&have)
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("read the schema version of %s: %w", schema, err)
+	case !exists || have == nil:
+		return fmt.Errorf("schema %s is not migrated: nothing is indexed there yet (run ragsync migrate, or ragsync serve, which migrates; or fix postgres.schema)", schema)
+	case *have < want:
+		return fmt.Errorf("schema %s is at migration %d, this ragsync needs %d: run ragsync migrate (or ragsync serve, which migrates)", schema, *have, want)
+	}
+	return nil
+}
+
+func latestMigration() (int64, error) {
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return 0, err
+	}
+	var vs []int64
+	for _, f := range files {
+		n, _, _ := strings.Cut(f, "_")
+		if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return 0, errors.New("no migrations embedded")
+	}
+	return slices.Max(vs), nil
+}
+
+// Open opens an existing index for reading: it registers nothing, creates
+// nothing and needs only USAGE on the schema and SELECT on its tables. The
+// identity (model, dimensions, full text) comes from the indexes table;
+// cfg.Model, cfg.Dimensions and cfg.SkipFullText are ignored. An unknown
+// name is an *UnknownIndexError. The store can search and read; writing
+// through it fails on privileges where the role has none.
+func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, Identity, error) {
+	cfg = cfg.withDefaults()
+	if err := CheckMigrated(ctx, pool, cfg.Schema); err != nil {
+		return nil, Identity{}, err
+	}
+	r, err := NewCatalog(pool, cfg.Schema).Lookup(ctx, cfg.Index)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	id := Identity{Name: r.Index.Name, Model: r.Index.Model, Dimensions: r.Index.Dimensions, FullText: r.Index.FullText}
+	cfg.Index, cfg.Model, cfg.Dimensions, cfg.SkipFullText = id.Name, id.Model, id.Dimensions, !id.FullText
+	st, err := newStore(cfg)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	st.pool = pool
+	return st, id, nil
+}
