@@ -463,40 +463,19 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
 			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText)
 
-		// Into the cache, once per vector key and in key order: two
-		// documents adding the same new paragraphs then lock cache rows in
-		// the same order and cannot deadlock. A reused vector is cached
-		// under its origin only (never under the new text's hash, which
-		// would pass it off as exact), and only a chunk's own vector
-		// brings its text as the origin text.
-		type entry struct {
-			vec  []float32
-			text *string
-		}
-		cache := make(map[string]entry, n)
+		// Into the cache, under each vector's key (see cacheWrite). A
+		// reused vector is cached under its origin only (never under the
+		// new text's hash, which would pass it off as exact), and only a
+		// chunk's own vector brings its text as the origin text.
+		entries := make([]cacheEntry, 0, n)
 		for _, c := range given {
-			k := c.vectorKey()
-			e := cache[k]
-			e.vec = c.Vector
-			if k == c.Hash && e.text == nil {
+			e := cacheEntry{hash: c.vectorKey(), vec: c.Vector}
+			if e.hash == c.Hash {
 				e.text = &c.Text
 			}
-			cache[k] = e
+			entries = append(entries, e)
 		}
-		keys := make([]string, 0, len(cache))
-		for h := range cache {
-			keys = append(keys, h)
-		}
-		slices.Sort(keys)
-		cvecs := make([]pgvector.Vector, len(keys))
-		ctexts := make([]*string, len(keys))
-		for i, h := range keys {
-			cvecs[i], ctexts[i] = pgvector.NewVector(cache[h].vec), cache[h].text
-		}
-		b.Queue("INSERT INTO "+s.tCache+" AS c (model, dimensions, content_hash, embedding, text)"+
-			" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
-			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
-			s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
+		s.queueCacheWrite(b, entries)
 	}
 }
 
