@@ -151,13 +151,7 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	}
 	var pre *sink.Lookup
 	if !early {
-		var hashes []string
-		for _, c := range doc.Chunks {
-			if !slices.Contains(hashes, c.Hash) {
-				hashes = append(hashes, c.Hash)
-			}
-		}
-		l, err := p.st.Lookup.Lookup(ctx, id, hashes)
+		l, err := p.st.Lookup.Lookup(ctx, id, distinctHashes(doc.Chunks))
 		if err != nil {
 			return fmt.Errorf("read %s: %w", id, err)
 		}
@@ -255,12 +249,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 	if len(chunks) == 0 {
 		return savedChunks{}, nil
 	}
-	hashes := make([]string, 0, len(chunks))
-	for _, c := range chunks {
-		if !slices.Contains(hashes, c.Hash) {
-			hashes = append(hashes, c.Hash)
-		}
-	}
+	hashes := distinctHashes(chunks)
 	var known map[string]bool
 	if pre != nil {
 		known = pre.Cached
@@ -349,6 +338,21 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 		}
 	}
 	return saved, nil
+}
+
+// distinctHashes returns the chunks' content hashes, each once, in first
+// appearance order: linear in the chunks (a repeated paragraph's hash is
+// asked for once).
+func distinctHashes(chunks []sink.Chunk) []string {
+	seen := make(map[string]struct{}, len(chunks))
+	out := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if _, ok := seen[c.Hash]; !ok {
+			seen[c.Hash] = struct{}{}
+			out = append(out, c.Hash)
+		}
+	}
+	return out
 }
 
 // keepVectors writes the vectors a document carried to the cache after its

@@ -364,12 +364,13 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 		if _, ok := slices.BinarySearch(have, k); ok {
 			continue
 		}
-		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok && !slices.Contains(late, k) {
+		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok {
 			late = append(late, k)
 		}
 	}
 	if len(late) > 0 {
 		slices.Sort(late)
+		late = slices.Compact(late)
 		b := &pgx.Batch{}
 		b.Queue("SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)"+
 			" CROSS JOIN LATERAL (SELECT content_hash FROM "+s.tCache+
