@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -77,4 +78,14 @@ func TestChunkEditSimilarityLargeRewrite(t *testing.T) {
 	require.Equal(t, 0, chunker.ChunkEditSimilarity(pieces(a...), pieces(b...)))
 	// Half kept, half rewritten: 1 − 6000/12000.
 	require.Equal(t, 50, chunker.ChunkEditSimilarity(pieces(a...), pieces(append(a[:50:50], b[50:]...)...)))
+}
+
+// TestNormalizeMatchesFieldsJoin checks the one-pass Normalize against its
+// definition: NFC, then whitespace runs collapsed to one space and trimmed.
+func TestNormalizeMatchesFieldsJoin(t *testing.T) {
+	for _, s := range []string{"", " ", "a", " a", "a ", "a b", "a  b", "a\nb", " a b ", "a b  ", "a\u00a0b",
+		"e\u0301 x", "  lead", "trail\t", "x \u2003 y", "one two three", "a b\n\nc d", "\u0301a", "é b  c\u3000d"} {
+		want := strings.Join(strings.Fields(norm.NFC.String(s)), " ")
+		require.Equal(t, want, chunker.Normalize(s), "%q", s)
+	}
 }
