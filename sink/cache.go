@@ -21,7 +21,8 @@ type cacheEntry struct {
 }
 
 // cacheWrite is the one statement every path writes the embedding cache
-// with (Upsert, CacheVectors, Bulk), so they share one conflict policy:
+// with (CacheVectors, Bulk; Upsert runs its cacheInsert on the rows its
+// chunk insert returns), so they share one conflict policy:
 //
 //   - a new key is inserted with its vector and text;
 //   - an existing entry keeps its vector: chunks already copied from it stay
@@ -47,19 +48,20 @@ func (s *Store) cacheWrite(entries []cacheEntry) (string, []any) {
 	for i, e := range entries {
 		keys[i], vecs[i], texts[i] = e.hash, pgvector.NewVector(e.vec), e.text
 	}
-	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
-			" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n" +
-			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
-			" WHERE (c.text IS NULL AND excluded.text IS NOT NULL) OR c.last_used_at < now() - make_interval(secs => $6)",
+	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n", "$6"),
 		[]any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, cacheTouchEvery.Seconds()}
 }
 
-// queueCacheWrite queues cacheWrite(entries) on b, if there are any.
-func (s *Store) queueCacheWrite(b *pgx.Batch, entries []cacheEntry) {
-	if len(entries) > 0 {
-		sql, args := s.cacheWrite(entries)
-		b.Queue(sql, args...)
-	}
+// cacheInsert is cacheWrite's statement over rows (content_hash, embedding,
+// text) that the query rows yields once per key, in key order; model,
+// dimensions and touchSecs (cacheTouchEvery in seconds) are parameter
+// references. Upsert feeds it the rows its chunk insert returns, so a new
+// vector travels to Postgres once (see queuePlan).
+func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string) string {
+	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
+		" SELECT " + model + ", " + dimensions + ", r.* FROM (" + rows + ") r" +
+		" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
+		" WHERE (c.text IS NULL AND excluded.text IS NOT NULL) OR c.last_used_at < now() - make_interval(secs => " + touchSecs + ")"
 }
 
 // CacheVectors writes embeddings to the embedding cache under their content

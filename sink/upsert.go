@@ -459,24 +459,21 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+		// The chunks, and their vectors into the cache (cacheInsert, the
+		// policy every cache writer shares) from the rows the insert
+		// returns: one statement, and each vector crosses the wire and is
+		// parsed by Postgres once, not once per table. A chunk that carries
+		// its vector carries its own (checkDocument: no reused vector
+		// hash beside it), so it is cached under its content hash with its
+		// text as the origin text; a repeated paragraph is cached once,
+		// and keys are written in order, as every cache writer does.
+		b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
 			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
-			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText)
-
-		// Into the cache, under each vector's key (see cacheWrite). A
-		// reused vector is cached under its origin only (never under the
-		// new text's hash, which would pass it off as exact), and only a
-		// chunk's own vector brings its text as the origin text.
-		entries := make([]cacheEntry, 0, n)
-		for _, c := range given {
-			e := cacheEntry{hash: c.vectorKey(), vec: c.Vector}
-			if e.hash == c.Hash {
-				e.text = &c.Text
-			}
-			entries = append(entries, e)
-		}
-		s.queueCacheWrite(b, entries)
+			" AS u(position, content_hash, vector_hash, text, tokens, embedding)"+
+			" RETURNING content_hash, embedding, text) "+
+			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12"),
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
+			s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
 	}
 }
 
