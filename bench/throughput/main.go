@@ -35,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,7 +187,7 @@ func run(ctx context.Context, o options) error {
 					return err
 				}
 			}
-			for _, b := range bins {
+			for _, b := range abba(bins, r) {
 				ed := ""
 				if lat == o.latencies[0] {
 					ed = edits
@@ -239,7 +240,7 @@ func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path
 			if err != nil {
 				return err
 			}
-			for _, b := range bins {
+			for _, b := range abba(bins, r) {
 				res, err := loadOnce(ctx, o, b.path, events, edits, o.latencies[0])
 				if err != nil {
 					return fmt.Errorf("sweep %s at %d bytes: %w", b.name, size, err)
@@ -252,4 +253,16 @@ func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path
 	}
 	printSweep(results, o.editSizes)
 	return nil
+}
+
+// abba returns the binaries in order on even rounds and reversed on odd
+// ones, so that a load that drifts on a shared machine (other work starting
+// or stopping) does not always fall on the same binary.
+func abba[T any](bins []T, round int) []T {
+	if round%2 == 0 {
+		return bins
+	}
+	out := slices.Clone(bins)
+	slices.Reverse(out)
+	return out
 }
