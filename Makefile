@@ -9,7 +9,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -90,8 +90,11 @@ lint: ## gofmt check and go vet
 # same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
 # before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
-bench-throughput: services build ## issue 15: chunks/s vs raw HNSW inserts, CPU ms/chunk, requests/input, round trips/doc
+bench-throughput: services build ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
+
+bench-pgcost: services ## Postgres CPU of each write-path statement, per document, for a load and a 5-character edit
+	$(GO) run ./bench/pgcost
 
 clean: ## remove build output
 	rm -rf bin

@@ -3,7 +3,9 @@ package chunker
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -29,6 +31,9 @@ type unit struct {
 	// cut is a 64-bit digest of the unit's normalised text, from which the
 	// content-defined strategy decides whether a boundary follows it.
 	cut uint64
+	// norm is the unit's normalised text, from which its chunk's hash is
+	// composed (see chunkHash): each text is normalised once.
+	norm string
 }
 
 // strategy decides chunk boundaries over units. It returns the end index of
@@ -92,7 +97,7 @@ func (c *Chunker) Split(text string) []Chunk {
 				n = est.count(start, j)
 			}
 			s := text[units[start].start:units[j-1].end]
-			chunks = append(chunks, Chunk{Position: len(chunks), Text: s, Hash: Hash(s), Tokens: n})
+			chunks = append(chunks, Chunk{Position: len(chunks), Text: s, Hash: chunkHash(text, units[start:j]), Tokens: n})
 			start = j
 		}
 	}
@@ -104,9 +109,10 @@ func (c *Chunker) Split(text string) []Chunk {
 func (c *Chunker) units(text string) []unit {
 	var out []unit
 	add := func(s span, tokens int, heading bool) {
-		sum := sha256.Sum256([]byte(Normalize(text[s.start:s.end])))
+		n := Normalize(text[s.start:s.end])
+		sum := sha256.Sum256([]byte(n))
 		out = append(out, unit{start: s.start, end: s.end, tokens: tokens, heading: heading,
-			cut: binary.BigEndian.Uint64(sum[:8])})
+			cut: binary.BigEndian.Uint64(sum[:8]), norm: n})
 	}
 	max := c.cfg.MaxTokens
 	for _, b := range blocks(text) {
@@ -259,4 +265,33 @@ func isASCIIAlnum(c byte) bool {
 // nor control: the [^\s\p{L}\p{N}] class restricted to ASCII.
 func isASCIIPunct(c byte) bool {
 	return c > ' ' && c < 0x7f && !isASCIIAlnum(c)
+}
+
+// chunkHash is Hash of the text us span, composed from the units'
+// normalised texts instead of normalising the chunk again. Where units are
+// separated by whitespace, the normalised chunk is their normalised texts
+// joined by single spaces: whitespace neither composes nor reorders with
+// its neighbours under NFC, and Normalize collapses it to one space. Units
+// that touch (a word cut at rune boundaries) could compose across the cut,
+// so such a chunk is normalised whole.
+func chunkHash(text string, us []unit) string {
+	for k := 1; k < len(us); k++ {
+		gap := text[us[k-1].end:us[k].start]
+		if gap == "" || strings.TrimSpace(gap) != "" {
+			return Hash(text[us[0].start:us[len(us)-1].end])
+		}
+	}
+	h := sha256.New()
+	first := true
+	for _, u := range us {
+		if u.norm == "" {
+			continue
+		}
+		if !first {
+			io.WriteString(h, " ")
+		}
+		first = false
+		io.WriteString(h, u.norm)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

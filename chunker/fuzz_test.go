@@ -3,9 +3,11 @@ package chunker_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -40,6 +42,7 @@ func FuzzSplit(f *testing.F) {
 			checkInvariants(t, c, cfgs[greedy][i], text, c.Split(text))
 		}
 		n := chunker.Normalize(text)
+		require.Equal(t, strings.Join(strings.Fields(norm.NFC.String(text)), " "), n, "Normalize is NFC with whitespace collapsed")
 		require.Equal(t, n, chunker.Normalize(n), "Normalize is idempotent")
 		require.Equal(t, chunker.Hash(text), chunker.Hash(n))
 	})

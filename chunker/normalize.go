@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -13,7 +15,52 @@ import (
 // in composition or layout normalise to the same string, so re-wrapping a
 // paragraph does not re-embed it.
 func Normalize(s string) string {
-	return strings.Join(strings.Fields(norm.NFC.String(s)), " ")
+	s = norm.NFC.String(s) // s itself when it is in NFC already
+	// One pass, and no copy when the layout is normal already (single
+	// spaces between words): strings.Fields and Join cost two copies.
+	var b strings.Builder
+	space, copied, words, lastEnd := false, false, 0, 0
+	for i := 0; i < len(s); {
+		r, size := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
+		}
+		if unicode.IsSpace(r) {
+			if !copied && (r != ' ' || space || words == 0) {
+				b.Grow(len(s))
+				b.WriteString(s[:lastEnd]) // up to the last word's end
+				copied = true
+			}
+			space = true
+			i += size
+			continue
+		}
+		if space && words > 0 && copied {
+			b.WriteByte(' ')
+		}
+		space = false
+		// The start of a word.
+		j := i + size
+		for j < len(s) {
+			r, size := rune(s[j]), 1
+			if r >= utf8.RuneSelf {
+				r, size = utf8.DecodeRuneInString(s[j:])
+			}
+			if unicode.IsSpace(r) {
+				break
+			}
+			j += size
+		}
+		if copied {
+			b.WriteString(s[i:j])
+		}
+		words++
+		i, lastEnd = j, j
+	}
+	if !copied {
+		return s[:lastEnd] // at most one trailing space to drop
+	}
+	return b.String()
 }
 
 // Hash returns the hex SHA-256 of Normalize(s): the content key of a chunk.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/sink"
@@ -170,32 +169,4 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 		c.VectorHash = best
 	}
 	return rest
-}
-
-// measureEdit records, for an update, how similar its text is to the
-// stored one (chunker.DocSimilarity), and the ssdeep hash it computed on
-// the way. A new document is not hashed: the hash serves only `ragsync
-// dupes`, which hashes texts that lack one, and it was a tenth of serve's
-// CPU in an initial load (issue 15). The texts are the chunk texts joined:
-// Split drops only whitespace between chunks, which normalisation ignores.
-func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
-	if len(stored) == 0 {
-		return
-	}
-	var b strings.Builder
-	for _, c := range doc.Chunks {
-		b.WriteString(c.Text)
-		b.WriteByte(' ')
-	}
-	text := b.String()
-	h, err := chunker.FuzzyHash(text)
-	if err == nil {
-		doc.Fuzzy = h
-	}
-	b.Reset()
-	for _, c := range stored {
-		b.WriteString(c.Text)
-		b.WriteByte(' ')
-	}
-	doc.EditSimilarity, doc.EditMethod = chunker.DocSimilarityTo(b.String(), text, h, err)
 }

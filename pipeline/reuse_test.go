@@ -220,14 +220,16 @@ func TestEditMagnitudeRecorded(t *testing.T) {
 			Scan(&r.fuzzy, &r.sim, &r.method))
 		return r
 	}
+	// Measured from the chunk diff, in words: no ssdeep hash is computed
+	// at write time (ragsync dupes hashes the texts stored without one).
 	l := read("public.docs/1")
-	require.True(t, l.fuzzy, "an update stores the hash it measured the edit with")
-	require.Equal(t, chunker.MethodSsdeep, *l.method)
-	require.Greater(t, *l.sim, int16(80))
+	require.False(t, l.fuzzy, "an update computes no ssdeep hash")
+	require.Equal(t, chunker.MethodWords, *l.method)
+	require.Equal(t, int16(100), *l.sim) // 3 words appended to 800: 1 − 3/1603, rounded
 	s := read("public.docs/2")
-	require.False(t, s.fuzzy, "under ssdeep's minimum there is no fuzzy hash")
-	require.Equal(t, chunker.MethodShingle, *s.method)
-	require.Equal(t, int16(50), *s.sim) // 3-word shingles: 2 shared of 4
+	require.False(t, s.fuzzy)
+	require.Equal(t, chunker.MethodWords, *s.method)
+	require.Equal(t, int16(80), *s.sim) // one word of five replaced: 1 − 2/10
 	n := read("public.docs/3")
 	require.False(t, n.fuzzy, "a new document is not hashed (ragsync dupes hashes it)")
 	require.Nil(t, n.sim)

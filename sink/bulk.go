@@ -291,26 +291,16 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 	if len(newCache) == 0 {
 		return nil
 	}
-	// In key order, like Upsert, so concurrent writers cannot deadlock.
-	keys := make([]string, 0, len(newCache))
-	for k := range newCache {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	cvecs := make([]pgvector.Vector, len(keys))
-	ctexts := make([]*string, len(keys))
-	for i, k := range keys {
-		c := newCache[k]
-		cvecs[i] = pgvector.NewVector(c.Vector)
+	entries := make([]cacheEntry, 0, len(newCache))
+	for k, c := range newCache {
+		e := cacheEntry{hash: k, vec: c.Vector}
 		if k == c.Hash {
-			ctexts[i] = &c.Text
+			e.text = &c.Text
 		}
+		entries = append(entries, e)
 	}
-	_, err = tx.Exec(ctx, "INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding, text)"+
-		" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
-		" ON CONFLICT (model, dimensions, content_hash) DO NOTHING",
-		s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
-	if err != nil {
+	sql, args := s.cacheWrite(entries)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("cache vectors: %w", err)
 	}
 	return nil

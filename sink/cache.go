@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -9,13 +10,67 @@ import (
 	"github.com/pgvector/pgvector-go"
 )
 
+// cacheEntry is one vector for the embedding cache: the key it is cached
+// under and, when the vector is that text's own, the text it was computed
+// from. A reused vector is cached under its origin's key only and brings
+// no text (it would pass the new text off as the origin).
+type cacheEntry struct {
+	hash string
+	vec  []float32
+	text *string
+}
+
+// cacheWrite is the one statement every path writes the embedding cache
+// with (CacheVectors, Bulk; Upsert runs its cacheInsert on the rows its
+// chunk insert returns), so they share one conflict policy:
+//
+//   - a new key is inserted with its vector and text;
+//   - an existing entry keeps its vector: chunks already copied from it stay
+//     equal to it, and a vector is never replaced behind a reused chunk's
+//     back (a deliberate repair re-embeds a chunk, not the cache);
+//   - an existing entry without an origin text (cached before texts were
+//     kept) gains the text;
+//   - an existing entry's last use is recorded, at most once per
+//     cacheTouchEvery like every read's, so a write of a vector that is
+//     cached already writes no new row version.
+//
+// The conflicting row is locked either way (ON CONFLICT DO UPDATE locks it
+// even when its WHERE is false), so a concurrent Purge cannot remove it
+// before the writer's commit. Entries are deduplicated (the first of a key
+// wins) and written in key order, so two writers adding the same keys lock
+// them in the same order and cannot deadlock.
+func (s *Store) cacheWrite(entries []cacheEntry) (string, []any) {
+	slices.SortStableFunc(entries, func(a, b cacheEntry) int { return cmp.Compare(a.hash, b.hash) })
+	entries = slices.CompactFunc(entries, func(a, b cacheEntry) bool { return a.hash == b.hash })
+	keys := make([]string, len(entries))
+	vecs := make([]pgvector.Vector, len(entries))
+	texts := make([]*string, len(entries))
+	for i, e := range entries {
+		keys[i], vecs[i], texts[i] = e.hash, pgvector.NewVector(e.vec), e.text
+	}
+	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n", "$6"),
+		[]any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, cacheTouchEvery.Seconds()}
+}
+
+// cacheInsert is cacheWrite's statement over rows (content_hash, embedding,
+// text) that the query rows yields once per key, in key order; model,
+// dimensions and touchSecs (cacheTouchEvery in seconds) are parameter
+// references. Upsert feeds it the rows its chunk insert returns, so a new
+// vector travels to Postgres once (see queuePlan).
+func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string) string {
+	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
+		" SELECT " + model + ", " + dimensions + ", r.* FROM (" + rows + ") r" +
+		" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
+		" WHERE (c.text IS NULL AND excluded.text IS NOT NULL) OR c.last_used_at < now() - make_interval(secs => " + touchSecs + ")"
+}
+
 // CacheVectors writes embeddings to the embedding cache under their content
 // hashes (with the text each was computed from), for this store's model and
 // dimensions, in its own short transaction. The pipeline calls it for each
 // slice of a large document as the vectors arrive, so they are kept even if
 // the document's own transaction never commits, and a later Upsert of chunks
-// with nil vectors takes them from here. Entries are written in hash order,
-// like Upsert's, so concurrent writers cannot deadlock on them.
+// with nil vectors takes them from here. A hash cached already keeps its
+// vector (see cacheWrite for the policy every cache writer shares).
 func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error {
 	if len(hashes) != len(vecs) || len(hashes) != len(texts) {
 		return fmt.Errorf("cache vectors: %d hashes, %d texts, %d vectors: %w", len(hashes), len(texts), len(vecs), ErrInvalidDocument)
@@ -23,37 +78,16 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 	if len(hashes) == 0 {
 		return nil
 	}
-	order := make([]int, len(hashes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch {
-		case hashes[a] < hashes[b]:
-			return -1
-		case hashes[a] > hashes[b]:
-			return 1
-		}
-		return 0
-	})
-	keys := make([]string, 0, len(hashes))
-	ts := make([]string, 0, len(hashes))
-	vs := make([]pgvector.Vector, 0, len(hashes))
-	for _, i := range order {
+	entries := make([]cacheEntry, len(hashes))
+	for i := range hashes {
 		if len(vecs[i]) != s.cfg.Dimensions {
 			return fmt.Errorf("cache vectors: vector of %s has %d dimensions, want %d: %w", hashes[i], len(vecs[i]), s.cfg.Dimensions, ErrInvalidDocument)
 		}
-		if len(keys) > 0 && keys[len(keys)-1] == hashes[i] {
-			continue
-		}
-		keys, ts, vs = append(keys, hashes[i]), append(ts, texts[i]), append(vs, pgvector.NewVector(vecs[i]))
+		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i]}
 	}
-	_, err := s.pool.Exec(ctx, "INSERT INTO "+s.tCache+" AS c (model, dimensions, content_hash, embedding, text)"+
-		" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
-		" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
-		s.cfg.Model, s.cfg.Dimensions, keys, vs, ts)
-	if err != nil {
-		return fmt.Errorf("cache %d vectors: %w", len(keys), classify(err, s.cfg.Schema))
+	sql, args := s.cacheWrite(entries)
+	if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("cache %d vectors: %w", len(hashes), classify(err, s.cfg.Schema))
 	}
 	return nil
 }
@@ -67,8 +101,7 @@ func (s *Store) Cached(ctx context.Context, hashes []string) (map[string]bool, e
 	if len(hashes) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, "SELECT content_hash FROM "+s.tCache+
-		" WHERE model = $1 AND dimensions = $2 AND content_hash = ANY($3)", s.cfg.Model, s.cfg.Dimensions, hashes)
+	rows, err := s.pool.Query(ctx, s.cachedSQL(), s.cachedArgs(hashes)...)
 	if err != nil {
 		return nil, fmt.Errorf("look up %d hashes in the cache: %w", len(hashes), classify(err, s.cfg.Schema))
 	}
@@ -79,10 +112,20 @@ func (s *Store) Cached(ctx context.Context, hashes []string) (map[string]bool, e
 	for _, h := range have {
 		out[h] = true
 	}
-	if len(have) > 0 {
-		if err := s.touchCache(ctx, have); err != nil {
-			return nil, fmt.Errorf("mark %d cached vectors used: %w", len(have), classify(err, s.cfg.Schema))
-		}
-	}
 	return out, nil
 }
+
+// cachedSQL returns which of the hashes $3 (sorted, see cachedArgs) have a
+// cached vector and, in the same statement, marks them used (touchCacheSQL,
+// as a data-modifying WITH query: one statement to plan and run instead of
+// two). The cache is probed once per hash, never with "content_hash =
+// ANY($3)", which a generic plan turned into a scan of every entry of the
+// model (see vectors).
+func (s *Store) cachedSQL() string {
+	return "WITH touched AS (" + s.touchCacheSQL() + ")" +
+		" SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)" +
+		" CROSS JOIN LATERAL (SELECT content_hash FROM " + s.tCache +
+		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash LIMIT 1) x"
+}
+
+func (s *Store) cachedArgs(hashes []string) []any { return s.touchCacheArgs(hashes) }

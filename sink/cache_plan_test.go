@@ -44,7 +44,8 @@ func cacheRowsRead(n planNode) float64 {
 }
 
 // TestCacheReadsProbeByKey checks that the per-document reads of the
-// embedding cache (Vectors, its last-use touch, StoredChunks) look at a few
+// embedding cache (Vectors, Cached, Lookup, their last-use touch,
+// StoredChunks) look at a few
 // rows per hash however large the cache is, under the plans that once made
 // them scan the whole model's entries: generic plans over statistics taken
 // before the cache grew. The plans come from auto_explain, reported to the
@@ -130,6 +131,25 @@ func TestCacheReadsProbeByKey(t *testing.T) {
 		// Read + touch: at most a probe per hash for each, plus the
 		// touched rows re-found by the UPDATE.
 		require.LessOrEqual(t, rows, float64(3*4), "Vectors read %v cache rows for 4 hashes of a 5,003-entry cache", rows)
+
+		// Cached (every shadow write and every document too large for
+		// one embedding slice asks it) and Lookup (every document) probe
+		// and touch by key as well.
+		var have map[string]bool
+		rows = run("Cached", func() (err error) {
+			have, err = s.Cached(ctx, []string{"a", "b", "c", "absent"})
+			return err
+		})
+		require.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, have)
+		require.LessOrEqual(t, rows, float64(3*4), "Cached read %v cache rows for 4 hashes of a 5,003-entry cache", rows)
+		var l sink.Lookup
+		rows = run("Lookup", func() (err error) {
+			l, err = s.Lookup(ctx, sink.DocID("public.articles", "1"), []string{"a", "b", "c", "absent"})
+			return err
+		})
+		require.True(t, l.Found)
+		require.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, l.Cached)
+		require.LessOrEqual(t, rows, float64(3*4+3), "Lookup read %v cache rows for 4 hashes and 3 chunks of a 5,003-entry cache", rows)
 
 		var stored []sink.StoredChunk
 		rows = run("StoredChunks", func() (err error) {

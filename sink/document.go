@@ -60,13 +60,14 @@ type Document struct {
 	Chunks []Chunk
 
 	// Fuzzy is the ssdeep hash of the document's normalised text
-	// (chunker.FuzzyHash), stored for `ragsync dupes`; empty when the text
-	// is under ssdeep's minimum.
+	// (chunker.FuzzyHash), stored for `ragsync dupes`; empty when not
+	// computed (dupes hashes such texts itself) or the text is under
+	// ssdeep's minimum.
 	Fuzzy string
 	// EditSimilarity is how similar this version is to the stored one,
-	// 0 (rewritten) to 100 (same), measured by EditMethod ("ssdeep" or
-	// "shingle", see chunker.DocSimilarity). An empty EditMethod means not
-	// measured (a create): nothing is recorded.
+	// 0 (rewritten) to 100 (same), measured by EditMethod (the pipeline's
+	// is "words", see chunker.ChunkEditSimilarity). An empty EditMethod
+	// means not measured (a create): nothing is recorded.
 	EditSimilarity int
 	EditMethod     string
 }

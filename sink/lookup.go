@@ -22,8 +22,7 @@ type Lookup struct {
 
 // Lookup reads document id, its stored chunks and which of hashes have a
 // cached vector in one round trip, where Document, StoredChunks and Cached
-// cost one each (issue 15). It marks the cached entries used, as Cached
-// does. The three reads are separate statements, each with its own
+// cost one each. It marks the cached entries used, as Cached does. The three reads are separate statements, each with its own
 // snapshot, as the separate calls were: the sink fences again under the
 // row lock, so what they return only decides what to embed.
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
@@ -32,12 +31,7 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 	b.Queue(s.documentSQL(), s.cfg.Index, id)
 	b.Queue(s.storedChunksSQL(), s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
 	if len(hashes) > 0 {
-		// Probed per hash, like vectors (see there why not ANY).
-		b.Queue("SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)"+
-			" CROSS JOIN LATERAL (SELECT content_hash FROM "+s.tCache+
-			" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash LIMIT 1) x",
-			s.cfg.Model, s.cfg.Dimensions, hashes)
-		b.Queue(s.touchCacheSQL(), s.touchCacheArgs(hashes)...)
+		b.Queue(s.cachedSQL(), s.cachedArgs(hashes)...)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -66,9 +60,6 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 		}
 		for _, h := range have {
 			l.Cached[h] = true
-		}
-		if _, err := br.Exec(); err != nil {
-			return fail("mark cached vectors used", err)
 		}
 	}
 	if err := br.Close(); err != nil {

@@ -364,12 +364,13 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 		if _, ok := slices.BinarySearch(have, k); ok {
 			continue
 		}
-		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok && !slices.Contains(late, k) {
+		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok {
 			late = append(late, k)
 		}
 	}
 	if len(late) > 0 {
 		slices.Sort(late)
+		late = slices.Compact(late)
 		b := &pgx.Batch{}
 		b.Queue("SELECT x.content_hash FROM unnest($3::text[]) AS h(hash)"+
 			" CROSS JOIN LATERAL (SELECT content_hash FROM "+s.tCache+
@@ -458,45 +459,21 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			vecs[i] = pgvector.NewVector(c.Vector)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+		// The chunks, and their vectors into the cache (cacheInsert, the
+		// policy every cache writer shares) from the rows the insert
+		// returns: one statement, and each vector crosses the wire and is
+		// parsed by Postgres once, not once per table. A chunk that carries
+		// its vector carries its own (checkDocument: no reused vector
+		// hash beside it), so it is cached under its content hash with its
+		// text as the origin text; a repeated paragraph is cached once,
+		// and keys are written in order, as every cache writer does.
+		b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
 			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
-			" AS u(position, content_hash, vector_hash, text, tokens, embedding)",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText)
-
-		// Into the cache, once per vector key and in key order: two
-		// documents adding the same new paragraphs then lock cache rows in
-		// the same order and cannot deadlock. A reused vector is cached
-		// under its origin only (never under the new text's hash, which
-		// would pass it off as exact), and only a chunk's own vector
-		// brings its text as the origin text.
-		type entry struct {
-			vec  []float32
-			text *string
-		}
-		cache := make(map[string]entry, n)
-		for _, c := range given {
-			k := c.vectorKey()
-			e := cache[k]
-			e.vec = c.Vector
-			if k == c.Hash && e.text == nil {
-				e.text = &c.Text
-			}
-			cache[k] = e
-		}
-		keys := make([]string, 0, len(cache))
-		for h := range cache {
-			keys = append(keys, h)
-		}
-		slices.Sort(keys)
-		cvecs := make([]pgvector.Vector, len(keys))
-		ctexts := make([]*string, len(keys))
-		for i, h := range keys {
-			cvecs[i], ctexts[i] = pgvector.NewVector(cache[h].vec), cache[h].text
-		}
-		b.Queue("INSERT INTO "+s.tCache+" AS c (model, dimensions, content_hash, embedding, text)"+
-			" SELECT $1, $2, u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n"+
-			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)",
-			s.cfg.Model, s.cfg.Dimensions, keys, cvecs, ctexts)
+			" AS u(position, content_hash, vector_hash, text, tokens, embedding)"+
+			" RETURNING content_hash, embedding, text) "+
+			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12"),
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
+			s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
 	}
 }
 

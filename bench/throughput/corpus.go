@@ -59,17 +59,32 @@ const tableConfig = `tables:
 
 // writeEvents writes one Debezium create event per document.
 func (c *corpus) writeEvents(dir string) (string, error) {
-	path := filepath.Join(dir, "events.jsonl")
+	return c.write(filepath.Join(dir, "events.jsonl"), "c", 0, func(body string) string { return body })
+}
+
+// writeEdits writes one Debezium update event per document, after every
+// create, that changes 5 characters in the middle of its body: the small
+// edit whose cost should follow the edit, not the document.
+func (c *corpus) writeEdits(dir string) (string, error) {
+	return c.write(filepath.Join(dir, "edits.jsonl"), "u", len(c.titles), func(body string) string {
+		mid := len(body) / 2
+		return body[:mid] + "EDIT5" + body[mid+5:]
+	})
+}
+
+// write writes one event of op per document, with source positions after
+// skip earlier events.
+func (c *corpus) write(path, op string, skip int, body func(string) string) (string, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err
 	}
 	w := bufio.NewWriter(f)
 	for d := range c.titles {
-		lsn := int64(1000 + d)
+		lsn := int64(1000 + skip + d)
 		v, err := json.Marshal(map[string]any{
-			"op": "c", "ts_ms": 1700000000000 + lsn, "before": nil,
-			"after": map[string]any{"id": d, "title": c.titles[d], "body": c.bodies[d]},
+			"op": op, "ts_ms": 1700000000000 + lsn, "before": nil,
+			"after": map[string]any{"id": d, "title": c.titles[d], "body": body(c.bodies[d])},
 			"source": map[string]any{"connector": "postgresql", "db": "app", "schema": "public", "table": "articles",
 				"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000 + lsn},
 		})

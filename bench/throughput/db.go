@@ -73,14 +73,31 @@ func (db *database) xacts(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// backendCPU samples the CPU time of the database's client backends from
-// /proc until stop is closed, keeping each one's last reading (CPU time is
-// cumulative, and a backend's entry disappears at exit): it misses at most
-// the last interval of each backend, and autovacuum, the WAL writer and
-// the checkpointer, which are not the run's client backends.
-func (db *database) backendCPU(ctx context.Context, stop <-chan struct{}) func() time.Duration {
+// pgUsage is what a sampler read of Postgres's CPU during a measurement.
+type pgUsage struct {
+	// backends is the CPU of the database's client backends.
+	backends time.Duration
+	// all adds every other Postgres process that worked for the run: the
+	// database's autovacuum and parallel workers, and the cluster's
+	// background processes (WAL writer, checkpointer, background writer,
+	// autovacuum launcher), counted from their reading at the start. On a
+	// shared server the background processes also work for others.
+	all time.Duration
+}
+
+// backendCPU samples the CPU time of the Postgres processes that work for
+// the database from /proc until stop is closed, keeping each one's last
+// reading (CPU time is cumulative, and a backend's entry disappears at
+// exit): it misses at most the last interval of each process that exits.
+// Processes alive at the first sample (the cluster's background processes)
+// count from that reading; the sampler's own backend does not count.
+func (db *database) backendCPU(ctx context.Context, stop <-chan struct{}) func() pgUsage {
+	type reading struct {
+		first, last time.Duration
+		client      bool
+	}
 	var mu sync.Mutex
-	last := map[int]time.Duration{}
+	seen := map[int]*reading{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -91,16 +108,36 @@ func (db *database) backendCPU(ctx context.Context, stop <-chan struct{}) func()
 		defer conn.Close(ctx)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		for {
-			rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", db.name)
+		for sample := 0; ; sample++ {
+			// datname is NULL for the cluster's background processes;
+			// other databases' backends and workers are not ours.
+			rows, err := conn.Query(ctx, "SELECT pid, backend_type = 'client backend' FROM pg_stat_activity"+
+				" WHERE (datname = $1 OR datname IS NULL) AND pid <> pg_backend_pid()", db.name)
 			if err == nil {
-				pids, _ := pgx.CollectRows(rows, pgx.RowTo[int32])
-				for _, pid := range pids {
-					if d, ok := procCPU(int(pid)); ok {
-						mu.Lock()
-						last[int(pid)] = d
-						mu.Unlock()
+				type proc struct {
+					pid    int32
+					client bool
+				}
+				procs, _ := pgx.CollectRows(rows, func(row pgx.CollectableRow) (proc, error) {
+					var p proc
+					return p, row.Scan(&p.pid, &p.client)
+				})
+				for _, p := range procs {
+					d, ok := procCPU(int(p.pid))
+					if !ok {
+						continue
 					}
+					mu.Lock()
+					r := seen[int(p.pid)]
+					if r == nil {
+						r = &reading{client: p.client}
+						if sample == 0 {
+							r.first = d
+						}
+						seen[int(p.pid)] = r
+					}
+					r.last = d
+					mu.Unlock()
 				}
 			}
 			select {
@@ -110,15 +147,19 @@ func (db *database) backendCPU(ctx context.Context, stop <-chan struct{}) func()
 			}
 		}
 	}()
-	return func() time.Duration {
+	return func() pgUsage {
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
-		var sum time.Duration
-		for _, d := range last {
-			sum += d
+		var c pgUsage
+		for _, r := range seen {
+			d := r.last - r.first
+			c.all += d
+			if r.client {
+				c.backends += d
+			}
 		}
-		return sum
+		return c
 	}
 }
 

@@ -17,13 +17,16 @@ import (
 	"github.com/ragsync/ragsync/internal/openaitest"
 )
 
-// result is one load.
+// result is one load, and the edit run after it when there is one.
 type result struct {
 	name           string
 	latency        time.Duration
+	docBytes       int
 	docs, chunks   int64
 	wall           time.Duration
 	cpu, pgCPU     time.Duration
+	pgAll          time.Duration // every Postgres process, see pgUsage
+	edit           *editResult
 	requests       int64
 	inputs         int64
 	trips, xacts   int64
@@ -56,17 +59,47 @@ func selfCPU() time.Duration {
 }
 
 func (r result) line() string {
-	return fmt.Sprintf("%s latency=%s: %d docs, %d chunks in %s = %.0f chunks/s (%.2f of raw), CPU %.3f ms/chunk, PG CPU %.3f ms/chunk, bench CPU %.3f ms/chunk, %d requests for %d inputs, %.1f round trips/doc, %.2f tx/doc",
+	s := fmt.Sprintf("%s latency=%s: %d docs, %d chunks in %s = %.0f chunks/s (%.2f of raw), CPU %.3f ms/chunk, PG CPU %.3f ms/chunk (all processes %.3f), bench CPU %.3f ms/chunk, %d requests for %d inputs, %.1f round trips/doc, %.2f tx/doc",
 		r.name, r.latency, r.docs, r.chunks, r.wall.Round(time.Millisecond), r.chunksPerSec(), r.ofRaw(),
-		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), r.perChunkMs(r.benchCPU), r.requests, r.inputs,
+		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), r.perChunkMs(r.pgAll), r.perChunkMs(r.benchCPU), r.requests, r.inputs,
 		float64(r.trips)/float64(r.docs), float64(r.xacts)/float64(r.docs))
+	if r.edit != nil {
+		s += "; " + r.editLine()
+	}
+	return s
+}
+
+// editLine describes the edit run after the load.
+func (r result) editLine() string {
+	if r.edit == nil {
+		return "no edit run"
+	}
+	e := r.edit
+	return fmt.Sprintf("edit of %d docs in %s: CPU %.3f ms/doc (%.2f of the load's CPU), PG CPU %.3f ms/doc (all processes %.3f), %d chunk rows written, %d texts embedded",
+		e.docs, e.wall.Round(time.Millisecond), e.perDocMs(e.cpu), float64(e.cpu)/float64(r.cpu),
+		e.perDocMs(e.pg.backends), e.perDocMs(e.pg.all), e.written, e.inputs)
 }
 
 func (r result) row() string {
-	return fmt.Sprintf("| %s | %s | %d | %d | %.1f | %.0f | %.2f | %.3f | %.3f | 1/%.1f | %.1f | %.2f |",
+	return fmt.Sprintf("| %s | %s | %d | %d | %.1f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | 1/%.1f | %.1f | %.2f |",
 		r.name, r.latency, r.docs, r.chunks, r.wall.Seconds(), r.chunksPerSec(), r.ofRaw(),
-		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), r.inputsPerRequest(),
-		float64(r.trips)/float64(r.docs), float64(r.xacts)/float64(r.docs))
+		r.perChunkMs(r.cpu), r.perChunkMs(r.pgCPU), r.perChunkMs(r.pgAll), r.perChunkMs(r.pgAll)/r.raw.perRowMs(r.raw.pgAll),
+		r.inputsPerRequest(), float64(r.trips)/float64(r.docs), float64(r.xacts)/float64(r.docs))
+}
+
+// editResult is a run of `serve --once` over an update of every loaded
+// document that changes 5 characters of its text (see corpus.writeEdits).
+type editResult struct {
+	docs    int64 // documents updated
+	written int64 // chunk rows the edit inserted (new content)
+	inputs  int64 // texts sent to the embedding server
+	wall    time.Duration
+	cpu     time.Duration // serve's
+	pg      pgUsage
+}
+
+func (e editResult) perDocMs(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(e.docs)
 }
 
 // tbShim lets openaitest.New, which takes a testing.TB to register the
@@ -80,8 +113,9 @@ type tbShim struct {
 func (s *tbShim) Helper()          {}
 func (s *tbShim) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
 
-// loadOnce loads the events with bin into a fresh database.
-func loadOnce(ctx context.Context, o options, bin, events string, latency time.Duration) (result, error) {
+// loadOnce loads the events with bin into a fresh database and, when edits
+// is not empty, applies them after the load in a second run.
+func loadOnce(ctx context.Context, o options, bin, events, edits string, latency time.Duration) (result, error) {
 	var res result
 	db, err := createDatabase(ctx, o.adminURL)
 	if err != nil {
@@ -136,7 +170,8 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 	if o.fullTextNew && bin == o.bin {
 		fullText = "  full_text: true\n"
 	}
-	yaml := fmt.Sprintf(`source:
+	yamlFor := func(events string) string {
+		return fmt.Sprintf(`source:
   kind: file
   file:
     path: %s
@@ -153,7 +188,8 @@ func loadOnce(ctx context.Context, o options, bin, events string, latency time.D
 http:
   listen: ""
 `, events, tableConfig, srv.URL, o.dims, encoding, u.String(), fullText)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+	}
+	if err := os.WriteFile(cfg, []byte(yamlFor(events)), 0o644); err != nil {
 		return res, err
 	}
 	// Migrations run before the load: serve applies them too, but their
@@ -191,7 +227,8 @@ http:
 	res.wall = time.Since(start)
 	res.benchCPU = selfCPU() - self0
 	close(stop)
-	res.pgCPU = pgCPU()
+	pg := pgCPU()
+	res.pgCPU, res.pgAll = pg.backends, pg.all
 	if err != nil {
 		return res, fmt.Errorf("serve: %w\n%s", err, out.String())
 	}
@@ -217,5 +254,51 @@ http:
 	if res.docs == 0 || res.chunks == 0 {
 		return res, fmt.Errorf("nothing loaded: %s", out.String())
 	}
+	if edits == "" {
+		return res, nil
+	}
+
+	// The edit run: a config that reads the edit events instead, the same
+	// database, embedding server and relay.
+	editCfg := filepath.Join(dir, "ragsync-edit.yaml")
+	if err := os.WriteFile(editCfg, []byte(yamlFor(edits)), 0o644); err != nil {
+		return res, err
+	}
+	var lastID int64
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM ragsync.chunks").Scan(&lastID); err != nil {
+		return res, err
+	}
+	inputs0 := srv.Inputs.Load()
+	stop = make(chan struct{})
+	pgCPU = db.backendCPU(ctx, stop)
+	args = []string{"serve", "--once", "--config", editCfg}
+	if o.cpuProfile != "" && bin == o.bin {
+		args = append(args, "--cpu-profile", fmt.Sprintf("%s-%s-edit.pprof", o.cpuProfile, latency))
+	}
+	cmd = exec.CommandContext(ctx, bin, args...)
+	out.Reset()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start = time.Now()
+	err = cmd.Run()
+	e := &editResult{wall: time.Since(start)}
+	close(stop)
+	e.pg = pgCPU()
+	if err != nil {
+		return res, fmt.Errorf("serve (edits): %w\n%s", err, out.String())
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		e.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	e.inputs = srv.Inputs.Load() - inputs0
+	// Documents that took their update: an update records its edit's
+	// magnitude, a create does not.
+	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE edit_method IS NOT NULL), (SELECT count(*) FROM ragsync.chunks WHERE id > $1) FROM ragsync.documents",
+		lastID).Scan(&e.docs, &e.written); err != nil {
+		return res, err
+	}
+	if e.docs == 0 {
+		return res, fmt.Errorf("no document took its edit: %s", out.String())
+	}
+	res.edit = e
 	return res, nil
 }

@@ -1,4 +1,4 @@
-// Command throughput is the write-path benchmark users read (issue 15): it
+// Command throughput is the write-path benchmark users read: it
 // loads N documents of ~4 KB through `ragsync serve --once` (file source)
 // against the in-process OpenAI-compatible test server with a configurable
 // reply latency, and measures in the same run the raw limit: parallel
@@ -15,7 +15,17 @@
 // trips are client→server bursts counted by a TCP relay in front of
 // Postgres, transactions are pg_stat_database.xact_commit of a database
 // created for the run. With -costs it also prices, per chunk, what the
-// chunks table writes beyond the HNSW index (issue 15 item 4).
+// chunks table writes beyond the HNSW index.
+//
+// Postgres CPU is read two ways: the run's client backends, and every
+// Postgres process that worked for it (adding the database's autovacuum
+// and parallel workers and the cluster's WAL writer, checkpointer and
+// background writer). With -edit (the default) each load at the first
+// latency is followed by a run that changes 5 characters in every
+// document, reported as process and Postgres CPU per document and as a
+// share of the load's; -edit-sizes repeats load + edit at other document
+// sizes (4 KB and 64 KB by default) to show the edit's CPU grows at most
+// linearly with the document.
 package main
 
 import (
@@ -25,6 +35,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,6 +60,8 @@ type options struct {
 	poolConns    int
 	pgParams     string
 	dropNew      string
+	edit         bool
+	editSizes    []int
 }
 
 // measureRaw runs and prints the raw limit.
@@ -56,8 +70,8 @@ func measureRaw(ctx context.Context, o options, c *corpus) (timing, error) {
 	if err != nil {
 		return raw, fmt.Errorf("raw limit: %w", err)
 	}
-	fmt.Printf("raw limit: %d rows in %s over %d connections = %.0f rows/s, PG CPU %.3f ms/row (bare table, same HNSW index)\n",
-		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, raw.rate(), float64(raw.pgCPU)/float64(time.Millisecond)/float64(raw.rows))
+	fmt.Printf("raw limit: %d rows in %s over %d connections = %.0f rows/s, PG CPU %.3f ms/row (client backends), %.3f ms/row (every Postgres process) (bare table, same HNSW index)\n",
+		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, raw.rate(), raw.perRowMs(raw.pgCPU), raw.perRowMs(raw.pgAll))
 	return raw, nil
 }
 
@@ -84,7 +98,21 @@ func main() {
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
 	flag.StringVar(&o.dropNew, "drop-new", "", "indexes of schema ragsync to drop after -bin's migrations (price them: -base-bin the same binary)")
+	flag.BoolVar(&o.edit, "edit", true, "after each load at the first latency, apply an update of every document that changes 5 characters, and report its CPU")
+	var sizes string
+	flag.StringVar(&sizes, "edit-sizes", "4096,65536", "document sizes of the edit sweep (load + edit at the first latency, the same total bytes as the main load); empty: no sweep")
 	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			fmt.Fprintln(os.Stderr, "throughput: -edit-sizes: want byte counts, e.g. 4096,65536")
+			os.Exit(2)
+		}
+		o.editSizes = append(o.editSizes, n)
+	}
 	for _, s := range strings.Split(lat, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
 		if err != nil {
@@ -123,6 +151,12 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	var edits string
+	if o.edit {
+		if edits, err = corpus.writeEdits(dir); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("corpus: %d documents, %.1f KB each on average\n", o.docs, float64(corpus.bytes)/float64(o.docs)/1024)
 
 	// The raw limit is measured again before every round, so that each
@@ -153,24 +187,82 @@ func run(ctx context.Context, o options) error {
 					return err
 				}
 			}
-			for _, b := range bins {
-				res, err := loadOnce(ctx, o, b.path, events, lat)
+			for _, b := range abba(bins, r) {
+				ed := ""
+				if lat == o.latencies[0] {
+					ed = edits
+				}
+				res, err := loadOnce(ctx, o, b.path, events, ed, lat)
 				if err != nil {
 					return fmt.Errorf("%s at %s: %w", b.name, lat, err)
 				}
-				res.name, res.latency, res.raw = b.name, lat, raw
+				res.name, res.latency, res.raw, res.docBytes = b.name, lat, raw, o.docBytes
 				results = append(results, res)
 				fmt.Println(res.line())
 			}
 		}
 	}
 	fmt.Println()
-	fmt.Println("| binary | latency | docs | chunks | wall s | chunks/s | ÷ raw | CPU ms/chunk | PG CPU ms/chunk | requests/input | round trips/doc | tx/doc |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| binary | latency | docs | chunks | wall s | chunks/s | ÷ raw | CPU ms/chunk | PG CPU ms/chunk (backends) | PG CPU ms/chunk (all) | PG all ÷ raw's | requests/input | round trips/doc | tx/doc |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Println(r.row())
 	}
 	fmt.Println()
 	summarise(results, o.latencies)
+	if o.edit {
+		printEdits(results)
+	}
+	if len(o.editSizes) > 0 {
+		return sweep(ctx, o, dir, bins)
+	}
 	return nil
+}
+
+// sweep loads and edits documents of each of o.editSizes, the same total
+// bytes as the main load, with every binary in alternation, to show how
+// the edit's CPU grows with the document: linearly at most.
+func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path string }) error {
+	var results []result
+	for r := 0; r < o.rounds; r++ {
+		for _, size := range o.editSizes {
+			docs := max(50, o.docs*o.docBytes/size)
+			c := newCorpus(docs, size)
+			sub, err := os.MkdirTemp(dir, "sweep")
+			if err != nil {
+				return err
+			}
+			events, err := c.writeEvents(sub)
+			if err != nil {
+				return err
+			}
+			edits, err := c.writeEdits(sub)
+			if err != nil {
+				return err
+			}
+			for _, b := range abba(bins, r) {
+				res, err := loadOnce(ctx, o, b.path, events, edits, o.latencies[0])
+				if err != nil {
+					return fmt.Errorf("sweep %s at %d bytes: %w", b.name, size, err)
+				}
+				res.name, res.latency, res.docBytes = b.name, o.latencies[0], size
+				results = append(results, res)
+				fmt.Printf("sweep %s %d B: %s\n", b.name, size, res.editLine())
+			}
+		}
+	}
+	printSweep(results, o.editSizes)
+	return nil
+}
+
+// abba returns the binaries in order on even rounds and reversed on odd
+// ones, so that a load that drifts on a shared machine (other work starting
+// or stopping) does not always fall on the same binary.
+func abba[T any](bins []T, round int) []T {
+	if round%2 == 0 {
+		return bins
+	}
+	out := slices.Clone(bins)
+	slices.Reverse(out)
+	return out
 }

@@ -58,7 +58,12 @@ func rowsOf(ctx context.Context, c *corpus, dims int) ([]docRows, int, error) {
 type timing struct {
 	rows    int
 	elapsed time.Duration
-	pgCPU   time.Duration
+	pgCPU   time.Duration // client backends
+	pgAll   time.Duration // every Postgres process, see pgUsage
+}
+
+func (t timing) perRowMs(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(t.rows)
 }
 
 func (t timing) rate() float64 { return float64(t.rows) / t.elapsed.Seconds() }
@@ -98,7 +103,8 @@ func insertAll(ctx context.Context, db *database, conns int, docs []docRows, row
 	// insert catches the backends' final CPU before they close.
 	time.Sleep(150 * time.Millisecond)
 	close(stop)
-	t.pgCPU = pgCPU()
+	pg := pgCPU()
+	t.pgCPU, t.pgAll = pg.backends, pg.all
 	return t, err
 }
 

@@ -32,10 +32,13 @@ func summarise(results []result, latencies []time.Duration) {
 	for _, n := range names {
 		for _, l := range latencies {
 			k := key{n, l}
-			fmt.Printf("  %s %s: chunks/s ÷ raw %.2f, CPU %.3f ms/chunk, PG CPU %.3f ms/chunk (raw's %.3f ms/row), bench CPU %.3f ms/chunk, 1/%.1f requests per input\n",
+			fmt.Printf("  %s %s: chunks/s ÷ raw %.2f, CPU %.3f ms/chunk, PG CPU %.3f ms/chunk (raw's %.3f ms/row), every Postgres process %.3f ms/chunk (raw's %.3f ms/row; ratio of each round: median %.2f), bench CPU %.3f ms/chunk, 1/%.1f requests per input\n",
 				n, l, med(k, result.ofRaw), med(k, func(r result) float64 { return r.perChunkMs(r.cpu) }),
 				med(k, func(r result) float64 { return r.perChunkMs(r.pgCPU) }),
-				med(k, func(r result) float64 { return float64(r.raw.pgCPU) / float64(time.Millisecond) / float64(r.raw.rows) }),
+				med(k, func(r result) float64 { return r.raw.perRowMs(r.raw.pgCPU) }),
+				med(k, func(r result) float64 { return r.perChunkMs(r.pgAll) }),
+				med(k, func(r result) float64 { return r.raw.perRowMs(r.raw.pgAll) }),
+				med(k, func(r result) float64 { return r.perChunkMs(r.pgAll) / r.raw.perRowMs(r.raw.pgAll) }),
 				med(k, func(r result) float64 { return r.perChunkMs(r.benchCPU) }),
 				med(k, result.inputsPerRequest))
 		}
@@ -61,6 +64,89 @@ func summarise(results []result, latencies []time.Duration) {
 			cpu := func(r result) float64 { return r.perChunkMs(r.cpu) }
 			fmt.Printf("  %s ÷ %s at %s: chunks/s %.2f, CPU ms/chunk %.2f\n", names[1], names[0], l,
 				med(n, result.chunksPerSec)/med(b, result.chunksPerSec), med(n, cpu)/med(b, cpu))
+		}
+	}
+}
+
+// printEdits prints, per binary, the medians of the edit runs that followed
+// the loads: their CPU per document and as a share of the same round's load.
+func printEdits(results []result) {
+	names := []string{}
+	for _, r := range results {
+		if r.edit != nil && !slices.Contains(names, r.name) {
+			names = append(names, r.name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("edit runs (5 characters changed in every document), medians over rounds:")
+	fmt.Println("| binary | docs | CPU ms/doc | edit CPU ÷ load CPU | PG CPU ms/doc (backends) | PG CPU ms/doc (all) | PG all ÷ load's per doc | chunk rows written/doc | texts embedded/doc |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, n := range names {
+		var docs int64
+		var cpu, share, pgB, pgA, pgShare, written, inputs []float64
+		for _, r := range results {
+			if r.name != n || r.edit == nil {
+				continue
+			}
+			e := r.edit
+			docs = e.docs
+			cpu = append(cpu, e.perDocMs(e.cpu))
+			share = append(share, float64(e.cpu)/float64(r.cpu))
+			pgB = append(pgB, e.perDocMs(e.pg.backends))
+			pgA = append(pgA, e.perDocMs(e.pg.all))
+			pgShare = append(pgShare, e.perDocMs(e.pg.all)/(float64(r.pgAll)/float64(time.Millisecond)/float64(r.docs)))
+			written = append(written, float64(e.written)/float64(e.docs))
+			inputs = append(inputs, float64(e.inputs)/float64(e.docs))
+		}
+		fmt.Printf("| %s | %d | %.3f | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", n, docs, median(cpu), median(share),
+			median(pgB), median(pgA), median(pgShare), median(written), median(inputs))
+	}
+}
+
+// printSweep prints the edit sweep: per binary and document size, the
+// medians of the load's and the edit's CPU, per document and per KB of
+// document. Per KB, an edit path linear in the document (or better) stays
+// flat or falls as documents grow.
+func printSweep(results []result, sizes []int) {
+	names := []string{}
+	for _, r := range results {
+		if !slices.Contains(names, r.name) {
+			names = append(names, r.name)
+		}
+	}
+	fmt.Println()
+	fmt.Println("edit sweep by document size, medians over rounds:")
+	fmt.Println("| binary | doc bytes | docs | load CPU ms/doc | edit CPU ms/doc | edit CPU µs/KB | edit ÷ load CPU | edit PG CPU ms/doc (all) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	perKB := map[string][]float64{}
+	for _, n := range names {
+		for _, size := range sizes {
+			var docs int64
+			var load, edit, kb, share, pg []float64
+			for _, r := range results {
+				if r.name != n || r.docBytes != size || r.edit == nil {
+					continue
+				}
+				e := r.edit
+				docs = e.docs
+				load = append(load, float64(r.cpu)/float64(time.Millisecond)/float64(r.docs))
+				edit = append(edit, e.perDocMs(e.cpu))
+				kb = append(kb, e.perDocMs(e.cpu)*1000/(float64(size)/1024))
+				share = append(share, float64(e.cpu)/float64(r.cpu))
+				pg = append(pg, e.perDocMs(e.pg.all))
+			}
+			perKB[n] = append(perKB[n], median(kb))
+			fmt.Printf("| %s | %d | %d | %.3f | %.3f | %.1f | %.2f | %.3f |\n", n, size, docs, median(load), median(edit), median(kb), median(share), median(pg))
+		}
+	}
+	if len(sizes) >= 2 {
+		for _, n := range names {
+			k := perKB[n]
+			fmt.Printf("  %s: edit CPU per KB at %d B ÷ at %d B = %.2f (above 1: superlinear in the document's size)\n",
+				n, sizes[len(sizes)-1], sizes[0], k[len(k)-1]/k[0])
 		}
 	}
 }

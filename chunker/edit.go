@@ -1,0 +1,99 @@
+package chunker
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MethodWords names ChunkEditSimilarity's measure, as DocSimilarity names
+// its own.
+const MethodWords = "words"
+
+// Piece is one chunk of a document as ChunkEditSimilarity reads it: its
+// text and its content hash (Hash of the text).
+type Piece struct {
+	Hash, Text string
+}
+
+// editCapWords bounds the word edit distance ChunkEditSimilarity computes
+// exactly: past it, the changed parts count as having no word in common,
+// which keeps a rewritten document's cost O(changed words × editCapWords).
+const editCapWords = 2000
+
+// ChunkEditSimilarity scores how similar two versions of a document are,
+// 0 (rewritten) to 100 (same), from their chunks in document order: 100 ×
+// (1 − D/(n+m)), where n and m are the versions' word counts and D the
+// word insert/delete edit distance between the chunks whose content hash
+// the other version lacks (EditSimilarity's measure, restricted to what
+// changed). Chunks with equal hashes hold equal normalised words, so only
+// the changed chunks are normalised and compared: the work grows with the
+// edit, not with the document (the rest is a word count). D is an upper
+// bound of the whole texts' distance (a word that moved between a kept
+// and a changed chunk counts as an edit), so the score never overstates
+// the similarity.
+func ChunkEditSimilarity(old, new []Piece) int {
+	left := make(map[string]int, len(old))
+	for _, p := range old {
+		left[p.Hash]++
+	}
+	var n, m int
+	var added, removed strings.Builder
+	kept := make(map[string]int, len(new))
+	for _, p := range new {
+		w := countWords(p.Text)
+		m += w
+		if left[p.Hash] > 0 {
+			left[p.Hash]--
+			kept[p.Hash]++
+			continue
+		}
+		added.WriteString(p.Text)
+		added.WriteByte(' ')
+	}
+	for _, p := range old {
+		n += countWords(p.Text)
+		if kept[p.Hash] > 0 {
+			kept[p.Hash]--
+			continue
+		}
+		removed.WriteString(p.Text)
+		removed.WriteByte(' ')
+	}
+	if n+m == 0 {
+		return 100
+	}
+	wa, wb := Words(removed.String()), Words(added.String())
+	d := len(wa) + len(wb)
+	if d > 0 {
+		min := 1 - float64(editCapWords)/float64(d)
+		if sim := editSimilarityWords(wa, wb, min); sim > 0 {
+			// Rounded: sim is 1 − D/d, computed in floating point.
+			d = int(float64(d)*(1-sim) + 0.5)
+		}
+	}
+	return int(100*(1-float64(d)/float64(n+m)) + 0.5)
+}
+
+// countWords counts the words of s as strings.Fields would (NFC does not
+// change where Unicode whitespace is), without allocating.
+func countWords(s string) int {
+	n, in := 0, false
+	for i := 0; i < len(s); {
+		c := s[i]
+		var space bool
+		if c < utf8.RuneSelf {
+			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+			i++
+		} else {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+			i += size
+		}
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
+}

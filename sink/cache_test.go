@@ -1,0 +1,91 @@
+package sink_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgvector/pgvector-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/sink"
+)
+
+// cacheRow is an embedding cache entry as the policy test reads it.
+type cacheRow struct {
+	vec      []float32
+	text     *string
+	lastUsed time.Time
+}
+
+func readCacheRow(t *testing.T, b *testBundle, hash string) cacheRow {
+	t.Helper()
+	var r cacheRow
+	var v pgvector.Vector
+	require.NoError(t, b.pool.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT embedding, text, last_used_at FROM %s.embedding_cache WHERE model = 'test-model' AND content_hash = $1", b.schema), hash).
+		Scan(&v, &r.text, &r.lastUsed))
+	r.vec = v.Slice()
+	return r
+}
+
+// TestCacheWritersShareOnePolicy writes a key that is cached already, with
+// another vector and a text, through each path that writes the cache: the
+// document write (Upsert), CacheVectors and the bulk load. Each must leave
+// the entry's vector as it was (chunks were copied from it), give it the
+// origin text it lacked, and record its use when the last one is old.
+func TestCacheWritersShareOnePolicy(t *testing.T) {
+	paths := map[string]func(ctx context.Context, s *sink.Store, hash string, vec []float32) error{
+		"Upsert": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
+			cs := chunks(hash)
+			cs[0].Vector = vec
+			_, err := s.Upsert(ctx, doc("w", 1, cs))
+			return err
+		},
+		"CacheVectors": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
+			return s.CacheVectors(ctx, []string{hash}, []string{"text of " + hash}, [][]float32{vec})
+		},
+		"Bulk": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
+			bulk, err := s.BeginBulk(ctx)
+			if err != nil {
+				return err
+			}
+			cs := chunks(hash)
+			cs[0].Vector = vec
+			if _, err := bulk.Upsert(ctx, doc("w", 1, cs)); err != nil {
+				return err
+			}
+			return bulk.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1})
+		},
+	}
+	for name, write := range paths {
+		t.Run(name, func(t *testing.T) {
+			s, b := setup(t)
+			ctx := context.Background()
+			old := vecFor("first")
+			// An entry cached before origin texts were kept, last used
+			// two days ago.
+			_, err := b.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.embedding_cache (model, dimensions, content_hash, embedding, last_used_at)
+				VALUES ('test-model', $1, 'k', $2, now() - interval '2 days')`, b.schema), dims, pgvector.NewVector(old))
+			require.NoError(t, err)
+
+			require.NoError(t, write(ctx, s, "k", vecFor("second")))
+			got := readCacheRow(t, b, "k")
+			require.Equal(t, old, got.vec, "a cached vector is never replaced by a later write")
+			require.NotNil(t, got.text, "an entry without an origin text gains the writer's")
+			require.Equal(t, "text of k", *got.text)
+			require.WithinDuration(t, time.Now(), got.lastUsed, time.Hour, "a write of a cached key records its use")
+
+			// A second write an instant later changes nothing: the use was
+			// recorded within the hour and the text is there.
+			var xmin1, xmin2 string
+			q := fmt.Sprintf("SELECT xmin::text FROM %s.embedding_cache WHERE content_hash = 'k'", b.schema)
+			require.NoError(t, b.pool.QueryRow(ctx, q).Scan(&xmin1))
+			require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"other text"}, [][]float32{vecFor("third")}))
+			require.NoError(t, b.pool.QueryRow(ctx, q).Scan(&xmin2))
+			require.Equal(t, xmin1, xmin2, "a write that changes nothing writes no new row version")
+			require.Equal(t, "text of k", *readCacheRow(t, b, "k").text, "the first origin text stays")
+		})
+	}
+}
