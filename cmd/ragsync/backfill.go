@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
@@ -41,6 +40,7 @@ type backfillFlags struct {
 	progress  string
 	bulk      string
 	debezium  debeziumFlags
+	tty       bool // stderr is a terminal: progress as a bar
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -93,6 +93,7 @@ writing, and prints what a real run would send to the embedding API.`,
 			if f.debezium.via != "" {
 				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
 			}
+			f.tty = g.stderrTTY
 			return runBackfill(ctx, cmd, cfg, bc, f)
 		},
 	}
@@ -171,6 +172,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			defer func() {
 				// Also after an interruption: the index must be searchable.
 				start := time.Now()
+				logger.Info("building the HNSW index over the loaded chunks (minutes for millions of chunks)")
 				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
 					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
 					return
@@ -191,11 +193,13 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// changes do (blue/green re-index).
 	p.SetShadows(shadows)
 	start := time.Now()
+	pr0 := src.Progress()
+	logger.Info("backfill started", "tables", len(bc.Tables), "rows_estimated", pr0.Total, "estimate_exact", pr0.Exact, "dry_run", f.dryRun)
 	done := make(chan struct{})
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		reportProgress(cmd.ErrOrStderr(), f.progress, src, p, logger, done)
+		reportProgress(cmd.ErrOrStderr(), f.progress, f.tty, src, p, logger, done)
 	}()
 	runErr := p.Run(ctx)
 	close(done)
@@ -257,11 +261,12 @@ func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	return b, nil
 }
 
-// reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
-func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
+// reportProgress draws a bar when stderr is a terminal (tty), or logs a
+// line every 10s, until done.
+func reportProgress(w io.Writer, mode string, tty bool, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
 	if mode == "auto" {
 		mode = "log"
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if tty {
 			mode = "bar"
 		}
 	}
