@@ -10,7 +10,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
+.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -92,6 +92,10 @@ lint: ## gofmt check and go vet
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
 bench-throughput: services build ## issue 15: chunks/s vs raw HNSW inserts, CPU ms/chunk, requests/input, round trips/doc
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
+
+compose-config: ## validate compose/ (the Kafka stack and the direct profile) with docker-compose config
+	cd compose && docker-compose config -q && docker-compose --profile direct config -q && docker-compose --profile ollama config -q
+	@echo "compose: docker-compose.yml valid for the default, direct and ollama profiles"
 
 clean: ## remove build output
 	rm -rf bin
