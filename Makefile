@@ -16,6 +16,7 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 build: ## build bin/ragsync
+	@echo "build: compiling bin/ragsync; the first build compiles every dependency (a minute or more on 2 cores), later ones take seconds"
 	$(GO) build -o $(BIN) ./cmd/ragsync
 
 services: ## make sure Postgres (with pgvector, wal_level=logical) and Redis are running
@@ -28,7 +29,9 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 	$(GO) test -short $(PKGS)
 
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
-	$(GO) run ./examples/demo --ragsync $(BIN)
+	@echo "demo: compiling the demo driver (examples/demo, with the in-process Kafka cluster); the first time takes about half a minute more"
+	$(GO) build -o bin/demo ./examples/demo
+	bin/demo --ragsync $(BIN)
 
 bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
 
