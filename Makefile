@@ -100,5 +100,11 @@ compose-config: ## validate compose/ (the Kafka stack and the direct profile) wi
 	cd compose && docker-compose config -q && docker-compose --profile direct config -q && docker-compose --profile ollama config -q
 	@echo "compose: docker-compose.yml valid for the default, direct and ollama profiles"
 
+# Not part of make test: it needs root, installs docker.io, starts its own
+# dockerd and takes minutes (most of it the first image builds, cached in
+# /var/lib/ragsync-smoke afterwards).
+compose-smoke: compose-config ## bring compose's direct profile up for real from locally built images, index a row, query it, tear down
+	@bash scripts/compose-smoke.sh
+
 clean: ## remove build output
 	rm -rf bin
