@@ -75,6 +75,9 @@ func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error
 	}
 	if from.Table != "" {
 		s.log.Info("initial load resumes", "table", from.Table, "after_key", strings.Join(from.Key, ","))
+	} else {
+		// A start line: the load may take long, and only "done" followed.
+		s.log.Info("initial load started", "slot", s.cfg.Slot, "tables", len(l.tables))
 	}
 	var msgs []Message
 	for _, t := range l.tables {

@@ -33,11 +33,15 @@ const versionTable = "goose_db_version"
 // pool's settings; it runs the migrations over a short-lived copy of pool's
 // configuration whose search_path is "schema, public". A nil logger discards.
 //
-// A run interrupted by a lost connection (backend terminated, server
-// restarting, connection reset) is tried again for up to upRetryFor, with a
-// doubling wait capped at upMaxWait: each migration file is one
-// transaction, so a retry picks up where the interrupted run stopped
-// (issue 10: serve used to exit).
+// Every migration file runs in its own transaction (none is marked NO
+// TRANSACTION, which TestMigrationsAreTransactional checks), so a run that
+// loses its connection leaves no partial migration behind: the interrupted
+// file rolls back and the next attempt starts at it. Such a run is tried
+// again with a doubling wait capped at upMaxWait, for as long as the server
+// keeps answering: a backend terminated under a migration, however often,
+// never exhausts the retries, so Up completes once the terminations stop,
+// however long one migration takes on a loaded machine. Only a server that
+// cannot be reached at all for upRetryFor ends the retries.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	_, err := Apply(ctx, pool, schema, logger)
 	return err
@@ -46,18 +50,32 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Log
 // Apply is Up, returning how many migrations it applied, so a command can
 // tell "applied" from "nothing to do".
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) (int, error) {
+	return apply(ctx, pool, schema, logger, upRetryFor)
+}
+
+// apply is Apply giving up once the server has been unreachable for
+// retryFor.
+func apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger, retryFor time.Duration) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	wait, start, total := upRetryWait, time.Now(), 0
+	var unreachableSince time.Time // zero while the server answers
+	wait, total := upRetryWait, 0
 	for attempt := 1; ; attempt++ {
 		n, err := up(ctx, pool, schema, logger)
 		total += n
-		if err == nil || time.Since(start) > upRetryFor || !Interrupted(err) || ctx.Err() != nil {
+		switch {
+		case n > 0 || reachedServer(err):
+			unreachableSince = time.Time{}
+		case unreachableSince.IsZero():
+			unreachableSince = time.Now()
+		}
+		if err == nil || !Interrupted(err) || ctx.Err() != nil ||
+			(!unreachableSince.IsZero() && time.Since(unreachableSince) > retryFor) {
 			return total, err
 		}
-		logger.WarnContext(ctx, "migration interrupted by a lost connection; retrying",
-			"schema", schema, "attempt", attempt, "error", err)
+		logger.WarnContext(ctx, "migration interrupted by a lost connection; it rolled back, retrying",
+			"schema", schema, "attempt", attempt, "applied_so_far", total, "error", err)
 		select {
 		case <-ctx.Done():
 			return total, err
@@ -67,11 +85,29 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.
 	}
 }
 
+// upRetryFor bounds how long Apply keeps trying a server it cannot reach.
+const upRetryFor = 2 * time.Minute
+
 const (
-	upRetryFor  = 2 * time.Minute
 	upRetryWait = 200 * time.Millisecond
 	upMaxWait   = 5 * time.Second
 )
+
+// reachedServer reports whether err shows the server answered before the
+// connection was lost: an error the server sent (a terminated backend says
+// so, SQLSTATE 57P01) or a connection lost after it was established, as
+// opposed to a connection that could not be made.
+func reachedServer(err error) bool {
+	if err == nil {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	return !errors.As(err, &connectErr)
+}
 
 func up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) (int, error) {
 	p, closeFn, err := newProvider(ctx, pool, schema)

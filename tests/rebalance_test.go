@@ -28,8 +28,10 @@ func TestRebalanceMidStream(t *testing.T) {
 	waitLagBelow(t, w, "rb", total*3/4)
 	c := e.startServe("serve-c") // joins mid-stream
 	waitLagBelow(t, w, "rb", total/2)
+	// a is told to leave while records remain; whether the others drain
+	// them before a has finished leaving depends on the machine's speed.
+	require.Positive(t, w.lagOf(t, "rb"), "the backlog drained before a could leave; the scenario needs more events")
 	stopServe(t, a) // leaves mid-stream
-	require.Positive(t, w.lagOf(t, "rb"), "a left after the backlog drained; the scenario needs more events")
 	w.waitCaughtUp(t, "rb", 4*time.Minute, b, c)
 	stopServe(t, b)
 	stopServe(t, c)

@@ -9,5 +9,7 @@ import (
 func main() {
 	// Cobra has printed the error; the code tells scripts which kind
 	// (exitcode.go).
-	os.Exit(exitCode(newRootCmd().Execute()))
+	err := newRootCmd().Execute()
+	flushLogs() // repeat counts held back by the loggers
+	os.Exit(exitCode(err))
 }

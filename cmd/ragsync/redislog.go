@@ -10,11 +10,14 @@ import (
 )
 
 // redisLogger routes go-redis's printf logging (pool and reconnect notices)
-// into slog, so serve's JSON log stays one JSON object a line.
+// into slog at debug level, so serve's JSON log stays one JSON object a
+// line, and a Redis that is down reads as ragsync's own message (which says
+// what failed and the fix) instead of a burst of raw client lines before
+// it; log.level: debug shows them.
 type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	r.l.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
+	r.l.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // routeRedisLogs installs logger as go-redis's process-wide logger; go-redis

@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
+	"github.com/ragsync/ragsync/internal/logdedup"
 	"github.com/ragsync/ragsync/internal/redact"
 )
 
@@ -27,16 +30,25 @@ type globals struct {
 	// red masks secrets in everything written to stderr (errors, logs);
 	// load teaches it the configured secrets.
 	red *redact.Redactor
+	// stderrTTY is whether stderr is a terminal, found before stderr is
+	// wrapped in red's writer (which is no *os.File): it decides whether
+	// progress shows as a bar or as log lines.
+	stderrTTY bool
 }
 
-func newRootCmd() *cobra.Command {
-	g := &globals{red: redact.New()}
+func newRootCmd() *cobra.Command { return newRoot(&globals{red: redact.New()}) }
+
+// newRoot builds the command tree over g.
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ragsync",
-		Short: "Keep a pgvector index in sync with a document database from Debezium change events",
-		Long: `ragsync consumes Debezium change events (Kafka, or a JSON Lines file), chunks
-each changed document, embeds only the chunks whose content is new, and applies
-the result to Postgres/pgvector in one transaction per document.
+		Short: "Keep a pgvector index in sync with a document database (Debezium events or Postgres logical replication)",
+		Long: `ragsync keeps a pgvector index in sync with a document database. It reads
+changes as Debezium change events (from Kafka, or a JSON Lines file) or straight
+from a Postgres database by logical replication (source.kind: postgres, no
+Kafka needed), chunks each changed document, embeds only the chunks whose
+content is new, and applies the result to Postgres/pgvector in one transaction
+per document.
 
 Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
@@ -45,8 +57,13 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		// a URL or DSN with its password (issue 10).
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			root := cmd.Root()
+			g.stderrTTY = isTerminal(root.ErrOrStderr())
 			root.SetErr(g.red.Writer(root.ErrOrStderr()))
 			g.warn = cmd.ErrOrStderr()
+			// go-redis's own pool notices ("failed to dial after 5
+			// attempts") are debug lines: the command says what failed
+			// and the fix; serve routes them through its logger again.
+			routeRedisLogs(newLogger(cmd.ErrOrStderr(), LogConfig{}, false))
 		},
 	}
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")
@@ -94,17 +111,47 @@ func (g *globals) load() (Config, error) {
 }
 
 // newLogger builds the process logger: JSON for serve (machines read it),
-// text for interactive commands.
+// text for interactive commands. Identical warnings repeated within 10s
+// collapse into one line with a count (logdedup); flushLogs writes the
+// counts still held when the command ends.
 func newLogger(w io.Writer, cfg LogConfig, json bool) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(strings.ToUpper(orDefault(cfg.Level, "info"))))
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
 	switch {
 	case cfg.Format == "json" || (cfg.Format == "" && json):
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	default:
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
+	d := logdedup.New(h, logdedup.Config{})
+	loggersMu.Lock()
+	loggers = append(loggers, d)
+	loggersMu.Unlock()
+	return slog.New(d)
+}
+
+var (
+	loggersMu sync.Mutex
+	loggers   []*logdedup.Handler // every logger newLogger built, for flushLogs
+)
+
+// flushLogs writes the repeat counts every logger still holds back.
+func flushLogs() {
+	loggersMu.Lock()
+	ls := loggers
+	loggers = nil
+	loggersMu.Unlock()
+	for _, l := range ls {
+		l.Flush()
+	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func orDefault(s, d string) string {
