@@ -1,4 +1,4 @@
-package cdc_test
+package pgrepl_test
 
 import (
 	"fmt"
@@ -63,7 +63,7 @@ func TestPostgresSourceDecodesLikeDebezium(t *testing.T) {
 	}
 	big := sb.String()
 	cfg := b.config()
-	cfg.Tables = []string{tbl}
+	cfg.Tables = []cdc.TableConfig{{Match: tbl}}
 	s := b.source(t, cfg)
 	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 12345.678, -5, '2024-03-05 06:07:08.123456', '2024-03-05 07:07:08.5+01',
 		'2024-03-05', '12:34:56.789', '{"b": null, "a": [1, 2.5], "c": "é"}', ARRAY['x','y z','a,b',NULL,'q"uote'], '{1,-2,3}',

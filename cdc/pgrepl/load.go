@@ -1,4 +1,4 @@
-package cdc
+package pgrepl
 
 import (
 	"context"
@@ -9,15 +9,18 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // loadPlan is an initial load ready to run: a read-only transaction on the
-// snapshot to load, and the LSN its rows are versioned at.
+// snapshot to load, the LSN its rows are versioned at, and the load's
+// record (its tables in order, and where it stopped if it is resumed).
 type loadPlan struct {
-	conn   *pgx.Conn
-	tx     pgx.Tx
-	at     pglogrepl.LSN
-	tables [][2]string // schema, table
+	conn *pgx.Conn
+	tx   pgx.Tx
+	at   pglogrepl.LSN
+	rec  LoadRecord
 }
 
 func (l *loadPlan) close() {
@@ -27,67 +30,61 @@ func (l *loadPlan) close() {
 
 // planLoad opens the load's transaction: on the slot's exported snapshot
 // when snapshot is set, else on a fresh one.
-func (s *PostgresSource) planLoad(ctx context.Context, conn *pgx.Conn, snapshot string, at pglogrepl.LSN) (*loadPlan, error) {
+func (s *Source) planLoad(ctx context.Context, conn *pgx.Conn, snapshot string, at pglogrepl.LSN, rec LoadRecord) (*loadPlan, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("initial load: begin: %w", err)
 	}
-	l := &loadPlan{conn: conn, tx: tx, at: at}
 	if snapshot != "" {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapshot)); err != nil {
 			_ = tx.Rollback(ctx)
 			return nil, fmt.Errorf("initial load: import snapshot %s: %w", snapshot, err)
 		}
 	}
-	rows, err := tx.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", s.cfg.Publication)
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("initial load: list tables: %w", err)
-	}
-	for rows.Next() {
-		var t [2]string
-		if err := rows.Scan(&t[0], &t[1]); err != nil {
-			rows.Close()
-			_ = tx.Rollback(ctx)
-			return nil, fmt.Errorf("initial load: list tables: %w", err)
-		}
-		l.tables = append(l.tables, t)
-	}
-	rows.Close()
-	return l, nil
+	return &loadPlan{conn: conn, tx: tx, at: at, rec: rec}, nil
 }
 
-// initialLoad reads every published table in the plan's snapshot and hands
-// the rows over as op "r" changes versioned at the plan's LSN: below every
-// streamed change, so the stream always wins. Tables with a primary key are
-// read in key order, and each batch's Ack records the last key it carried,
-// so a load cut short resumes after it instead of starting over: the rows
-// before it were loaded, and whatever happened to them since is streamed.
-// The last batch's Ack records the load as done.
-func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error {
+// initialLoad reads the load's tables, in the order recorded when it began,
+// and hands the rows over as op "r" changes versioned at the plan's LSN:
+// below every streamed change, so the stream always wins. Tables with a
+// primary key are read in key order, and each batch's Ack records the last
+// key it carried, so a load cut short resumes after it instead of starting
+// over: the rows before it were loaded, and whatever happened to them since
+// is streamed. The last batch's Ack records the load as done.
+func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 	l := st.load
 	defer func() { l.close(); st.load = nil }()
 	start := time.Now()
-	total := 0
-	from, err := s.cfg.LoadState.LoadProgress(ctx, s.cfg.Slot)
-	if err != nil {
-		return fmt.Errorf("read progress: %w", err)
+	rec := l.rec
+	if err := s.cfg.State.SaveLoad(ctx, s.cfg.Slot, rec); err != nil {
+		return fmt.Errorf("record the load of slot %q: %w", s.cfg.Slot, err)
 	}
-	if from.Table != "" {
-		s.log.Info("initial load resumes", "table", from.Table, "after_key", strings.Join(from.Key, ","))
-	}
-	var msgs []Message
-	for _, t := range l.tables {
-		name := t[0] + "." + t[1]
-		var after []string
-		switch {
-		case from.Table == "":
-		case name < from.Table:
-			continue // loaded before the interruption
-		case name == from.Table:
-			after = from.Key
+	// Skip by position in the recorded list, never by comparing names:
+	// Go's byte order and the server's collation disagree.
+	from := 0
+	if rec.Table != "" {
+		if i := slices.Index(rec.Pending, rec.Table); i >= 0 {
+			from = i
+			s.log.Info("initial load resumes", "table", rec.Table, "after_key", strings.Join(rec.Key, ","))
 		}
-		n, err := s.loadTable(ctx, l, t[0], t[1], after, &msgs)
+	}
+	byName := map[string]*tableInfo{}
+	for _, t := range s.tables {
+		byName[t.name] = t
+	}
+	total := 0
+	var msgs []cdc.Message
+	for i, name := range rec.Pending[from:] {
+		t := byName[name]
+		if t == nil || !t.matched {
+			s.log.Warn("initial load: table no longer published or in tables[]; skipped", "table", name)
+			continue
+		}
+		var after []string
+		if i == 0 && rec.Table == name {
+			after = rec.Key
+		}
+		n, err := s.loadTable(ctx, l, t, after, &msgs)
 		if err != nil {
 			return err
 		}
@@ -97,10 +94,11 @@ func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error
 		return fmt.Errorf("commit: %w", err)
 	}
 	done := func(ctx context.Context) error {
-		if err := s.cfg.LoadState.MarkLoadDone(ctx, s.cfg.Slot); err != nil {
+		final := LoadRecord{Loaded: mergeNames(rec.Loaded, rec.Pending)}
+		if err := s.cfg.State.SaveLoad(ctx, s.cfg.Slot, final); err != nil {
 			return fmt.Errorf("record initial load of slot %q: %w", s.cfg.Slot, err)
 		}
-		s.log.Info("initial load done", "rows", total, "tables", len(l.tables), "duration", time.Since(start).String())
+		s.log.Info("initial load done", "rows", total, "tables", len(rec.Pending), "duration", time.Since(start).String())
 		return nil
 	}
 	// The final batch (maybe empty) carries the record that the load is
@@ -111,34 +109,40 @@ func (s *PostgresSource) initialLoad(ctx context.Context, st *setupResult) error
 	return nil
 }
 
-// LoadProgress is how far an interrupted initial load got: every row of the
-// tables sorting before Table ("schema.table") and of Table up to primary
-// key Key (the key columns' text) is in the sink.
-type LoadProgress struct {
-	Table string
-	Key   []string
+func mergeNames(a, b []string) []string {
+	out := slices.Clone(a)
+	if out == nil {
+		out = []string{}
+	}
+	for _, n := range b {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // loadTable reads one table in text format, so values decode exactly as
 // pgoutput's do: by primary key pages after the key after (nil: from the
 // start) when the table has one, else through a cursor, whole.
-func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, table string, after []string, msgs *[]Message) (int, error) {
-	name := pgx.Identifier{schema, table}.Sanitize()
-	keys := s.pkeys[schema+"."+table]
-	var rel *pgRelation
-	n := 0
+func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Message) (int, error) {
+	name := t.sql()
+	keys := t.pk
+	var rel *relation
+	n, keyless := 0, 0
 	// page reads one page and queues its rows; it returns the row count
 	// and the last row's key text.
 	page := func(sql string, args [][]byte) (int, []string, error) {
 		rr := l.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
 		if rel == nil {
-			rel = &pgRelation{schema: schema, table: table}
+			rel = &relation{schema: t.schema, table: t.table, name: t.name, matched: true, ids: t.ids}
 			for _, fd := range rr.FieldDescriptions() {
-				rel.cols = append(rel.cols, pgColumn{name: fd.Name, oid: fd.DataTypeOID, key: contains(keys, fd.Name)})
+				rel.cols = append(rel.cols, column{name: fd.Name, oid: fd.DataTypeOID})
 			}
 		}
 		got := 0
 		var last []string
+		ts := time.UnixMilli(time.Now().UnixMilli()).UTC()
 		for rr.NextRow() {
 			got++
 			row := make(map[string]any, len(rel.cols))
@@ -152,29 +156,32 @@ func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, tab
 				if k := slices.Index(keys, c.name); k >= 0 {
 					last[k] = string(raw)
 				}
-				row[c.name] = pgValueOrText(c.oid, string(raw))
+				row[c.name] = valueOrText(c.oid, string(raw))
 			}
-			m, err := pgMessage(s.db, s.cfg.Slot, pgRow{op: OpRead, rel: rel, after: row, lsn: l.at}, l.at, 0, time.Now(), true)
-			if err != nil {
-				rr.Close()
-				return got, nil, err
+			docKey, key := rowKey(t.ids, row)
+			if docKey == "" {
+				keyless++
+				continue
 			}
-			*msgs = append(*msgs, m)
+			v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true}
+			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: docKey, Key: key, After: row, Version: v, SourceTS: ts, Snapshot: true,
+				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
+			*msgs = append(*msgs, message(ch, ts))
 		}
 		if _, err := rr.Close(); err != nil {
-			return got, nil, fmt.Errorf("read %s: %w", name, err)
+			return got, nil, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
 		}
 		return got, last, nil
 	}
-	flush := func(progress *LoadProgress) bool {
+	flush := func(progress *LoadRecord) bool {
 		for len(*msgs) >= s.cfg.BatchSize || (progress != nil && len(*msgs) > 0) {
 			k := min(len(*msgs), s.cfg.BatchSize)
-			b := append([]Message(nil), (*msgs)[:k]...)
+			b := append([]cdc.Message(nil), (*msgs)[:k]...)
 			*msgs = append((*msgs)[:0:0], (*msgs)[k:]...)
 			var hook func(context.Context) error
 			if progress != nil && len(*msgs) == 0 {
-				p := *progress
-				hook = func(ctx context.Context) error { return s.cfg.LoadState.SaveLoadProgress(ctx, s.cfg.Slot, p) }
+				p := progress.clone()
+				hook = func(ctx context.Context) error { return s.cfg.State.SaveLoad(ctx, s.cfg.Slot, p) }
 			}
 			if !s.emit(ctx, s.batch(b, 0, hook)) {
 				return false
@@ -182,10 +189,15 @@ func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, tab
 		}
 		return true
 	}
+	defer func() {
+		if keyless > 0 {
+			s.log.Warn("initial load: rows without a document id were not loaded (a tables[].id column is null)", "table", t.name, "rows", keyless, "id", strings.Join(t.ids, ","))
+		}
+	}()
 
 	if len(keys) == 0 {
 		if _, err := l.tx.Exec(ctx, "DECLARE ragsync_load NO SCROLL CURSOR FOR SELECT * FROM "+name); err != nil {
-			return 0, fmt.Errorf("read %s: %w", name, err)
+			return 0, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
 		}
 		for {
 			got, _, err := page("FETCH 1000 FROM ragsync_load", nil)
@@ -233,17 +245,10 @@ func (s *PostgresSource) loadTable(ctx context.Context, l *loadPlan, schema, tab
 			return n, nil
 		}
 		after = slices.Clone(last)
-		if !flush(&LoadProgress{Table: schema + "." + table, Key: after}) {
+		p := l.rec
+		p.Table, p.Key = t.name, after
+		if !flush(&p) {
 			return n, ctx.Err()
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

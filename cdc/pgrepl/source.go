@@ -1,4 +1,4 @@
-package cdc
+package pgrepl
 
 import (
 	"context"
@@ -13,37 +13,55 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
-// PostgresConfig configures the logical replication source.
-type PostgresConfig struct {
+// Config configures the logical replication source.
+type Config struct {
 	// URL is the source database (the document database, not the index).
-	// The role needs REPLICATION (or superuser) and, to create the
-	// publication, ownership of the tables. Required.
+	// The role needs REPLICATION (or superuser), SELECT on the tables and,
+	// to create the publication, CREATE on the database and ownership of
+	// the tables. Required.
 	URL string
 	// Publication is the publication to stream. If it does not exist it is
-	// created FOR TABLE Tables. Defaults to "ragsync".
+	// created FOR TABLE the tables Tables names, with
+	// publish_via_partition_root. Defaults to "ragsync".
 	Publication string
 	// Slot is the logical replication slot, created with the pgoutput plugin
 	// if absent. Defaults to "ragsync".
 	Slot string
-	// Tables are the "schema.table" names the publication is created for
-	// when it does not exist. Ignored when it does.
-	Tables []string
-	// InitialLoad reads the published tables as op "r" changes when the slot
-	// is new (in the snapshot the slot exported), or when an earlier load
-	// did not finish. Defaults to false here; the CLI turns it on.
+	// Tables are tables[]: each Match names a table as Change.Table does
+	// (cdc.TableName: "schema.table", '%' written %25, '/' %2F and a '.' in
+	// the schema %2E; path.Match metacharacters escaped with '\'), and ID
+	// its document id columns (default: the primary key). Only literal
+	// names can create the publication or be added to it; patterns select
+	// among the tables an existing publication holds.
+	Tables []cdc.TableConfig
+	// InitialLoad reads the tables as op "r" changes when the slot is new
+	// (in the snapshot the slot exported), or when an earlier load did not
+	// finish, or when a table joins the publication. Defaults to false
+	// here; the CLI turns it on.
 	InitialLoad bool
-	// LoadState remembers which slots finished their initial load, so a
-	// crash during the load resumes it and a finished load is not redone.
-	// Nil keeps it in memory (every process start with a new slot loads).
-	LoadState LoadState
+	// State records initial loads and what this source created in the
+	// source database. Nil keeps it in memory (every process start with a
+	// new slot loads; slot drop then drops nothing without force).
+	State State
 	// StopAtEnd makes Fetch return io.EOF once every change committed
 	// before the source's WAL position at start is handed over and
 	// acknowledged (serve --once). Defaults to false: stream for ever.
 	StopAtEnd bool
 	// BatchSize is the most changes handed over at once. Defaults to 512.
 	BatchSize int
+	// MaxBufferBytes bounds the row data read from the server and not yet
+	// handed to Fetch (plus at most one row): reading stops there until the
+	// pipeline takes a batch. A batch holds at most a quarter of it.
+	// Transactions of any size stream through in this bound, because the
+	// server is not asked to stream transactions in progress: it decodes
+	// a transaction once it committed (spilling to its own pg_replslot
+	// directory beyond logical_decoding_work_mem) and every row is final
+	// when it arrives. Defaults to 32 MiB.
+	MaxBufferBytes int
 	// StatusInterval is how often the standby status (the confirmed LSN)
 	// is sent when the server does not ask sooner. It must stay well below
 	// the server's wal_sender_timeout (default 60s). Defaults to 10s.
@@ -58,13 +76,17 @@ type PostgresConfig struct {
 	// HealthInterval is how often the slot's retained WAL and status are
 	// read. Defaults to 15s.
 	HealthInterval time.Duration
+	// DLQPath is the dead-letter file of this source; the changes `ragsync
+	// dlq replay` queued beside it (ReplayPath) are applied at start.
+	// Empty: none.
+	DLQPath string
 	// Logger receives start, stop, reconnect and slot warnings. Nil discards.
 	Logger *slog.Logger
 	// Registerer receives the source's metrics. Nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
-func (c PostgresConfig) withDefaults() PostgresConfig {
+func (c Config) withDefaults() Config {
 	if c.Publication == "" {
 		c.Publication = "ragsync"
 	}
@@ -73,6 +95,9 @@ func (c PostgresConfig) withDefaults() PostgresConfig {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 512
+	}
+	if c.MaxBufferBytes <= 0 {
+		c.MaxBufferBytes = 32 << 20
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = 10 * time.Second
@@ -86,65 +111,27 @@ func (c PostgresConfig) withDefaults() PostgresConfig {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.LoadState == nil {
-		c.LoadState = &memoryLoadState{}
+	if c.State == nil {
+		c.State = NewMemoryState()
 	}
 	return c
 }
 
-// LoadState records finished initial loads per slot.
-type LoadState interface {
-	LoadDone(ctx context.Context, slot string) (bool, error)
-	MarkLoadDone(ctx context.Context, slot string) error
-	ForgetLoad(ctx context.Context, slot string) error
-	// LoadProgress returns where an unfinished load of slot stopped (zero:
-	// from the start) and SaveLoadProgress records it.
-	LoadProgress(ctx context.Context, slot string) (LoadProgress, error)
-	SaveLoadProgress(ctx context.Context, slot string, p LoadProgress) error
-}
-
-type memoryLoadState struct{ done, progress sync.Map }
-
-func (m *memoryLoadState) LoadProgress(_ context.Context, slot string) (LoadProgress, error) {
-	p, _ := m.progress.Load(slot)
-	lp, _ := p.(LoadProgress)
-	return lp, nil
-}
-
-func (m *memoryLoadState) SaveLoadProgress(_ context.Context, slot string, p LoadProgress) error {
-	m.progress.Store(slot, p)
-	return nil
-}
-
-func (m *memoryLoadState) LoadDone(_ context.Context, slot string) (bool, error) {
-	_, ok := m.done.Load(slot)
-	return ok, nil
-}
-
-func (m *memoryLoadState) MarkLoadDone(_ context.Context, slot string) error {
-	m.done.Store(slot, true)
-	return nil
-}
-
-func (m *memoryLoadState) ForgetLoad(_ context.Context, slot string) error {
-	m.done.Delete(slot)
-	m.progress.Delete(slot)
-	return nil
-}
-
-// PostgresSource streams row changes from a logical replication slot
-// (pgoutput, protocol version 2 with streaming of large transactions).
+// Source streams row changes from a logical replication slot (pgoutput,
+// protocol version 2, transactions decoded once committed) as cdc.Change
+// values, after loading the tables when that is due.
 //
-// One goroutine owns the replication connection: it decodes, assembles
-// transactions and keeps the standby status flowing (on time, and at once
-// when the server asks), even while the pipeline is busy with a batch, so
-// that wal_sender_timeout never fires behind a slow embedder. A batch's Ack
-// confirms the end LSN of the last transaction it completes; the server
-// resends everything after the confirmed position after a crash, and version
-// fencing makes the resent changes no-ops. Fetch and Ack are called from one
-// goroutine (the pipeline's); Close from any.
-type PostgresSource struct {
-	cfg    PostgresConfig
+// One goroutine owns the replication connection: it decodes and keeps the
+// standby status flowing (on time, and at once when the server asks), even
+// while the pipeline is busy, so that wal_sender_timeout never fires behind
+// a slow embedder. Fetch may be called again before earlier batches are
+// acknowledged; their Ack funcs must be called in the order the batches
+// were fetched. A batch's Ack confirms the end LSN of the last transaction
+// it completes; the server resends everything after the confirmed position
+// after a crash, and version fencing makes the resent changes no-ops.
+// Fetch, Ack and Close may be called from different goroutines.
+type Source struct {
+	cfg    Config
 	log    *slog.Logger
 	db     string
 	out    chan fetched
@@ -158,24 +145,26 @@ type PostgresSource struct {
 	health    slotHealth
 	reconnect atomic.Int64
 	metrics   slotMetrics
-	pkeys     map[string][]string // "schema.table" → primary key columns
-	stopAt    pglogrepl.LSN       // with StopAtEnd: the WAL position at start
+	tables    map[string]*tableInfo // by (schema, table) of the publication
+	stopAt    pglogrepl.LSN         // with StopAtEnd: the WAL position at start
 }
 
 type fetched struct {
-	b   Batch
+	b   cdc.Batch
 	err error
 }
 
-// NewPostgresSource checks the source (wal_level, publication, replica
-// identities, the slot), creates what is missing and starts streaming. It
-// returns one error naming every problem found and its fix. Close stops it.
-func NewPostgresSource(ctx context.Context, cfg PostgresConfig) (*PostgresSource, error) {
+// New checks the source (wal_level, privileges, the publication, replica
+// identities and document ids, the slot), and only when every check passed
+// creates what is missing, undoing it if a later step fails; then it starts
+// streaming. It returns one error naming every problem found and its fix.
+// Close stops it.
+func New(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("source.postgres.url: set the URL of the source database, e.g. postgres://app@db:5432/app")
 	}
 	cfg = cfg.withDefaults()
-	s := &PostgresSource{
+	s := &Source{
 		cfg:    cfg,
 		log:    cfg.Logger.With("stage", "source", "slot", cfg.Slot),
 		out:    make(chan fetched, 2),
@@ -203,40 +192,36 @@ func NewPostgresSource(ctx context.Context, cfg PostgresConfig) (*PostgresSource
 
 // Close stops streaming and closes the connections. Batches not yet
 // acknowledged are resent by the server at the next start.
-func (s *PostgresSource) Close() {
+func (s *Source) Close() {
 	s.cancel()
 	<-s.done
 }
 
 // Fetch returns the next batch of changes, waiting for one.
-func (s *PostgresSource) Fetch(ctx context.Context) (Batch, error) {
+func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	select {
 	case <-ctx.Done():
-		return Batch{}, ctx.Err()
+		return cdc.Batch{}, ctx.Err()
 	case f, ok := <-s.out:
 		if !ok {
-			return Batch{}, errors.New("postgres source stopped")
+			return cdc.Batch{}, errors.New("postgres source stopped")
 		}
 		return f.b, f.err
 	}
 }
 
 // batch wraps msgs; its Ack confirms upTo (0: the batch completes no
-// transaction, so it confirms nothing new).
-func (s *PostgresSource) batch(msgs []Message, upTo pglogrepl.LSN, after func(context.Context) error) Batch {
+// transaction, so it confirms nothing new). after runs first, in Ack, so
+// what it records is written only once every change before it is applied.
+func (s *Source) batch(msgs []cdc.Message, upTo pglogrepl.LSN, after func(context.Context) error) cdc.Batch {
 	s.unacked.Add(1)
-	return Batch{Messages: msgs, Ack: func(ctx context.Context) error {
+	return cdc.Batch{Messages: msgs, Ack: func(ctx context.Context) error {
 		if after != nil {
 			if err := after(ctx); err != nil {
 				return err
 			}
 		}
-		for {
-			cur := s.acked.Load()
-			if uint64(upTo) <= cur || s.acked.CompareAndSwap(cur, uint64(upTo)) {
-				break
-			}
-		}
+		s.advance(upTo)
 		s.lag.confirm(pglogrepl.LSN(s.acked.Load()))
 		s.unacked.Add(-1)
 		select {
@@ -247,8 +232,18 @@ func (s *PostgresSource) batch(msgs []Message, upTo pglogrepl.LSN, after func(co
 	}}
 }
 
+// advance moves the acknowledged position to lsn if that is further.
+func (s *Source) advance(lsn pglogrepl.LSN) {
+	for {
+		cur := s.acked.Load()
+		if uint64(lsn) <= cur || s.acked.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
 // emit hands a batch to Fetch, or gives up when ctx ends.
-func (s *PostgresSource) emit(ctx context.Context, b Batch) bool {
+func (s *Source) emit(ctx context.Context, b cdc.Batch) bool {
 	select {
 	case s.out <- fetched{b: b}:
 		return true
@@ -260,9 +255,9 @@ func (s *PostgresSource) emit(ctx context.Context, b Batch) bool {
 
 // run loads the tables if needed, then streams, reconnecting with backoff
 // after a lost connection (a terminated walsender, a server restart). A
-// failure that a reconnect cannot fix (the slot is gone or invalidated) is
-// handed to Fetch, which stops the pipeline.
-func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
+// failure that a reconnect cannot fix (the slot or the publication is gone,
+// a privilege was revoked) is handed to Fetch, which stops the pipeline.
+func (s *Source) run(ctx context.Context, st *setupResult) {
 	defer close(s.out)
 	if st.load != nil {
 		if err := s.initialLoad(ctx, st); err != nil {
@@ -270,6 +265,11 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 			s.fail(ctx, fmt.Errorf("initial load: %w", err))
 			return
 		}
+	}
+	if err := s.replay(ctx); err != nil {
+		st.close()
+		s.fail(ctx, err)
+		return
 	}
 	s.log.Info("streaming", "from_lsn", st.start.String(), "publication", s.cfg.Publication)
 	conn := st.repl
@@ -292,7 +292,7 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 			s.fail(ctx, io.EOF)
 			return
 		}
-		if perm := (*slotError)(nil); errors.As(err, &perm) {
+		if perm := (*SourceError)(nil); errors.As(err, &perm) {
 			s.health.set(perm.Error())
 			s.fail(ctx, err)
 			return
@@ -309,23 +309,15 @@ func (s *PostgresSource) run(ctx context.Context, st *setupResult) {
 }
 
 // fail hands err to Fetch, unless the source is closing.
-func (s *PostgresSource) fail(ctx context.Context, err error) {
+func (s *Source) fail(ctx context.Context, err error) {
 	select {
 	case s.out <- fetched{err: err}:
 	case <-ctx.Done():
 	}
 }
 
-// slotError is a failure of the slot itself: reconnecting does not help.
-type slotError struct{ msg string }
-
-func (e *slotError) Error() string { return e.msg }
-
-// Permanent reports true.
-func (e *slotError) Permanent() bool { return true }
-
 // connectReplication opens a replication=database connection.
-func (s *PostgresSource) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(s.cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("source.postgres.url: %w", err)
