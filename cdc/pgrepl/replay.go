@@ -46,7 +46,7 @@ func (s *Source) replay(ctx context.Context) error {
 		if err := dec.Decode(&ch); err != nil || ch.Table == "" {
 			return fmt.Errorf("%s line %d is not a change of this source (%v): remove the line, or the file, and start serve again", path, line, err)
 		}
-		m.Change, m.Value = &ch, nil
+		m = message(ch, m.Timestamp)
 		msgs = append(msgs, m)
 	}
 	if err := sc.Err(); err != nil {
