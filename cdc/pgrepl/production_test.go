@@ -161,7 +161,9 @@ func TestResumedLoadCoversEveryTable(t *testing.T) {
 	b := pgSetup(t)
 	other := b.r.Schema + "-x"
 	b.r.Exec(t, "CREATE SCHEMA "+pgx.Identifier{other}.Sanitize())
-	t.Cleanup(func() { _, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{other}.Sanitize()+" CASCADE") })
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{other}.Sanitize()+" CASCADE")
+	})
 	z := pgx.Identifier{b.r.Schema, "z"}.Sanitize()
 	a := pgx.Identifier{other, "a"}.Sanitize()
 	b.r.Exec(t, "CREATE TABLE "+z+" (id int PRIMARY KEY, body text)")
@@ -216,7 +218,9 @@ func TestNamesThatNeedEscaping(t *testing.T) {
 	table := `100% "done" list`
 	name := pgx.Identifier{schema, table}.Sanitize()
 	b.r.Exec(t, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	t.Cleanup(func() { _, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
 	b.r.Exec(t, "CREATE TABLE "+name+" (id int PRIMARY KEY, body text)")
 	b.r.Exec(t, "INSERT INTO "+name+" VALUES (1, 'loaded')")
 	match := cdc.TableName(schema, table)
