@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -354,6 +355,8 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	require.NoError(t, json.Unmarshal(dls[0].Value, &ch))
 	require.Equal(t, "1", ch.DocKey)
 
+	// Replay reads the row again as it is now, at the dead letter's version.
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'one, edited' WHERE id = 1`, b.table()))
 	n, err := cdc.FileDLQReplay(dlq, pgrepl.ReplayPath(dlq))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -361,7 +364,11 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	got := b.fetch(t, s, 1, true)
 	require.Equal(t, "1", got[0].DocKey)
 	require.Equal(t, batch.Messages[0].Change.Version.String(), got[0].Version.String())
-	require.Equal(t, "one", got[0].After["title"])
+	require.Equal(t, "one, edited", got[0].After["title"])
+	s.Close()
+	left, err := os.ReadFile(pgrepl.ReplayPath(dlq))
+	require.NoError(t, err)
+	require.Empty(t, left, "the replay file is emptied once applied")
 }
 
 var _ = pgtest.URL
