@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // SourceLoad is what a replication slot's initial loads covered (see
@@ -105,4 +107,31 @@ func (s *SourceState) RecordCreated(ctx context.Context, kind, database, name st
 func (s *SourceState) ForgetCreated(ctx context.Context, kind, database, name string) error {
 	_, err := s.pool.Exec(ctx, "DELETE FROM source_objects WHERE kind = $1 AND database = $2 AND name = $3", kind, database, name)
 	return err
+}
+
+// LiveVersions calls fn with the key and version of every live (not
+// deleted) document of table in the index, streaming rows. A full load of
+// the Postgres source reconciles with it: documents older than the load
+// whose rows it did not read are gone from the source.
+func (s *Store) LiveVersions(ctx context.Context, table string, fn func(key string, v cdc.Version) error) error {
+	rows, err := s.pool.Query(ctx, "SELECT doc_key, version FROM "+s.tDocs+
+		" WHERE index_name = $1 AND source_table = $2 AND deleted_at IS NULL", s.cfg.Index, table)
+	if err != nil {
+		return fmt.Errorf("list documents of %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, version string
+		if err := rows.Scan(&key, &version); err != nil {
+			return fmt.Errorf("list documents of %s: %w", table, err)
+		}
+		v, err := cdc.ParseVersion(version)
+		if err != nil {
+			return fmt.Errorf("list documents of %s: %w", table, err)
+		}
+		if err := fn(key, v); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

@@ -21,9 +21,21 @@ import (
 
 // pgSourceEnv is an env whose source is a table of a pgtest.Replica,
 // streamed through slot.
-func pgSourceEnv(t *testing.T, r *pgtest.Replica, slot string) *env {
+func pgSourceEnv(t *testing.T, r *pgtest.Replica, slot string, extra ...string) *env {
 	t.Helper()
 	e := newEnv(t, "")
+	writePGConfig(t, e, r, slot, extra...)
+	return e
+}
+
+// writePGConfig writes e's config: tables[] holds articles and the tables
+// named in extra (same shape, in r's schema).
+func writePGConfig(t *testing.T, e *env, r *pgtest.Replica, slot string, extra ...string) {
+	t.Helper()
+	more := ""
+	for _, x := range extra {
+		more += fmt.Sprintf("  - match: %s.%s\n    text: \"# {{title}}\\n\\n{{body}}\"\n", r.Schema, x)
+	}
 	cfg := fmt.Sprintf(`source:
   kind: postgres
   postgres:
@@ -39,7 +51,7 @@ tables:
   - match: %s.articles
     id: [id]
     text: "# {{title}}\n\n{{body}}"
-chunker:
+%schunker:
   strategy: greedy
   target_tokens: 30
   min_tokens: 10
@@ -53,9 +65,8 @@ postgres:
 index: articles
 http:
   listen: ""
-`, pgtest.URL(), slot, r.Publication, r.App, filepath.Join(e.dir, "dlq.jsonl"), r.Schema, pgtest.URL(), e.schema)
+`, pgtest.URL(), slot, r.Publication, r.App, filepath.Join(e.dir, "dlq.jsonl"), r.Schema, more, pgtest.URL(), e.schema)
 	require.NoError(t, os.WriteFile(e.cfg, []byte(cfg), 0o644))
-	return e
 }
 
 // liveIndex renders the live documents and their chunks, without versions:
@@ -82,10 +93,11 @@ func liveIndex(t *testing.T, schema string) []string {
 	return out
 }
 
-// pgWriter changes the source table at random in small transactions of
-// inserts, updates and deletes until the third-to-last kill, with one
-// 10k-row transaction after kill 3 and one truncate after kill 6, so that
-// kills land before, in and after both.
+// pgWriter changes the source tables at random in small transactions of
+// inserts, updates, key-changing updates and deletes until the
+// third-to-last kill, with one 10k-row transaction after kill 3 and one
+// truncate after kill 6, so that kills land before, in and after both. It
+// writes to notes too, a table that joins tables[] mid-run.
 func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, kills *atomic.Int64) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.URL())
@@ -126,10 +138,17 @@ func pgWriter(t *testing.T, r *pgtest.Replica, seed uint64, kills *atomic.Int64)
 			for range 1 + rnd.IntN(4) {
 				id := rnd.IntN(400)
 				var q string
-				switch rnd.IntN(10) {
+				switch rnd.IntN(12) {
 				case 0, 1:
 					q = fmt.Sprintf(`DELETE FROM %s WHERE id = $1`, tbl)
 					_, err = tx.Exec(ctx, q, id)
+				case 2:
+					// A key change: the old document must go.
+					q = fmt.Sprintf(`UPDATE %s SET id = id + 400 WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM %s WHERE id = $1 + 400)`, tbl, tbl)
+					_, err = tx.Exec(ctx, q, id)
+				case 3:
+					q = fmt.Sprintf(`INSERT INTO %s.notes VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, r.Schema)
+					_, err = tx.Exec(ctx, q, id%50, fmt.Sprintf("Note %d", id%50), para())
 				default:
 					q = fmt.Sprintf(`INSERT INTO %s VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, tbl)
 					_, err = tx.Exec(ctx, q, id, fmt.Sprintf("Doc %d", id), para()+"\n\n"+para())
@@ -186,9 +205,10 @@ func waitSlotCaughtUp(t *testing.T, r *pgtest.Replica, slot string, limit time.D
 }
 
 // TestPostgresSourceKill SIGKILLs serve (source.kind postgres) at random
-// moments while a writer inserts, updates, deletes, truncates and commits a
-// 10k-row transaction; the index must end equal to a fresh load of the
-// table's final state, with nothing dead-lettered.
+// moments while a writer inserts, updates, changes keys, deletes, truncates
+// and commits a 10k-row transaction, and a table joins tables[] mid-run;
+// the index must end equal to a fresh load of the tables' final state, with
+// nothing dead-lettered.
 func TestPostgresSourceKill(t *testing.T) {
 	t.Parallel() // own schema, slot or kfake cluster, own application_name
 	if testing.Short() {
@@ -196,6 +216,9 @@ func TestPostgresSourceKill(t *testing.T) {
 	}
 	r := pgtest.Replication(t)
 	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
+	// notes joins tables[] after the fourth kill: the next start adds it to
+	// the publication ragsync created and loads it while the writer runs.
+	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.notes (id int PRIMARY KEY, title text, body text)`, r.Schema))
 	// Rows before the first start: the first runs (and kills) do the load.
 	for id := range 60 {
 		r.Exec(t, fmt.Sprintf(`INSERT INTO %s.articles VALUES ($1, $2, $3)`, r.Schema), id, fmt.Sprintf("Doc %d", id), "seed row "+faultWords[id%len(faultWords)])
@@ -210,6 +233,9 @@ func TestPostgresSourceKill(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(5, 5))
 	kills, whileWriting := 0, 0
 	for kills < 12 {
+		if kills == 4 {
+			writePGConfig(t, e, r, r.Slot, "notes")
+		}
 		before := progress(t, r, e.schema)
 		p := e.startServe(fmt.Sprintf("serve-%d", kills))
 		// Kill at a random moment after this process made progress (it
@@ -240,12 +266,12 @@ func TestPostgresSourceKill(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = r.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", ref)
 	})
-	fresh := pgSourceEnv(t, r, ref)
+	fresh := pgSourceEnv(t, r, ref, "notes")
 	fresh.run(false, "serve", "--once")
 	want := liveIndex(t, fresh.schema)
 
 	var rows int
-	require.NoError(t, r.Conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*) FROM %s.articles", r.Schema)).Scan(&rows))
+	require.NoError(t, r.Conn.QueryRow(context.Background(), fmt.Sprintf("SELECT (SELECT count(*) FROM %s.articles) + (SELECT count(*) FROM %s.notes)", r.Schema, r.Schema)).Scan(&rows))
 	t.Logf("postgres kill: %d SIGKILLs (%d while writing), %d rows at the end, %d chunks", kills, whileWriting, rows, len(want))
 	require.GreaterOrEqual(t, whileWriting, 5, "kills must land while the writer runs")
 	require.Positive(t, rows)

@@ -93,6 +93,13 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 	if err := l.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	if rec.Fenced && s.cfg.Index != nil {
+		n, err := s.reconcile(ctx, l, rec.Pending, &msgs)
+		if err != nil {
+			return err
+		}
+		s.log.Info("initial load: documents whose rows are gone deleted", "documents", n)
+	}
 	done := func(ctx context.Context) error {
 		final := LoadRecord{Loaded: mergeNames(rec.Loaded, rec.Pending)}
 		if err := s.cfg.State.SaveLoad(ctx, s.cfg.Slot, final); err != nil {
@@ -251,4 +258,63 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 			return n, ctx.Err()
 		}
 	}
+}
+
+// reconcile deletes, once every loaded row is in the index, the documents
+// of tables that the load did not write and that are older than it: their
+// rows were not in the load's snapshot, so they are gone from the source.
+// The deletes carry the load's version, so a change streamed after the
+// snapshot (a higher version) is never undone: the sink's fence keeps it.
+// Only a load that read one snapshot from its start may do this; one
+// resumed on a later snapshot skipped rows it had loaded before.
+func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, msgs *[]cdc.Message) (int, error) {
+	// Wait until everything loaded so far is applied: the index must
+	// hold this load's versions before it is compared with them.
+	applied := make(chan struct{})
+	if !s.emit(ctx, s.batch(*msgs, 0, func(context.Context) error { close(applied); return nil })) {
+		return 0, ctx.Err()
+	}
+	*msgs = nil
+	select {
+	case <-applied:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	ts := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true}
+	n := 0
+	for _, name := range tables {
+		var t *tableInfo
+		for _, ti := range s.tables {
+			if ti.name == name && ti.matched {
+				t = ti
+			}
+		}
+		if t == nil {
+			continue
+		}
+		var gone []string
+		err := s.cfg.Index.LiveVersions(ctx, name, func(key string, have cdc.Version) error {
+			if have.Compare(v) < 0 {
+				gone = append(gone, key)
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("reconcile %s: %w", name, err)
+		}
+		for _, key := range gone {
+			ch := cdc.Change{Op: cdc.OpDelete, Table: name, DocKey: key, Version: v, SourceTS: ts, Snapshot: true,
+				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
+			*msgs = append(*msgs, message(ch, ts))
+			if len(*msgs) >= s.cfg.BatchSize {
+				if !s.emit(ctx, s.batch(*msgs, 0, nil)) {
+					return n, ctx.Err()
+				}
+				*msgs = nil
+			}
+		}
+		n += len(gone)
+	}
+	return n, nil
 }

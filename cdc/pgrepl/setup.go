@@ -200,7 +200,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		// last load: load them on a snapshot of now, versioned at the
 		// confirmed position, for the same reason.
 		s.log.Info("loading tables the slot has not loaded yet", "tables", strings.Join(p.toLoad, ", "))
-		rec = LoadRecord{Loaded: rec.Loaded, Pending: p.toLoad}
+		rec = LoadRecord{Loaded: rec.Loaded, Pending: p.toLoad, Fenced: true}
 	default:
 		return res, nil
 	}

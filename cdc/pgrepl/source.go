@@ -76,6 +76,10 @@ type Config struct {
 	// HealthInterval is how often the slot's retained WAL and status are
 	// read. Defaults to 15s.
 	HealthInterval time.Duration
+	// Index lists the index's documents of a table, so that a load read
+	// from one snapshot can delete the documents whose rows are gone. Nil:
+	// loads do not reconcile.
+	Index Index
 	// DLQPath is the dead-letter file of this source; the changes `ragsync
 	// dlq replay` queued beside it (ReplayPath) are applied at start.
 	// Empty: none.
@@ -115,6 +119,12 @@ func (c Config) withDefaults() Config {
 		c.State = NewMemoryState()
 	}
 	return c
+}
+
+// Index is what a load asks the index: every live document of table,
+// with its version. sink.Store implements it.
+type Index interface {
+	LiveVersions(ctx context.Context, table string, fn func(key string, v cdc.Version) error) error
 }
 
 // Source streams row changes from a logical replication slot (pgoutput,

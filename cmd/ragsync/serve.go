@@ -155,7 +155,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		pgSrc    *pgrepl.Source
 	)
 	if cfg.Source.Kind == "postgres" {
-		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, reg, logger)
+		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, st, reg, logger)
 		src, closeSrc = pgSrc, func() {}
 		if pgSrc != nil {
 			closeSrc = pgSrc.Close

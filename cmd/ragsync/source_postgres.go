@@ -19,13 +19,15 @@ import (
 var (
 	_ pipeline.Source = (*pgrepl.Source)(nil)
 	_ pgrepl.State    = sourceState{}
+	_ pgrepl.Index    = (*sink.Store)(nil)
 )
 
 // newPostgresSource starts the logical replication source; its initial
 // loads and what it created are recorded in the index schema. Dead letters
 // go to a JSON Lines file (dlq.path, default ragsync-<slot>.dlq.jsonl).
-func newPostgresSource(ctx context.Context, cfg Config, once bool, pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*pgrepl.Source, pipeline.DeadLetters, error) {
+func newPostgresSource(ctx context.Context, cfg Config, once bool, pool *pgxpool.Pool, st *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*pgrepl.Source, pipeline.DeadLetters, error) {
 	pc := cfg.postgresSourceConfig(sourceState{sink.NewSourceState(pool)}, logger, reg)
+	pc.Index = st
 	pc.StopAtEnd = once
 	pc.DLQPath = postgresDLQPath(cfg)
 	src, err := pgrepl.New(ctx, pc)
