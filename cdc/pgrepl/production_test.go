@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -372,3 +373,24 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 }
 
 var _ = pgtest.URL
+
+// TestRenamedTemplateColumnIsWarned: a column the text template names,
+// renamed while the source streams, is warned about with the fix when the
+// schema change reaches the stream.
+func TestRenamedTemplateColumnIsWarned(t *testing.T) {
+	b := pgSetup(t)
+	var logs syncBuffer
+	cfg := b.config()
+	cfg.TextColumns = map[string][]string{b.table(): {"title", "body"}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	b.fetch(t, s, 1, true)
+	require.NotContains(t, logs.String(), "missing_columns")
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s RENAME COLUMN body TO content`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2,'two','b')`, b.table()))
+	b.fetch(t, s, 1, true)
+	t.Log(logs.String())
+	require.Contains(t, logs.String(), "missing_columns=[body]")
+	require.Contains(t, logs.String(), "tables[].text")
+}

@@ -419,6 +419,7 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &p.role, &p.sup
 	for _, t := range p.tables {
 		_, t.matched = cdc.LookupTable(s.cfg.Tables, t.name)
 		if t.matched {
+			s.warnMissingColumns(t.schema, t.table, t.name, t.cols)
 			t.ids = idColumns(s.cfg.Tables, t.name, t.pk)
 			errs = append(errs, s.checkTable(t, p, !inPub[relKey(t.schema, t.table)])...)
 		}

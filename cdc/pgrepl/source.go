@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,6 +41,11 @@ type Config struct {
 	// names can create the publication or be added to it; patterns select
 	// among the tables an existing publication holds.
 	Tables []cdc.TableConfig
+	// TextColumns are the columns each tables[] entry's text template
+	// names, by Match. A table that lacks one (renamed or dropped under the
+	// template) is warned about at start and when a schema change reaches
+	// the stream: its documents would render without it.
+	TextColumns map[string][]string
 	// InitialLoad reads the tables as op "r" changes when the slot is new
 	// (in the snapshot the slot exported), or when an earlier load did not
 	// finish, or when a table joins the publication. Defaults to false
@@ -157,6 +165,7 @@ type Source struct {
 	metrics   slotMetrics
 	tables    map[string]*tableInfo // by (schema, table) of the publication
 	stopAt    pglogrepl.LSN         // with StopAtEnd: the WAL position at start
+	warned    sync.Map              // Change.Table → the missing columns last warned about
 }
 
 type fetched struct {
@@ -351,4 +360,30 @@ func sessionParams(p map[string]string, app string) {
 	p["IntervalStyle"] = "postgres"
 	p["bytea_output"] = "hex"
 	p["extra_float_digits"] = "1"
+}
+
+// warnMissingColumns logs, once per table and set of columns, that the
+// table lacks columns its text template names.
+func (s *Source) warnMissingColumns(schema, table, name string, cols []string) {
+	tc, ok := cdc.LookupTable(s.cfg.Tables, name)
+	if !ok {
+		return
+	}
+	var missing []string
+	for _, c := range s.cfg.TextColumns[tc.Match] {
+		if !slices.Contains(cols, c) && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	key := strings.Join(missing, ",")
+	if prev, ok := s.warned.Load(name); (ok && prev == key) || (!ok && key == "") {
+		return
+	}
+	s.warned.Store(name, key)
+	if key == "" {
+		return
+	}
+	s.log.Warn("a table lacks columns its tables[].text template names (renamed or dropped?): its documents render without them",
+		"table", pgx.Identifier{schema, table}.Sanitize(), "missing_columns", missing, "columns", cols,
+		"fix", "name the table's current columns in tables[].text; after a rename, `ragsync slot drop` and a restart reload the table with the new template")
 }

@@ -343,6 +343,13 @@ func (s *Source) relation(m *pglogrepl.RelationMessageV2) *relation {
 		}
 	}
 	_, r.matched = cdc.LookupTable(s.cfg.Tables, r.name)
+	if r.matched {
+		names := make([]string, len(r.cols))
+		for i, c := range r.cols {
+			names[i] = c.name
+		}
+		s.warnMissingColumns(r.schema, r.table, r.name, names)
+	}
 	pk := flagged
 	if m.ReplicaIdentity == 'f' {
 		pk = nil

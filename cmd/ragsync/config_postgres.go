@@ -10,6 +10,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/pipeline"
 )
 
 // PostgresSourceOptions are the source.postgres settings beyond url,
@@ -91,14 +92,17 @@ func (c Config) postgresSourceConfig(state pgrepl.State, logger *slog.Logger, re
 		maxWAL = 0
 	}
 	var tables []cdc.TableConfig
+	textCols := map[string][]string{}
 	for _, t := range c.Tables {
 		tables = append(tables, cdc.TableConfig{Match: t.Match, ID: t.ID})
+		textCols[t.Match] = pipeline.TableConfig{Text: t.Text}.TemplateColumns()
 	}
 	return pgrepl.Config{
 		URL:                 p.URL,
 		Publication:         p.Publication,
 		Slot:                p.Slot,
 		Tables:              tables,
+		TextColumns:         textCols,
 		InitialLoad:         load,
 		State:               state,
 		BatchSize:           p.BatchSize,
