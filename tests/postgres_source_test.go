@@ -346,3 +346,48 @@ func TestPostgresSourceIndexEqualsAFreshLoad(t *testing.T) {
 	t.Logf("%d rows, %d chunks at the end", rows, len(want))
 	requireSameIndex(t, want, got)
 }
+
+// TestPostgresSourceDeadLettersListReplayPurge: an update whose body is an
+// unchanged TOAST value, of a row the index never held (initial_load off),
+// is dead-lettered with the fix instead of indexed without its body;
+// `ragsync dlq list` shows it, `dlq replay` has the next serve read the row
+// again and index it whole, and `dlq purge` empties the file.
+func TestPostgresSourceDeadLettersListReplayPurge(t *testing.T) {
+	r := pgtest.Replication(t)
+	tbl := r.Schema + ".articles"
+	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, title text, body text)`, tbl))
+	var sb strings.Builder
+	for i := range 4000 {
+		fmt.Fprintf(&sb, "%s%d ", faultWords[i%len(faultWords)], uint32(i)*2654435761%9973)
+	}
+	long := sb.String()
+	r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 'Doc 1', $1)`, tbl), long)
+	e := pgSourceEnv(t, r, r.Slot)
+	b, err := os.ReadFile(e.cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(e.cfg, []byte(strings.Replace(string(b), "    health_interval: 1s\n", "    health_interval: 1s\n    initial_load: false\n", 1)), 0o644))
+
+	e.serveOnce() // creates the slot; the row before it is not loaded
+	r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'Doc 1, renamed' WHERE id = 1`, tbl))
+	stats := e.serveOnce()
+	require.Equal(t, 1, stats["dead_lettered"])
+	require.Empty(t, liveIndex(t, e.schema), "never indexed without its body")
+
+	out, _ := e.run(false, "dlq", "list")
+	t.Log(out)
+	require.Contains(t, out, "REPLICA IDENTITY FULL")
+	require.Contains(t, out, "body")
+
+	out, _ = e.run(false, "dlq", "replay")
+	require.Contains(t, out, "queued 1 change(s)")
+	e.serveOnce()
+	got := strings.Join(liveIndex(t, e.schema), "\n")
+	require.Contains(t, got, "Doc 1, renamed")
+	require.Contains(t, got, faultWords[3], "indexed with its body, read again from the source")
+
+	out, _ = e.run(false, "dlq", "list")
+	require.Contains(t, out, "no dead letters")
+	r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2, 'Doc 2', 'short')`, tbl))
+	out, _ = e.run(false, "dlq", "purge")
+	require.Contains(t, out, "purged 0 record(s)")
+}
