@@ -263,9 +263,7 @@ func TestPostgresSourceKill(t *testing.T) {
 
 	// The reference: a new slot whose initial load reads the final rows.
 	ref := r.Slot + "_ref"
-	t.Cleanup(func() {
-		_, _ = r.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", ref)
-	})
+	t.Cleanup(func() { dropSlotWhenFree(t, r, ref) })
 	fresh := pgSourceEnv(t, r, ref, "notes")
 	fresh.run(false, "serve", "--once")
 	want := liveIndex(t, fresh.schema)
@@ -338,7 +336,7 @@ func TestPostgresSourceIndexEqualsAFreshLoad(t *testing.T) {
 	got := liveIndex(t, e.schema)
 	_, _ = e.run(false, "slot", "drop") // one slot at a time
 	fresh := pgSourceEnv(t, r, r.Slot+"_ref")
-	t.Cleanup(func() { _, _ = r.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", r.Slot+"_ref") })
+	t.Cleanup(func() { dropSlotWhenFree(t, r, r.Slot+"_ref") })
 	fresh.run(false, "serve", "--once")
 	want := liveIndex(t, fresh.schema)
 	var rows int
@@ -390,4 +388,26 @@ func TestPostgresSourceDeadLettersListReplayPurge(t *testing.T) {
 	r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2, 'Doc 2', 'short')`, tbl))
 	out, _ = e.run(false, "dlq", "purge")
 	require.Contains(t, out, "purged 0 record(s)")
+}
+
+// dropSlotWhenFree drops slot once no walsender holds it: a serve that
+// exited leaves its walsender for a moment, and a drop then fails, which
+// would leave the slot holding WAL for ever.
+func dropSlotWhenFree(t *testing.T, r *pgtest.Replica, slot string) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var gone bool
+		_, err := r.Conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slot)
+		if err != nil {
+			_ = r.Conn.QueryRow(context.Background(), "SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", slot).Scan(&gone)
+		}
+		if err == nil || gone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("drop slot %s: %v", slot, err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
