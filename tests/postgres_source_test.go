@@ -302,7 +302,7 @@ func TestPostgresSourceIndexEqualsAFreshLoad(t *testing.T) {
 			if reload {
 				// No slot records what happens next: only the reload's
 				// snapshot can tell which rows are gone.
-				e.run(false, "slot", "drop")
+				slotDrop(t, e)
 				// Rows deleted now are never streamed.
 				r.Exec(t, fmt.Sprintf(`DELETE FROM %s WHERE id IN (SELECT id FROM %s ORDER BY id LIMIT 3)`, tbl, tbl))
 			}
@@ -330,11 +330,11 @@ func TestPostgresSourceIndexEqualsAFreshLoad(t *testing.T) {
 		r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES ($1, 'Doomed', 'a row the reload must find gone')`, tbl), id)
 	}
 	e.run(false, "serve", "--once")
-	e.run(false, "slot", "drop")
+	slotDrop(t, e)
 	r.Exec(t, fmt.Sprintf(`DELETE FROM %s WHERE id >= 500`, tbl))
 	e.run(false, "serve", "--once")
 	got := liveIndex(t, e.schema)
-	_, _ = e.run(false, "slot", "drop") // one slot at a time
+	slotDrop(t, e) // one slot at a time
 	fresh := pgSourceEnv(t, r, r.Slot+"_ref")
 	t.Cleanup(func() { dropSlotWhenFree(t, r, r.Slot+"_ref") })
 	fresh.run(false, "serve", "--once")
@@ -408,6 +408,21 @@ func dropSlotWhenFree(t *testing.T, r *pgtest.Replica, slot string) {
 			t.Errorf("drop slot %s: %v", slot, err)
 			return
 		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slotDrop runs `ragsync slot drop`, waiting while the walsender of a serve
+// that just exited still holds the slot.
+func slotDrop(t *testing.T, e *env) {
+	t.Helper()
+	for i := 0; ; i++ {
+		out, err := e.run(true, "slot", "drop")
+		if err == nil {
+			return
+		}
+		require.Contains(t, out, "in use", "slot drop: %s", out)
+		require.Less(t, i, 300, "the slot stayed in use")
 		time.Sleep(100 * time.Millisecond)
 	}
 }
