@@ -10,7 +10,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
+.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -74,6 +74,13 @@ bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-
 BENCH_PGSOURCE_FLAGS ?= -events 20000 -runs 3
 bench-pgsource: services build ## issue 13: events/s from a Postgres slot into the sink vs the same changes through kfake
 	$(GO) run ./bench/pgsource -bin $(BIN) $(BENCH_PGSOURCE_FLAGS)
+
+# One transaction of 8000 rows x 64 KiB of distinct text (~525 MB) drained
+# from a slot by `serve --once`; fails past 300 MiB peak RSS or if a row is
+# missing from the index.
+BENCH_PGSOURCE_MEMORY_FLAGS ?= -rows 8000 -row-kib 64 -max-rss-mib 300
+bench-pgsource-memory: services build ## peak RSS of serve applying one >= 500 MB transaction from a Postgres slot (bound 300 MiB), every row indexed
+	$(GO) run ./bench/pgsourcemem -bin $(BIN) $(BENCH_PGSOURCE_MEMORY_FLAGS)
 
 # Drains the same Kafka backlog with `serve --once` (monitor off) and
 # `serve --once --monitor` checking every 5s, 5 runs of each, rotating;

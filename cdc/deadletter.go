@@ -212,7 +212,17 @@ func fileLine(m Message, hs []Header) ([]byte, error) {
 		line.TS = m.Timestamp.UnixMilli()
 	}
 	line.Key, line.KeyB64 = textOrBase64(m.Key)
-	line.Payload, line.PayloadB64 = textOrBase64(m.Value)
+	val := m.Value
+	if val == nil && m.Change != nil {
+		// A change a transport built itself (the Postgres source) has no
+		// bytes of its own: the dead letter keeps the change as JSON.
+		b, err := json.Marshal(m.Change)
+		if err != nil {
+			return nil, err
+		}
+		val = b
+	}
+	line.Payload, line.PayloadB64 = textOrBase64(val)
 	return json.Marshal(line)
 }
 

@@ -64,17 +64,8 @@ func NewDecoder(cfg DecoderConfig) *Decoder {
 
 // idColumns returns the configured id columns of table, or nil.
 func (d *Decoder) idColumns(table string) []string {
-	for _, t := range d.tables {
-		if t.Match == table {
-			return t.ID
-		}
-	}
-	for _, t := range d.tables {
-		if ok, _ := path.Match(t.Match, table); ok {
-			return t.ID
-		}
-	}
-	return nil
+	t, _ := LookupTable(d.tables, table)
+	return t.ID
 }
 
 // Decode decodes one message.

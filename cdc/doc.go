@@ -12,10 +12,11 @@
 // *DecodeError, which is permanent and names the message's coordinates.
 //
 // Sources hand over batches of messages with an acknowledgement: a Kafka
-// consumer group, a JSON Lines file, and PostgresSource, which streams a
-// logical replication slot (pgoutput) itself and renders each row change as
-// the Debezium PostgreSQL connector's envelope, so the same Decoder (wrapped
-// in PostgresDecoder for the commit-ordered version) reads all three.
+// consumer group and a JSON Lines file, whose Debezium messages the Decoder
+// reads, and transports in rooms of their own (cdc/pgrepl streams a
+// Postgres logical replication slot) that build Changes themselves with
+// LookupTable, RowKey, TableName and ParseJSON, so their documents get the
+// ids and values Debezium's events would give them.
 //
 // The package must not know about chunks, embeddings or vectors: it stops at
 // the row. What a document's text is, and whether to embed it, is decided

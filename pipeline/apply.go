@@ -112,6 +112,13 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		}
 		return err
 	}
+	if !found && ch.After != nil && len(ch.Unavailable) > 0 {
+		// Unchanged TOAST columns with no stored row to take them from:
+		// indexing the row would drop their text for good.
+		return permanent(fmt.Errorf("document %s: column(s) %s arrived as unchanged TOAST values and the index holds no earlier copy of the row to take them from, so it was not indexed without them: "+
+			"set REPLICA IDENTITY FULL on the source table (ALTER TABLE … REPLICA IDENTITY FULL) so updates carry them; then `ragsync dlq replay` (the Postgres source reads the row again; behind Kafka, backfill the table first)",
+			id, strings.Join(ch.Unavailable, ", ")))
+	}
 	row := p.mergeUnavailable(ch, stored, found)
 	if stripped, n := stripNUL(row); n > 0 {
 		// Postgres text and jsonb cannot hold U+0000: every retry would

@@ -34,6 +34,10 @@ type TableConfig struct {
 var placeholder = regexp.MustCompile(`\{\{\s*([^{}\s]+)\s*\}\}`)
 
 // templateColumns returns the columns a template reads.
+// TemplateColumns lists the columns tables[].text names, in order, with
+// repeats. Sources that know their tables' columns warn when one is absent.
+func (t TableConfig) TemplateColumns() []string { return t.templateColumns() }
+
 func (t TableConfig) templateColumns() []string {
 	var cols []string
 	for _, m := range placeholder.FindAllStringSubmatch(t.Text, -1) {

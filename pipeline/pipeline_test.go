@@ -256,6 +256,23 @@ func TestToastPlaceholderKeepsStoredText(t *testing.T) {
 	require.Equal(t, 2, p.Stats()["applied"])
 }
 
+// TestToastPlaceholderWithoutStoredRowIsDeadLettered: an update whose
+// column is an unchanged TOAST value, for a document the index does not
+// hold, is dead-lettered with the fix, never indexed without the column.
+func TestToastPlaceholderWithoutStoredRowIsDeadLettered(t *testing.T) {
+	b := setup(t)
+	toast := event("u", 1, 20, "")
+	toast.Value = []byte(strings.Replace(string(toast.Value), `"body":""`, `"body":"__debezium_unavailable_value","title":"new title"`, 1))
+	src := &sliceSource{batches: [][]cdc.Message{{toast}}}
+	p := b.run(t, src, pipeline.Config{})
+	_, ok := b.text(t, "public.docs/1")
+	require.False(t, ok, "not indexed without its body")
+	require.Len(t, b.dlq.letters, 1)
+	require.ErrorContains(t, b.dlq.letters[0], "REPLICA IDENTITY FULL")
+	require.ErrorContains(t, b.dlq.letters[0], "body")
+	require.Equal(t, 1, p.Stats()["dead_lettered"])
+}
+
 func TestTruncateIsABarrier(t *testing.T) {
 	b := setup(t)
 	src := &sliceSource{batches: [][]cdc.Message{{

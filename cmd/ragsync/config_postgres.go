@@ -9,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/pipeline"
 )
 
 // PostgresSourceOptions are the source.postgres settings beyond url,
-// publication and slot (issue 13), inlined into PostgresSourceConfig.
+// publication and slot, inlined into PostgresSourceConfig.
 type PostgresSourceOptions struct {
 	// InitialLoad reads the published tables into the index when the slot
 	// is created (in the slot's exported snapshot, so no row is lost or
@@ -25,6 +27,10 @@ type PostgresSourceOptions struct {
 	// BatchSize is the most changes handed to the pipeline at once.
 	// Defaults to 512.
 	BatchSize int `yaml:"batch_size"`
+	// MaxBufferBytes bounds the row data read from the slot and not yet
+	// handed to the pipeline; a transaction of any size streams through
+	// it. Defaults to 33554432 (32 MiB).
+	MaxBufferBytes int `yaml:"max_buffer_bytes"`
 	// StatusInterval is how often the confirmed position is reported when
 	// the server does not ask sooner; keep it well below the server's
 	// wal_sender_timeout. Defaults to 10s.
@@ -61,6 +67,9 @@ func (c Config) validatePostgresSource() []error {
 	if p.BatchSize < 0 {
 		add("source.postgres.batch_size: %d must be > 0, or 0 for the default 512", p.BatchSize)
 	}
+	if p.MaxBufferBytes < 0 || (p.MaxBufferBytes > 0 && p.MaxBufferBytes < 1<<20) {
+		add("source.postgres.max_buffer_bytes: %d must be at least 1048576 (1 MiB), or 0 for the default 32 MiB", p.MaxBufferBytes)
+	}
 	if p.StatusInterval < 0 || p.StatusInterval > 5*time.Minute {
 		add("source.postgres.status_interval: %s must be between 0 (default 10s) and 5m, and below the server's wal_sender_timeout", p.StatusInterval)
 	}
@@ -71,8 +80,8 @@ func (c Config) validatePostgresSource() []error {
 }
 
 // postgresSourceConfig builds the source's config; state records finished
-// initial loads (nil: in memory).
-func (c Config) postgresSourceConfig(state cdc.LoadState, logger *slog.Logger, reg prometheus.Registerer) cdc.PostgresConfig {
+// initial loads and what the source created (nil: in memory).
+func (c Config) postgresSourceConfig(state pgrepl.State, logger *slog.Logger, reg prometheus.Registerer) pgrepl.Config {
 	p := c.Source.Postgres
 	load := p.InitialLoad == nil || *p.InitialLoad
 	maxWAL := int64(p.MaxRetainedWALBytes)
@@ -82,18 +91,22 @@ func (c Config) postgresSourceConfig(state cdc.LoadState, logger *slog.Logger, r
 	case -1:
 		maxWAL = 0
 	}
-	var tables []string
+	var tables []cdc.TableConfig
+	textCols := map[string][]string{}
 	for _, t := range c.Tables {
-		tables = append(tables, t.Match)
+		tables = append(tables, cdc.TableConfig{Match: t.Match, ID: t.ID})
+		textCols[t.Match] = pipeline.TableConfig{Text: t.Text}.TemplateColumns()
 	}
-	return cdc.PostgresConfig{
+	return pgrepl.Config{
 		URL:                 p.URL,
 		Publication:         p.Publication,
 		Slot:                p.Slot,
 		Tables:              tables,
+		TextColumns:         textCols,
 		InitialLoad:         load,
-		LoadState:           state,
+		State:               state,
 		BatchSize:           p.BatchSize,
+		MaxBufferBytes:      p.MaxBufferBytes,
 		StatusInterval:      p.StatusInterval,
 		HealthInterval:      p.HealthInterval,
 		MaxRetainedWALBytes: maxWAL,

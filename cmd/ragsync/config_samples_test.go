@@ -12,6 +12,7 @@ import (
 // "Configuration") load without warnings and validate, with their source.
 func TestSampleConfigsLoad(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-test")
+	t.Setenv("SOURCE_URL", "postgres://app@db:5432/app")
 	events := filepath.Join(t.TempDir(), "events.jsonl")
 	require.NoError(t, os.WriteFile(events, nil, 0o644))
 	tests := []struct {
@@ -24,6 +25,7 @@ func TestSampleConfigsLoad(t *testing.T) {
 		{filepath.Join("..", "..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
 		{filepath.Join("..", "..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
 		{filepath.Join("..", "..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {

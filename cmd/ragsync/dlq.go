@@ -28,7 +28,8 @@ func newDLQCmd(g *globals) *cobra.Command {
 answered degraded); otherwise those of the configured source (messages that
 could not be decoded or applied): for source.kind kafka the dead-letter
 topic(s) dlq.topic or <topic>.ragsync-dlq, for source.kind file the file
-dlq.path or <source.file.path>.dlq.jsonl.
+dlq.path or <source.file.path>.dlq.jsonl, for source.kind postgres the file
+dlq.path or ragsync-<slot>.dlq.jsonl (each holds the change as JSON).
 
 Replay re-injects them — after you fixed the config or the dependency —
 once, without the error headers.`,
@@ -95,8 +96,11 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 		return err
 	}
 	if !f.frontdoor {
-		if cfg.Source.Kind == "file" {
+		switch cfg.Source.Kind {
+		case "file":
 			return fileDLQ(cmd, cfg, f, action)
+		case "postgres":
+			return postgresDLQ(cmd, cfg, f, action)
 		}
 		return kafkaDLQ(cmd, cfg, f, action)
 	}

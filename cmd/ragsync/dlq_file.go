@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 )
 
 // fileDLQPath is where the file source's dead letters go: dlq.path, or
@@ -29,6 +30,61 @@ func fileDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error {
 	out := cmd.OutOrStdout()
 	switch action {
 	case "list":
+		return listFileDLQ(cmd, path, f)
+	case "replay":
+		if cfg.Source.File.Path == "" {
+			return errors.New("dlq replay: source.file.path is empty; set it to the file to replay into")
+		}
+		n, err := cdc.FileDLQReplay(path, cfg.Source.File.Path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: replayed %d record(s) to the end of %s\n", path, n, cfg.Source.File.Path)
+	case "purge":
+		return purgeFileDLQ(cmd, path)
+	default:
+		return errors.New("unknown dlq action " + action)
+	}
+	return nil
+}
+
+// postgresDLQ works on the Postgres source's dead-letter file. Replay moves
+// the dead letters to the replay file beside it, which serve's Postgres
+// source applies (each change with its own version, so one that a later
+// change superseded is skipped) before it streams, and then empties.
+func postgresDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error {
+	path := postgresDLQPath(cfg)
+	switch action {
+	case "list":
+		return listFileDLQ(cmd, path, f)
+	case "replay":
+		to := pgrepl.ReplayPath(path)
+		n, err := cdc.FileDLQReplay(path, to)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: queued %d change(s) in %s; serve applies them when it next starts (restart it if it is running)\n", path, n, to)
+		return nil
+	case "purge":
+		return purgeFileDLQ(cmd, path)
+	}
+	return errors.New("unknown dlq action " + action)
+}
+
+// purgeFileDLQ empties a dead-letter file.
+func purgeFileDLQ(cmd *cobra.Command, path string) error {
+	n, err := cdc.FileDLQPurge(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: purged %d record(s)\n", path, n)
+	return nil
+}
+
+// listFileDLQ prints a dead-letter file's records.
+func listFileDLQ(cmd *cobra.Command, path string, f *dlqFlags) error {
+	out := cmd.OutOrStdout()
+	{ // one block, so the list reads as it did inside fileDLQ's switch
 		dls, err := cdc.FileDLQList(path, f.n)
 		if err != nil {
 			return err
@@ -52,23 +108,6 @@ func fileDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error {
 			fmt.Fprintf(out, "%s:%d  from %s line %d  %s  %s\n    %s\n", path, d.Offset, orDefault(d.OrigTopic, "(no topic)"),
 				d.OrigOffset, d.Timestamp.UTC().Format("2006-01-02T15:04:05Z"), d.ErrorClass, d.ErrorMessage)
 		}
-	case "replay":
-		if cfg.Source.File.Path == "" {
-			return errors.New("dlq replay: source.file.path is empty; set it to the file to replay into")
-		}
-		n, err := cdc.FileDLQReplay(path, cfg.Source.File.Path)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: replayed %d record(s) to the end of %s\n", path, n, cfg.Source.File.Path)
-	case "purge":
-		n, err := cdc.FileDLQPurge(path)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: purged %d record(s)\n", path, n)
-	default:
-		return errors.New("unknown dlq action " + action)
 	}
 	return nil
 }

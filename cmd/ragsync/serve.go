@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
@@ -151,10 +152,10 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		src      pipeline.Source
 		dlq      pipeline.DeadLetters
 		closeSrc func()
-		pgSrc    *cdc.PostgresSource
+		pgSrc    *pgrepl.Source
 	)
 	if cfg.Source.Kind == "postgres" {
-		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, reg, logger)
+		pgSrc, dlq, err = newPostgresSource(ctx, cfg, once, pool, st, reg, logger)
 		src, closeSrc = pgSrc, func() {}
 		if pgSrc != nil {
 			closeSrc = pgSrc.Close

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -23,10 +23,21 @@ does not fill. The next serve creates a new slot and loads the tables again.`,
 		Example: `  ragsync slot drop --config ragsync.yaml`,
 		Args:    cobra.NoArgs,
 	}
-	cmd.AddCommand(&cobra.Command{
-		Use:          "drop",
-		Short:        "Drop the replication slot (stop serve first)",
-		Long:         "drop removes source.postgres.slot from the source server and forgets its initial load.\n\nExample:\n  ragsync slot drop --config ragsync.yaml",
+	var force bool
+	drop := &cobra.Command{
+		Use:   "drop",
+		Short: "Drop the replication slot ragsync created, and its publication (stop serve first)",
+		Long: `drop removes source.postgres.slot from the source server, and
+source.postgres.publication when ragsync created it, and forgets the slot's
+initial loads, so the next serve creates both again and loads the tables.
+
+It drops only a slot ragsync recorded creating: another tool's slot of the
+same name (or one created by a ragsync that did not record it yet) needs
+--force. A publication ragsync did not create is never dropped.
+
+Example:
+  ragsync slot drop --config ragsync.yaml
+  ragsync slot drop --config ragsync.yaml --force`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,17 +57,22 @@ does not fill. The next serve creates a new slot and loads the tables again.`,
 			if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, newLogger(cmd.ErrOrStderr(), cfg.Log, false)); err != nil {
 				return err
 			}
-			pc := cfg.postgresSourceConfig(loadState{pool}, nil, nil)
-			if err := cdc.DropSlot(ctx, pc); err != nil {
+			pc := cfg.postgresSourceConfig(sourceState{sink.NewSourceState(pool)}, nil, nil)
+			dropped, err := pgrepl.Drop(ctx, pc, force)
+			if err != nil {
 				return err
 			}
-			slot := pc.Slot
-			if slot == "" {
-				slot = "ragsync"
+			out := cmd.OutOrStdout()
+			if dropped.Slot {
+				fmt.Fprintf(out, "replication slot %s dropped\n", orDefault(pc.Slot, "ragsync"))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replication slot %s dropped\n", slot)
+			if dropped.Publication {
+				fmt.Fprintf(out, "publication %s dropped (ragsync had created it)\n", orDefault(pc.Publication, "ragsync"))
+			}
 			return nil
 		},
-	})
+	}
+	drop.Flags().BoolVar(&force, "force", false, "drop the slot even if ragsync did not create it")
+	cmd.AddCommand(drop)
 	return cmd
 }

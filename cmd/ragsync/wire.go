@@ -229,7 +229,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	}
 	return pipeline.New(cfg.pipelineConfig(logger, reg), pipeline.Stages{
 		Source:      src,
-		Decoder:     newDecoder(cfg),
+		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
 		Splitter:    ch,
 		Embedder:    reusing,
 		Sink:        st,

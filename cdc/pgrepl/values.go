@@ -1,4 +1,4 @@
-package cdc
+package pgrepl
 
 import (
 	"encoding/base64"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // pgTypes knows the built-in types' OIDs and, for arrays, their element
@@ -49,7 +51,7 @@ func pgValue(oid uint32, text string) (any, error) {
 		}
 		return json.Number(text), nil
 	case pgtype.JSONOID, pgtype.JSONBOID:
-		v, err := parseJSON([]byte(text))
+		v, err := cdc.ParseJSON([]byte(text))
 		if err != nil {
 			return nil, fmt.Errorf("json: %w", err)
 		}
@@ -123,7 +125,13 @@ func pgTimeOfDay(text string) (any, error) {
 	return fmt.Sprintf("%02d:%02d:%02d.%06d", h, m, s, us), nil
 }
 
-var errArray = errors.New("malformed array literal")
+var (
+	errArray      = errors.New("malformed array literal")
+	errArrayDepth = errors.New("array nested deeper than 128 levels")
+)
+
+// maxArrayDepth bounds array nesting as the JSON parser bounds objects.
+const maxArrayDepth = 128
 
 // pgArray parses an array literal ({a,"b c",NULL}, nested for more
 // dimensions; an explicit-bounds prefix [0:1]= is dropped) and decodes each
@@ -152,8 +160,8 @@ type arrayParser struct {
 }
 
 func (p *arrayParser) parse(depth int) ([]any, error) {
-	if depth > maxDepth {
-		return nil, errTooDeep
+	if depth > maxArrayDepth {
+		return nil, errArrayDepth
 	}
 	if p.i >= len(p.s) || p.s[p.i] != '{' {
 		return nil, errArray
@@ -226,4 +234,16 @@ func (p *arrayParser) quoted() (string, error) {
 		}
 	}
 	return "", errArray
+}
+
+// valueOrText is pgValue, falling back to the text as Postgres wrote it
+// when the text does not parse as its type (a server setting ragsync did not
+// expect): the stream must not stall on one value, and text is what the
+// Debezium connector gives for types it does not know.
+func valueOrText(oid uint32, text string) any {
+	v, err := pgValue(oid, text)
+	if err != nil {
+		return text
+	}
+	return v
 }

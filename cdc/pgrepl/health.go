@@ -1,4 +1,4 @@
-package cdc
+package pgrepl
 
 import (
 	"context"
@@ -115,7 +115,7 @@ type slotMetrics struct {
 // WAL, warns past MaxRetainedWALBytes (a stopped or stuck consumer makes the
 // source keep WAL until its disk is full) and marks the source unhealthy
 // when the slot is lost, which /readyz reports with the fix.
-func (s *PostgresSource) monitor(ctx context.Context) {
+func (s *Source) monitor(ctx context.Context) {
 	check := func() {
 		conn, err := s.connectSQL(ctx)
 		if err != nil {
@@ -163,10 +163,10 @@ func (s *PostgresSource) monitor(ctx context.Context) {
 
 // Unhealthy returns why the slot cannot be used, with the fix, or "" while
 // it can. Safe for concurrent use.
-func (s *PostgresSource) Unhealthy() string { return s.health.get() }
+func (s *Source) Unhealthy() string { return s.health.get() }
 
 // register adds the source's metrics to reg.
-func (s *PostgresSource) register(reg prometheus.Registerer) error {
+func (s *Source) register(reg prometheus.Registerer) error {
 	cs := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ragsync_source_slot_retained_wal_bytes",

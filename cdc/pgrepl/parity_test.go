@@ -1,4 +1,4 @@
-package cdc_test
+package pgrepl_test
 
 import (
 	"fmt"
@@ -48,9 +48,10 @@ const debeziumParityEvent = `{"schema":{"type":"struct","name":"dbserver1.public
   "db":"app","schema":"public","table":"parity","txId":777,"lsn":24023128},
  "op":"%s","ts_ms":1709618828100}}`
 
-// TestPostgresSourceDecodesLikeDebezium: each column type decodes from
-// pgoutput to the same value as from the equivalent Debezium event,
-// including an unchanged TOASTed column on update.
+// TestPostgresSourceDecodesLikeDebezium: each column type decodes to the
+// same value as from the equivalent Debezium event, whether the row comes
+// from the initial load's snapshot read or from pgoutput, including an
+// unchanged TOASTed column on update.
 func TestPostgresSourceDecodesLikeDebezium(t *testing.T) {
 	b := pgSetup(t)
 	tbl := b.r.Schema + ".parity"
@@ -63,23 +64,32 @@ func TestPostgresSourceDecodesLikeDebezium(t *testing.T) {
 	}
 	big := sb.String()
 	cfg := b.config()
-	cfg.Tables = []string{tbl}
-	s := b.source(t, cfg)
-	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 12345.678, -5, '2024-03-05 06:07:08.123456', '2024-03-05 07:07:08.5+01',
+	cfg.Tables = []cdc.TableConfig{{Match: tbl}}
+	cfg.InitialLoad = true
+	row := `(%d, 12345.678, -5, '2024-03-05 06:07:08.123456', '2024-03-05 07:07:08.5+01',
 		'2024-03-05', '12:34:56.789', '{"b": null, "a": [1, 2.5], "c": "é"}', ARRAY['x','y z','a,b',NULL,'q"uote'], '{1,-2,3}',
-		'\x00ff10', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, 9007199254740993, 1.5, NULL, $1)`, tbl), big)
+		'\x00ff10', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, 9007199254740993, 1.5, NULL, $1)`
+	// Row 1 reaches the index through the initial load (a snapshot read),
+	// row 2 through the stream, then an update of row 1 leaves its TOAST
+	// value unchanged: all three must decode as Debezium's events do.
+	b.r.Exec(t, fmt.Sprintf("INSERT INTO %s VALUES "+row, tbl, 1), big)
+	s := b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	b.r.Exec(t, fmt.Sprintf("INSERT INTO %s VALUES "+row, tbl, 2), big)
 	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET flag = true WHERE id = 1`, tbl))
-	got := b.fetch(t, s, 2, true)
+	got = append(got, b.fetch(t, s, 2, true)...)
 
 	dec := cdc.NewDecoder(cdc.DecoderConfig{})
 	for i, tc := range []struct {
 		op, toasted string
+		id          int
 	}{
-		{"c", fmt.Sprintf("%q", big)},
-		{"u", `"__debezium_unavailable_value"`},
+		{"r", fmt.Sprintf("%q", big), 1},
+		{"c", fmt.Sprintf("%q", big), 2},
+		{"u", `"__debezium_unavailable_value"`, 1},
 	} {
-		want, err := dec.Decode(cdc.Message{Topic: "dbserver1.public.parity", Key: []byte(`{"id":1}`),
-			Value: fmt.Appendf(nil, debeziumParityEvent, tc.toasted, tc.op)})
+		ev := strings.Replace(fmt.Sprintf(debeziumParityEvent, tc.toasted, tc.op), `"id":1,`, fmt.Sprintf(`"id":%d,`, tc.id), 1)
+		want, err := dec.Decode(cdc.Message{Topic: "dbserver1.public.parity", Key: fmt.Appendf(nil, `{"id":%d}`, tc.id), Value: []byte(ev)})
 		require.NoError(t, err)
 		require.Equal(t, cdc.Op(tc.op), got[i].Op)
 		if diff := cmp.Diff(want.After, got[i].After); diff != "" {
@@ -87,6 +97,8 @@ func TestPostgresSourceDecodesLikeDebezium(t *testing.T) {
 		}
 		require.Equal(t, want.Unavailable, got[i].Unavailable, "op %s", tc.op)
 		require.Equal(t, want.DocKey, got[i].DocKey)
+		require.Equal(t, want.Key, got[i].Key)
 	}
-	require.Equal(t, []string{"toasted"}, got[1].Unavailable, "the unchanged TOAST value is reported as Debezium's placeholder is")
+	require.Equal(t, "2024-03-05T06:07:08.5Z", got[0].After["tstz"], "a timestamptz is RFC 3339 UTC with Z, as Debezium's ZonedTimestamp")
+	require.Equal(t, []string{"toasted"}, got[2].Unavailable, "the unchanged TOAST value is reported as Debezium's placeholder is")
 }

@@ -1,4 +1,4 @@
-package cdc_test
+package pgrepl_test
 
 import (
 	"bytes"
@@ -17,41 +17,41 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
 // pgBundle is one test's replication world.
 type pgBundle struct {
-	r   *pgtest.Replica
-	dec cdc.PostgresDecoder
+	r *pgtest.Replica
 }
 
 func pgSetup(t *testing.T) *pgBundle {
 	t.Helper()
 	r := pgtest.Replication(t)
 	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
-	return &pgBundle{r: r, dec: cdc.PostgresDecoder{Decoder: cdc.NewDecoder(cdc.DecoderConfig{})}}
+	return &pgBundle{r: r}
 }
 
 func (b *pgBundle) table() string { return b.r.Schema + ".articles" }
 
-func (b *pgBundle) config() cdc.PostgresConfig {
-	return cdc.PostgresConfig{
-		URL: pgtest.URL(), Slot: b.r.Slot, Publication: b.r.Publication, Tables: []string{b.table()},
+func (b *pgBundle) config() pgrepl.Config {
+	return pgrepl.Config{
+		URL: pgtest.URL(), Slot: b.r.Slot, Publication: b.r.Publication, Tables: []cdc.TableConfig{{Match: b.table()}},
 		ApplicationName: b.r.App, StatusInterval: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond,
 	}
 }
 
-func (b *pgBundle) source(t *testing.T, cfg cdc.PostgresConfig) *cdc.PostgresSource {
+func (b *pgBundle) source(t *testing.T, cfg pgrepl.Config) *pgrepl.Source {
 	t.Helper()
-	s, err := cdc.NewPostgresSource(t.Context(), cfg)
+	s, err := pgrepl.New(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s
 }
 
 // fetch decodes changes until n arrived, acknowledging each batch when ack.
-func (b *pgBundle) fetch(t *testing.T, s *cdc.PostgresSource, n int, ack bool) []cdc.Change {
+func (b *pgBundle) fetch(t *testing.T, s *pgrepl.Source, n int, ack bool) []cdc.Change {
 	t.Helper()
 	// Generous: the walsender decodes every database's WAL, and on a
 	// shared, loaded server that can take minutes.
@@ -62,9 +62,9 @@ func (b *pgBundle) fetch(t *testing.T, s *cdc.PostgresSource, n int, ack bool) [
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err, "after %d of %d changes", len(out), n)
 		for _, m := range batch.Messages {
-			ch, err := b.dec.Decode(m)
-			require.NoError(t, err)
-			out = append(out, ch)
+			require.NotNil(t, m.Change, "the source hands over built changes")
+			require.Equal(t, m.Change.Coord.Offset, m.Offset, "the message carries the change's coordinates")
+			out = append(out, *m.Change)
 		}
 		if ack {
 			require.NoError(t, batch.Ack(ctx))
@@ -162,14 +162,19 @@ func TestPostgresSourceConfirmsOnlyWhatWasAcked(t *testing.T) {
 	require.Equal(t, "3", got[0].DocKey)
 }
 
-// TestPostgresSourceStreamsLargeTransactions makes the server stream (a tiny
-// logical_decoding_work_mem): a committed 10k-row transaction arrives whole,
-// in order, under one commit; a rolled-back one and a rolled-back savepoint
-// inside the committed one never arrive.
-func TestPostgresSourceStreamsLargeTransactions(t *testing.T) {
+// TestPostgresSourceLargeTransactionsFlowBeforeTheirEnd: with a tiny
+// logical_decoding_work_mem (the server spills to its disk) and a small
+// buffer, a committed 10k-row transaction arrives whole, in order, under one
+// commit, its first batches handed over while the server is still sending
+// it; a rolled-back transaction and a rolled-back savepoint inside the
+// committed one never arrive. The server is not asked to stream
+// transactions in progress.
+func TestPostgresSourceLargeTransactionsFlowBeforeTheirEnd(t *testing.T) {
 	b := pgSetup(t)
 	cfg := b.config()
 	cfg.URL = pgtest.URL() + "&options=-c%20logical_decoding_work_mem%3D64kB"
+	cfg.BatchSize = 100
+	cfg.MaxBufferBytes = 64 << 10
 	s := b.source(t, cfg)
 
 	tx := func(sql ...string) {
@@ -190,7 +195,28 @@ func TestPostgresSourceStreamsLargeTransactions(t *testing.T) {
 	tx(fmt.Sprintf(fill, 1, 6000), "SAVEPOINT s", fmt.Sprintf(fill, 90000, 93000), "ROLLBACK TO SAVEPOINT s", fmt.Sprintf(fill, 6001, 10000))
 	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (0,'after','x')`, b.table()))
 
-	got := b.fetch(t, s, 10001, true)
+	// Hold the first batch unacknowledged while fetching on: the source
+	// keeps handing over (Fetch runs ahead of Ack) within its buffer.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var got []cdc.Change
+	var held []cdc.Batch
+	for len(got) < 10001 {
+		batch, err := s.Fetch(ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(batch.Messages), cfg.BatchSize)
+		for _, m := range batch.Messages {
+			got = append(got, *m.Change)
+		}
+		held = append(held, batch)
+		if len(held) > 3 {
+			require.NoError(t, held[0].Ack(ctx), "acks in fetch order")
+			held = held[1:]
+		}
+	}
+	for _, batch := range held {
+		require.NoError(t, batch.Ack(ctx))
+	}
 	require.Len(t, got, 10001)
 	for i, ch := range got[:10000] {
 		require.Equal(t, fmt.Sprint(i+1), ch.DocKey, "rows in transaction order, none from the rollbacks")
@@ -200,12 +226,12 @@ func TestPostgresSourceStreamsLargeTransactions(t *testing.T) {
 	}
 	require.Equal(t, "0", got[10000].DocKey)
 	require.Positive(t, got[10000].Version.Compare(got[9999].Version))
+	end := b.walLSN(t)
+	require.Eventually(t, func() bool { return b.confirmed(t) >= end }, 20*time.Second, 50*time.Millisecond, "everything acknowledged is confirmed")
 
-	var streamed int64
-	require.Eventually(t, func() bool {
-		_ = b.r.Conn.QueryRow(t.Context(), "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1", b.r.Slot).Scan(&streamed)
-		return streamed > 0
-	}, 20*time.Second, 100*time.Millisecond, "the server streamed the large transactions (protocol v2)")
+	var streamed, spilled int64
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), "SELECT stream_txns, spill_txns FROM pg_stat_replication_slots WHERE slot_name = $1", b.r.Slot).Scan(&streamed, &spilled))
+	require.Zero(t, streamed, "the server decodes committed transactions only")
 }
 
 // TestPostgresSourceReconnectsAfterWalsenderTerminated kills the source's
@@ -235,9 +261,7 @@ func TestPostgresSourceReconnectsAfterWalsenderTerminated(t *testing.T) {
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err)
 		for _, m := range batch.Messages {
-			ch, err := b.dec.Decode(m)
-			require.NoError(t, err)
-			keys = append(keys, ch.DocKey)
+			keys = append(keys, m.Change.DocKey)
 		}
 		require.NoError(t, batch.Ack(ctx))
 	}
@@ -265,20 +289,20 @@ func TestPostgresSourceSetupErrorsNameTheFix(t *testing.T) {
 	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.nokey (a int, b text)`, b.r.Schema))
 	tests := []struct {
 		name    string
-		mutate  func(*cdc.PostgresConfig)
+		mutate  func(*pgrepl.Config)
 		wantErr []string
 	}{
-		{"no url", func(c *cdc.PostgresConfig) { c.URL = "" }, []string{"source.postgres.url"}},
-		{"publication absent, no tables", func(c *cdc.PostgresConfig) { c.Tables = nil }, []string{"source.postgres.publication", "does not exist"}},
-		{"pattern cannot make a publication", func(c *cdc.PostgresConfig) { c.Tables = []string{"public.*"} }, []string{"tables[].match", "create the publication yourself"}},
-		{"table without replica identity", func(c *cdc.PostgresConfig) { c.Tables = []string{b.r.Schema + ".nokey"} }, []string{"REPLICA IDENTITY FULL", "nokey"}},
+		{"no url", func(c *pgrepl.Config) { c.URL = "" }, []string{"source.postgres.url"}},
+		{"publication absent, no tables", func(c *pgrepl.Config) { c.Tables = nil }, []string{"source.postgres.publication", "does not exist"}},
+		{"pattern cannot make a publication", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: "public.*"}} }, []string{"tables[].match", "create the publication yourself"}},
+		{"table without replica identity", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey"}} }, []string{"REPLICA IDENTITY FULL", "nokey"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b.r.Exec(t, "DROP PUBLICATION IF EXISTS "+b.r.Publication)
 			cfg := b.config()
 			tc.mutate(&cfg)
-			_, err := cdc.NewPostgresSource(t.Context(), cfg)
+			_, err := pgrepl.New(t.Context(), cfg)
 			require.Error(t, err)
 			for _, w := range tc.wantErr {
 				require.Contains(t, err.Error(), w)
@@ -314,12 +338,12 @@ func (s *syncBuffer) String() string {
 func TestPostgresSourceSlotRetention(t *testing.T) {
 	b := pgSetup(t)
 	cfg := b.config()
-	s, err := cdc.NewPostgresSource(t.Context(), cfg)
+	s, err := pgrepl.New(t.Context(), cfg)
 	require.NoError(t, err)
 	s.Close()
 
-	status := func() cdc.SlotStatus {
-		st, err := cdc.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
+	status := func() pgrepl.SlotStatus {
+		st, err := pgrepl.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
 		require.NoError(t, err)
 		require.True(t, st.Exists)
 		return st
@@ -380,84 +404,61 @@ func TestPostgresSourceReadyzFailsWhenSlotDropped(t *testing.T) {
 }
 
 // TestDropSlot: `ragsync slot drop` refuses while serve streams, then drops
-// the slot and forgets the initial load, so the next start loads again.
+// the slot and the publication ragsync created and forgets the initial
+// load, so the next start loads again. A slot ragsync did not create is
+// refused without force.
 func TestDropSlot(t *testing.T) {
 	b := pgSetup(t)
 	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
 	cfg := b.config()
 	cfg.InitialLoad = true
-	state := &countingLoadState{}
-	cfg.LoadState = state
+	state := pgrepl.NewMemoryState()
+	cfg.State = state
 	s := b.source(t, cfg)
 	b.fetch(t, s, 1, true)
 	last, err := s.Fetch(t.Context()) // the load's closing batch records it done
 	require.NoError(t, err)
 	require.Empty(t, last.Messages)
 	require.NoError(t, last.Ack(t.Context()))
-	done, _ := state.LoadDone(t.Context(), b.r.Slot)
-	require.True(t, done)
+	rec, _ := state.Load(t.Context(), b.r.Slot)
+	require.Equal(t, []string{b.table()}, rec.Loaded)
+	require.Empty(t, rec.Pending)
 
-	err = cdc.DropSlot(t.Context(), cfg)
+	_, err = pgrepl.Drop(t.Context(), cfg, false)
 	require.ErrorContains(t, err, "stop `ragsync serve` first")
 	s.Close()
-	require.Eventually(t, func() bool { return cdc.DropSlot(t.Context(), cfg) == nil }, 10*time.Second, 100*time.Millisecond)
-	st, err := cdc.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
+	var dropped pgrepl.Dropped
+	require.Eventually(t, func() bool { dropped, err = pgrepl.Drop(t.Context(), cfg, false); return err == nil }, 10*time.Second, 100*time.Millisecond)
+	require.Equal(t, pgrepl.Dropped{Slot: true, Publication: true}, dropped, "the publication ragsync created goes with its slot")
+	st, err := pgrepl.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
 	require.NoError(t, err)
 	require.False(t, st.Exists)
-	done, _ = state.LoadDone(t.Context(), b.r.Slot)
-	require.False(t, done, "the load is forgotten with the slot")
-	require.ErrorContains(t, cdc.DropSlot(t.Context(), cfg), "does not exist")
+	var pubs int
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_publication WHERE pubname = $1", b.r.Publication).Scan(&pubs))
+	require.Zero(t, pubs)
+	rec, _ = state.Load(t.Context(), b.r.Slot)
+	require.False(t, rec.Exists, "the load is forgotten with the slot")
+	_, err = pgrepl.Drop(t.Context(), cfg, false)
+	require.ErrorContains(t, err, "does not exist")
 
 	// The next start creates the slot again and loads the table again.
 	s = b.source(t, cfg)
 	got := b.fetch(t, s, 1, true)
 	require.Equal(t, cdc.OpRead, got[0].Op)
-}
+	s.Close()
 
-type countingLoadState struct {
-	mu       sync.Mutex
-	done     map[string]bool
-	progress map[string]cdc.LoadProgress
-}
-
-func (c *countingLoadState) LoadDone(_ context.Context, slot string) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.done[slot], nil
-}
-
-func (c *countingLoadState) MarkLoadDone(_ context.Context, slot string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = map[string]bool{}
-	}
-	c.done[slot] = true
-	return nil
-}
-
-func (c *countingLoadState) LoadProgress(_ context.Context, slot string) (cdc.LoadProgress, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.progress[slot], nil
-}
-
-func (c *countingLoadState) SaveLoadProgress(_ context.Context, slot string, p cdc.LoadProgress) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.progress == nil {
-		c.progress = map[string]cdc.LoadProgress{}
-	}
-	c.progress[slot] = p
-	return nil
-}
-
-func (c *countingLoadState) ForgetLoad(_ context.Context, slot string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.done, slot)
-	delete(c.progress, slot)
-	return nil
+	// A slot of that name that ragsync did not create is another tool's.
+	other := pgrepl.NewMemoryState()
+	cfg.State = other
+	require.Eventually(t, func() bool {
+		_, err = pgrepl.Drop(t.Context(), cfg, false)
+		return err != nil && !strings.Contains(err.Error(), "in use")
+	}, 10*time.Second, 100*time.Millisecond)
+	require.ErrorContains(t, err, "was not created by ragsync")
+	require.ErrorContains(t, err, "--force")
+	dropped, err = pgrepl.Drop(t.Context(), cfg, true)
+	require.NoError(t, err)
+	require.Equal(t, pgrepl.Dropped{Slot: true}, dropped, "force drops the slot, never a publication ragsync did not record creating")
 }
 
 // TestPostgresSourceResumesAnInterruptedLoad: a load cut short runs again
@@ -471,8 +472,8 @@ func TestPostgresSourceResumesAnInterruptedLoad(t *testing.T) {
 	cfg := b.config()
 	cfg.InitialLoad = true
 	cfg.BatchSize = 2
-	cfg.LoadState = &countingLoadState{}
-	s, err := cdc.NewPostgresSource(t.Context(), cfg)
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
 	require.NoError(t, err)
 	first := b.fetch(t, s, 2, true) // rows 1 and 2, acknowledged
 	require.Equal(t, []string{"1", "2"}, []string{first[0].DocKey, first[1].DocKey})

@@ -1,0 +1,396 @@
+package pgrepl_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/internal/pgtest"
+)
+
+// exists reports whether the test's publication and slot exist.
+func (b *pgBundle) exists(t *testing.T) (pub, slot bool) {
+	t.Helper()
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+		EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2)`, b.r.Publication, b.r.Slot).Scan(&pub, &slot))
+	return pub, slot
+}
+
+// TestSetupTouchesNothingUntilEveryCheckPassed: a table without a replica
+// identity next to a good one fails the start, and nothing is created: no
+// publication that would make Postgres refuse the application's UPDATE and
+// DELETE on it, no slot holding WAL. The application's statements still
+// work afterwards.
+func TestSetupTouchesNothingUntilEveryCheckPassed(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.nokey (a int, b text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.nokey VALUES (1, 'x')`, b.r.Schema))
+	cfg := b.config()
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".nokey"})
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.Error(t, err)
+	t.Log(err)
+	require.ErrorContains(t, err, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL", pgx.Identifier{b.r.Schema, "nokey"}.Sanitize()))
+	require.ErrorContains(t, err, "would refuse the application's UPDATE and DELETE")
+	pub, slot := b.exists(t)
+	require.False(t, pub, "no publication was created")
+	require.False(t, slot, "no slot was created")
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s.nokey SET b = 'y'`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.nokey`, b.r.Schema))
+}
+
+// TestFailedStartUndoesWhatItCreated: when the slot cannot be created after
+// the publication was, the publication is dropped again.
+func TestFailedStartUndoesWhatItCreated(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.Slot = "Not-A-Valid-Slot" // passes the checks, refused by CREATE_REPLICATION_SLOT
+	state := pgrepl.NewMemoryState()
+	cfg.State = state
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "create replication slot")
+	pub, _ := b.exists(t)
+	require.False(t, pub, "the publication this start created is dropped again")
+	created, _ := state.Created(t.Context(), pgrepl.KindPublication, "test", b.r.Publication)
+	require.False(t, created)
+}
+
+// TestKeyChangeDeletesTheOldDocument: an UPDATE of the primary key is a
+// delete of the old document and a create of the new one, as Debezium
+// emits it, in that order and versioned in that order.
+func TestKeyChangeDeletesTheOldDocument(t *testing.T) {
+	b := pgSetup(t)
+	s := b.source(t, b.config())
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET id = 2, body = 'b' WHERE id = 1`, b.table()))
+	got := b.fetch(t, s, 3, true)
+	require.Equal(t, []cdc.Op{cdc.OpCreate, cdc.OpDelete, cdc.OpCreate}, []cdc.Op{got[0].Op, got[1].Op, got[2].Op})
+	require.Equal(t, []string{"1", "1", "2"}, []string{got[0].DocKey, got[1].DocKey, got[2].DocKey})
+	require.Equal(t, "b", got[2].After["body"])
+	require.Positive(t, got[2].Version.Compare(got[1].Version))
+	require.Positive(t, got[1].Version.Compare(got[0].Version))
+}
+
+// TestReplicaIdentityMustCarryTheDocumentID: REPLICA IDENTITY USING INDEX
+// on another column than the document id would send deletes without it:
+// refused with the fix. With tables[].id naming the index's column, deletes
+// and key changes find their document, in the stream and the load alike.
+func TestReplicaIdentityMustCarryTheDocumentID(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.pages (id int PRIMARY KEY, slug text NOT NULL, body text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`CREATE UNIQUE INDEX pages_slug ON %s.pages (slug)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s.pages REPLICA IDENTITY USING INDEX pages_slug`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.pages VALUES (1, 'home', 'x')`, b.r.Schema))
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".pages"}}
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.Error(t, err)
+	t.Log(err)
+	require.ErrorContains(t, err, "does not carry the document id column(s) id")
+	require.ErrorContains(t, err, "REPLICA IDENTITY FULL")
+	pub, slot := b.exists(t)
+	require.False(t, pub || slot)
+
+	cfg.Tables[0].ID = []string{"slug"}
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, "home", got[0].DocKey, "the load keys by tables[].id")
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s.pages SET slug = 'start' WHERE id = 1`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.pages WHERE id = 1`, b.r.Schema))
+	got = b.fetch(t, s, 3, true)
+	var ops []string
+	for _, ch := range got {
+		if len(ch.Op) > 0 && ch.DocKey != "" {
+			ops = append(ops, string(ch.Op)+":"+ch.DocKey)
+		}
+	}
+	require.Equal(t, []string{"d:home", "c:start", "d:start"}, ops[len(ops)-3:])
+}
+
+// TestUnchangedToastComesFromTheFullOldRow: under REPLICA IDENTITY FULL an
+// update that leaves a TOASTed column alone still carries its value (from
+// the old row), so nothing is missing even without a stored document.
+func TestUnchangedToastComesFromTheFullOldRow(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s REPLICA IDENTITY FULL`, b.table()))
+	var sb strings.Builder
+	for i := range 4000 {
+		fmt.Fprintf(&sb, "%08x", uint32(i)*2654435761)
+	}
+	s := b.source(t, b.config())
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 't', $1)`, b.table()), sb.String())
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'u' WHERE id = 1`, b.table()))
+	got := b.fetch(t, s, 2, true)
+	require.Equal(t, cdc.OpUpdate, got[1].Op)
+	require.Empty(t, got[1].Unavailable)
+	require.Equal(t, sb.String(), got[1].After["body"])
+}
+
+// TestUnchangedToastWithoutFullIsReported: with the default identity the
+// column is reported unavailable (the pipeline keeps the stored value), and
+// never handed over as the placeholder text.
+func TestUnchangedToastWithoutFullIsReported(t *testing.T) {
+	b := pgSetup(t)
+	var sb strings.Builder
+	for i := range 4000 {
+		fmt.Fprintf(&sb, "%08x", uint32(i)*2654435761)
+	}
+	s := b.source(t, b.config())
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 't', $1)`, b.table()), sb.String())
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'u' WHERE id = 1`, b.table()))
+	got := b.fetch(t, s, 2, true)
+	require.Equal(t, []string{"body"}, got[1].Unavailable)
+	_, has := got[1].After["body"]
+	require.False(t, has)
+}
+
+// TestResumedLoadCoversEveryTable: schema "s-x" sorts after "s" in
+// Postgres (which lists the publication's tables by schema, then table) but
+// "s-x.a" sorts before "s.z" as text. A load interrupted in s.z resumes
+// with s-x.a too.
+func TestResumedLoadCoversEveryTable(t *testing.T) {
+	b := pgSetup(t)
+	other := b.r.Schema + "-x"
+	b.r.Exec(t, "CREATE SCHEMA "+pgx.Identifier{other}.Sanitize())
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{other}.Sanitize()+" CASCADE")
+	})
+	z := pgx.Identifier{b.r.Schema, "z"}.Sanitize()
+	a := pgx.Identifier{other, "a"}.Sanitize()
+	b.r.Exec(t, "CREATE TABLE "+z+" (id int PRIMARY KEY, body text)")
+	b.r.Exec(t, "CREATE TABLE "+a+" (id int PRIMARY KEY, body text)")
+	b.r.Exec(t, "INSERT INTO "+z+" VALUES (1, 'z1'), (2, 'z2'), (3, 'z3')")
+	b.r.Exec(t, "INSERT INTO "+a+" VALUES (1, 'a1')")
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: cdc.TableName(b.r.Schema, "z")}, {Match: cdc.TableName(other, "a")}}
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	first := b.fetch(t, s, 1, true)
+	require.Equal(t, cdc.TableName(b.r.Schema, "z"), first[0].Table, "Postgres lists s.z first")
+	s.Close() // interrupted inside s.z
+
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 3, true)
+	var tables []string
+	for _, ch := range got {
+		tables = append(tables, ch.Table+"/"+ch.DocKey)
+	}
+	require.Equal(t, []string{cdc.TableName(b.r.Schema, "z") + "/2", cdc.TableName(b.r.Schema, "z") + "/3", cdc.TableName(other, "a") + "/1"}, tables)
+}
+
+// TestUnmatchedTablesAreNotDeadLettered: a table the publication holds but
+// tables[] does not (here one without any key) is handed over with its
+// table only, for the pipeline to count as unmatched_table.
+func TestUnmatchedTablesAreNotDeadLettered(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.audit (at timestamptz, what text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s.audit REPLICA IDENTITY FULL`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s, %s.audit`, b.r.Publication, b.table(), b.r.Schema))
+	s := b.source(t, b.config())
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.audit VALUES (now(), 'x')`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.audit`, b.r.Schema))
+	got := b.fetch(t, s, 2, true)
+	for _, ch := range got {
+		require.Equal(t, b.r.Schema+".audit", ch.Table)
+		require.Empty(t, ch.DocKey)
+		require.Nil(t, ch.After)
+	}
+}
+
+// TestNamesThatNeedEscaping: a schema with a '.', a table with '%', a
+// quote and a space work end to end with an auto-created publication,
+// written in tables[].match as Change.Table names them.
+func TestNamesThatNeedEscaping(t *testing.T) {
+	b := pgSetup(t)
+	schema := b.r.Schema + ".v2"
+	table := `100% "done" list`
+	name := pgx.Identifier{schema, table}.Sanitize()
+	b.r.Exec(t, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	b.r.Exec(t, "CREATE TABLE "+name+" (id int PRIMARY KEY, body text)")
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (1, 'loaded')")
+	match := cdc.TableName(schema, table)
+	require.Equal(t, b.r.Schema+`%2Ev2.100%25 "done" list`, match)
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: match}}
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (2, 'streamed')")
+	got := b.fetch(t, s, 1, true)
+	last := got[len(got)-1]
+	require.Equal(t, match, last.Table)
+	require.Equal(t, "2", last.DocKey)
+}
+
+// TestPartitionChangesReachTheParent: with the publication ragsync creates
+// (publish_via_partition_root), a change to a partition arrives under the
+// parent's name, which tables[] matches and the load reads.
+func TestPartitionChangesReachTheParent(t *testing.T) {
+	b := pgSetup(t)
+	parent := b.r.Schema + ".events"
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s (id int, year int, body text, PRIMARY KEY (id, year)) PARTITION BY LIST (year)`, parent))
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.events_2024 PARTITION OF %s FOR VALUES IN (2024)`, b.r.Schema, parent))
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.events_2025 PARTITION OF %s FOR VALUES IN (2025)`, b.r.Schema, parent))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 2024, 'old')`, parent))
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: parent}}
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, parent, got[0].Table)
+	require.Equal(t, "1/2024", got[0].DocKey)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2, 2025, 'new')`, parent))
+	got = b.fetch(t, s, 1, true)
+	require.Equal(t, parent, got[len(got)-1].Table)
+	require.Equal(t, "2/2025", got[len(got)-1].DocKey)
+}
+
+// TestTableAddedToTablesIsPublishedAndLoaded: a table that joins tables[]
+// after ragsync created the publication is added to it at the next start
+// and its rows are loaded; its later changes stream.
+func TestTableAddedToTablesIsPublishedAndLoaded(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	last, err := s.Fetch(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, last.Ack(t.Context()))
+	s.Close()
+
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.notes (id int PRIMARY KEY, body text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.notes VALUES (7, 'seven')`, b.r.Schema))
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".notes"})
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, cdc.OpRead, got[0].Op)
+	require.Equal(t, b.r.Schema+".notes", got[0].Table)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.notes VALUES (8, 'eight')`, b.r.Schema))
+	got = b.fetch(t, s, 1, true)
+	require.Equal(t, "8", got[len(got)-1].DocKey)
+
+	// A publication ragsync did not create is not altered: the start is
+	// refused with the statement to run.
+	s.Close()
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".more"})
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.more (id int PRIMARY KEY)`, b.r.Schema))
+	cfg.State = pgrepl.NewMemoryState()
+	_, err = pgrepl.New(t.Context(), cfg)
+	require.Error(t, err)
+	t.Log(err)
+	require.ErrorContains(t, err, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{b.r.Publication}.Sanitize(), pgx.Identifier{b.r.Schema, "more"}.Sanitize()))
+}
+
+// TestDroppedPublicationIsNamed: a publication dropped under a running
+// source is reported as such, with a recovery that works: slot drop, then
+// start again.
+func TestDroppedPublicationIsNamed(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	b.r.Exec(t, "DROP PUBLICATION "+b.r.Publication)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := s.Fetch(ctx)
+	require.Error(t, err)
+	t.Log(err)
+	require.ErrorContains(t, err, fmt.Sprintf("publication %q was dropped", b.r.Publication))
+	require.ErrorContains(t, err, "ragsync slot drop")
+	var perm interface{ Permanent() bool }
+	require.ErrorAs(t, err, &perm)
+	s.Close()
+
+	// A restart says the same before streaming.
+	_, err = pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "is gone but slot")
+	// Following the advice recovers.
+	require.Eventually(t, func() bool { _, err := pgrepl.Drop(t.Context(), cfg, false); return err == nil }, 10*time.Second, 100*time.Millisecond)
+	s = b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2,'two','b')`, b.table()))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, "2", got[0].DocKey)
+}
+
+// TestDeadLetterKeepsTheChange: a dead letter of this source holds the
+// change as JSON, and a replay hands it over again with its version.
+func TestDeadLetterKeepsTheChange(t *testing.T) {
+	b := pgSetup(t)
+	dir := t.TempDir()
+	dlq := dir + "/dlq.jsonl"
+	cfg := b.config()
+	cfg.DLQPath = dlq
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	batch, err := s.Fetch(ctx)
+	require.NoError(t, err)
+	require.NoError(t, cdc.NewFileDeadLetters(dlq, "test").Put(ctx, batch.Messages[0], fmt.Errorf("embed: down")))
+	require.NoError(t, batch.Ack(ctx))
+	s.Close()
+	dls, err := cdc.FileDLQList(dlq, 0)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "embed: down", dls[0].ErrorMessage)
+	var ch cdc.Change
+	require.NoError(t, json.Unmarshal(dls[0].Value, &ch))
+	require.Equal(t, "1", ch.DocKey)
+
+	// Replay reads the row again as it is now, at the dead letter's version.
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'one, edited' WHERE id = 1`, b.table()))
+	n, err := cdc.FileDLQReplay(dlq, pgrepl.ReplayPath(dlq))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, "1", got[0].DocKey)
+	require.Equal(t, batch.Messages[0].Change.Version.String(), got[0].Version.String())
+	require.Equal(t, "one, edited", got[0].After["title"])
+	s.Close()
+	left, err := os.ReadFile(pgrepl.ReplayPath(dlq))
+	require.NoError(t, err)
+	require.Empty(t, left, "the replay file is emptied once applied")
+}
+
+var _ = pgtest.URL
+
+// TestRenamedTemplateColumnIsWarned: a column the text template names,
+// renamed while the source streams, is warned about with the fix when the
+// schema change reaches the stream.
+func TestRenamedTemplateColumnIsWarned(t *testing.T) {
+	b := pgSetup(t)
+	var logs syncBuffer
+	cfg := b.config()
+	cfg.TextColumns = map[string][]string{b.table(): {"title", "body"}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	b.fetch(t, s, 1, true)
+	require.NotContains(t, logs.String(), "missing_columns")
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s RENAME COLUMN body TO content`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (2,'two','b')`, b.table()))
+	b.fetch(t, s, 1, true)
+	t.Log(logs.String())
+	require.Contains(t, logs.String(), "missing_columns=[body]")
+	require.Contains(t, logs.String(), "tables[].text")
+}
