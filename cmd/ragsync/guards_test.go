@@ -42,13 +42,15 @@ func readOnlyRole(t *testing.T, e *reindexEnv) string {
 	return strings.Replace(u, "postgres@", role+"@", 1)
 }
 
-// footprint is everything a command could create in the database: schemas,
-// relations of the index schema, and the catalog rows the lifecycle and the
-// monitor keep.
+// footprint is everything a command could create in the database: schemas
+// named after the test's own (the typo'd one among them; other packages'
+// tests create schemas of their own meanwhile, so the whole cluster's count
+// would move under it), relations of the index schema, and the catalog rows
+// the lifecycle and the monitor keep.
 func footprint(t *testing.T, e *reindexEnv) []int64 {
 	t.Helper()
 	var out [7]int64
-	err := e.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_namespace),
+	err := e.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_namespace WHERE left(nspname, length($1)) = $1),
 		(SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace),
 		(SELECT count(*) FROM indexes), (SELECT count(*) FROM aliases), (SELECT count(*) FROM monitor_canaries),
 		(SELECT count(*) FROM monitor_samples), (SELECT count(*) FROM backfill_checkpoints)`, e.schema).
