@@ -3,11 +3,23 @@ package cdc
 import "context"
 
 // Batch is a run of messages from a source together with its acknowledgement.
+//
 // Ack commits the source position past every message of the batch (Kafka
-// offsets, a file position); the pipeline calls it only after each message was
-// applied, skipped or dead-lettered, so a crash before Ack replays the batch
-// and version fencing makes the replay a no-op.
+// offsets, a replication LSN, a file position, a backfill checkpoint). The
+// pipeline keeps fetching while earlier batches are applied, so Fetch may be
+// called again before earlier batches are acknowledged; it calls Ack only
+// after every message of the batch, and of every batch fetched before it in
+// the same Lane, was applied, skipped or dead-lettered (the contiguous
+// prefix), and calls the Acks of one lane in fetch order. A crash before
+// Ack replays the batch, and version fencing makes the replay a no-op.
+//
+// Lane names an independently acknowledged sequence: a Kafka partition
+// ("topic/partition"), so that a slow document in one partition does not
+// hold back the commits of the others. Empty is the single lane of a source
+// whose positions are one sequence (a replication slot, a file). Ack may be
+// nil when the batch has nothing to acknowledge.
 type Batch struct {
 	Messages []Message
 	Ack      func(ctx context.Context) error
+	Lane     string
 }

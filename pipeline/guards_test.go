@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -182,6 +183,9 @@ func TestRevokeMidRunStops(t *testing.T) {
 	src := &hookSource{sliceSource: sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, second}}}
 	src.before = func(i int) {
 		if i == 1 {
+			// The pipeline fetches while it applies: revoke once the first
+			// batch is acknowledged, so that it is the second that meets it.
+			require.Eventually(t, func() bool { return src.acked.Load() == 1 }, 30*time.Second, time.Millisecond)
 			_, err := admin.Exec(ctx, "REVOKE ALL ON ALL TABLES IN SCHEMA "+schema+" FROM "+role)
 			require.NoError(t, err)
 		}
