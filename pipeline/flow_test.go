@@ -213,3 +213,87 @@ func (u unlockedEmbedder) Embed(ctx context.Context, texts []string) ([][]float3
 	inner := &countingEmbedder{}
 	return inner.Embed(ctx, texts)
 }
+
+// bufferingSink holds upserts until Flush, like the bulk loader.
+type bufferingSink struct {
+	pipeline.Sink
+	mu       sync.Mutex
+	buffered map[string]bool
+	flushed  map[string]bool
+	flushes  int
+}
+
+func (s *bufferingSink) Upsert(_ context.Context, d sink.Document) (sink.Outcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buffered[d.ID] = true
+	return sink.Outcome{Applied: true}, nil
+}
+
+func (s *bufferingSink) Flush(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.buffered {
+		s.flushed[id] = true
+	}
+	clear(s.buffered)
+	s.flushes++
+	return nil
+}
+
+// checkedSource acknowledges a batch only if every document of it was
+// flushed, and records a violation otherwise.
+type checkedSource struct {
+	sliceSource
+	snk      *bufferingSink
+	mu       sync.Mutex
+	problems []string
+}
+
+func (s *checkedSource) Fetch(ctx context.Context) (cdc.Batch, error) {
+	b, err := s.sliceSource.Fetch(ctx)
+	if err != nil {
+		return b, err
+	}
+	msgs, ack := b.Messages, b.Ack
+	b.Ack = func(ctx context.Context) error {
+		s.snk.mu.Lock()
+		for _, m := range msgs {
+			ch, err := cdc.NewDecoder(cdc.DecoderConfig{}).Decode(m)
+			if err == nil && !s.snk.flushed[pipeline.DocID(ch)] {
+				s.mu.Lock()
+				s.problems = append(s.problems, pipeline.DocID(ch)+" acknowledged before it was flushed")
+				s.mu.Unlock()
+			}
+		}
+		s.snk.mu.Unlock()
+		return ack(ctx)
+	}
+	return b, nil
+}
+
+// TestCommitHookRunsBeforeEveryAcknowledgement: with a buffering sink as
+// Stages.Commit, no batch is acknowledged before its documents were
+// flushed; no source has to wrap itself to get this.
+func TestCommitHookRunsBeforeEveryAcknowledgement(t *testing.T) {
+	b := setup(t)
+	snk := &bufferingSink{Sink: b.store, buffered: map[string]bool{}, flushed: map[string]bool{}}
+	var batches [][]cdc.Message
+	for i := range 10 {
+		batches = append(batches, []cdc.Message{
+			event("c", 2*i+1, int64(10*i+1), fmt.Sprintf("doc %d. %s", 2*i+1, paraA)),
+			event("c", 2*i+2, int64(10*i+2), fmt.Sprintf("doc %d. %s", 2*i+2, paraB)),
+		})
+	}
+	src := &checkedSource{sliceSource: sliceSource{batches: batches}, snk: snk}
+	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
+		Embedder: b.emb, Sink: snk, DeadLetters: b.dlq, Commit: snk,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	require.Empty(t, src.problems)
+	require.EqualValues(t, 10, src.acked.Load())
+	require.Len(t, snk.flushed, 20)
+	require.Positive(t, snk.flushes)
+}

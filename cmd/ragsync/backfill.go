@@ -17,7 +17,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -154,7 +153,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		}
 	}
 	var bulk *sink.Bulk
-	var source pipeline.Source = src
+	var commit pipeline.Committer
 	// The bulk path writes one index; with indexes following this one,
 	// every row goes through the pipeline to all of them.
 	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
@@ -166,8 +165,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			return err
 		default:
 			logger.Info("index is empty: bulk load, HNSW index built at the end")
-			snk = bulk
-			source = flushingSource{src, bulk}
+			// The pipeline flushes the bulk buffer before it saves any
+			// checkpoint (its commit hook).
+			snk, commit = bulk, bulk
 			defer func() {
 				// Also after an interruption: the index must be searchable.
 				start := time.Now()
@@ -183,7 +183,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// backfill with the reason, and --resume retries from its page.
 	// No vector cache stage either: the bulk sink and the dry run take
 	// vectors on the chunks.
-	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), logger)
+	if !f.dryRun {
+		// Rows share embedding requests across documents, as serve's
+		// changes do.
+		co, stop, err := pipelineEmbedder(cfg, emb, nil)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		emb = co
+	}
+	p, err := newPipeline(cfg, src, nil, emb, snk, nil, commit, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}
@@ -231,30 +241,6 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
 	}
 	return nil
-}
-
-// flushingSource writes the bulk buffer before a batch's checkpoint.
-type flushingSource struct {
-	pipeline.Source
-	bulk *sink.Bulk
-}
-
-func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
-	b, err := s.Source.Fetch(ctx)
-	if err != nil {
-		return b, err
-	}
-	ack := b.Ack
-	b.Ack = func(ctx context.Context) error {
-		if err := s.bulk.Flush(ctx); err != nil {
-			return err
-		}
-		if ack != nil {
-			return ack(ctx)
-		}
-		return nil
-	}
-	return b, nil
 }
 
 // reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
