@@ -9,7 +9,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow
+.PHONY: help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput lint services clean bench-bulk bench-pgsource bench-monitor bench-largedoc bench-shadow bench-freshness
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -30,7 +30,7 @@ test-short: ## run the tests that need no Postgres, Redis or Kafka
 demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, then three queries
 	$(GO) run ./examples/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-monitor bench-freshness bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -90,6 +90,9 @@ lint: ## gofmt check and go vet
 # same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
 # before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
+bench-freshness: services ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
+	$(GO) run ./bench/freshness $(BENCH_FRESHNESS_FLAGS)
+
 bench-throughput: services build ## issue 15: chunks/s vs raw HNSW inserts, CPU ms/chunk, requests/input, round trips/doc
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
 
