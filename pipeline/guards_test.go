@@ -321,7 +321,9 @@ func TestTemplateMissingColumns(t *testing.T) {
 	require.NoError(t, p.Run(t.Context()))
 	require.Equal(t, 3, p.Stats()["template_missing_columns"])
 	require.Equal(t, 1, strings.Count(logs.String(), "rows lack columns"), "one warning per table: %s", logs.String())
-	require.Contains(t, logs.String(), "missing_columns=[title]")
+	// The warning names the columns of the first row applied, which the
+	// flow does not fix: documents are applied concurrently.
+	require.Regexp(t, `missing_columns="?\[title( body)?\]`, logs.String())
 	letters := b.dlq.all()
 	require.Len(t, letters, 1)
 	require.ErrorContains(t, letters[0], "none of the columns tables[].text names ([title body])")

@@ -1,13 +1,18 @@
 package pipeline
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/sink"
 )
 
 type metrics struct {
 	changes   *prometheus.CounterVec // op, outcome
 	chunks    *prometheus.CounterVec // result: embedded, cached, unchanged, moved, removed
-	txSeconds prometheus.Histogram   // sink transaction duration
+	txSeconds prometheus.Histogram   // sink transaction duration, without the wait for a connection
+	connWait  prometheus.Histogram   // wait for a pooled connection of one document's sink call
 	retries   *prometheus.CounterVec // stage, cause
 	batchSecs prometheus.Histogram   // batch processing duration
 	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
@@ -39,8 +44,13 @@ func newMetrics(cfg Config, inFlight, dlqRatio func() float64, work func() (int6
 		}, []string{"result"}),
 		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ragsync_sink_tx_duration_seconds",
-			Help:    "Duration of one document's sink transaction.",
+			Help:    "Duration of one document's sink call, without the wait for a pooled connection (ragsync_sink_conn_wait_seconds).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		connWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ragsync_sink_conn_wait_seconds",
+			Help:    "Time one document's sink call waited for pooled Postgres connections; a growing share means the pool (pool_max_conns in postgres.url) is too small for the work.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_retries_total",
@@ -97,7 +107,15 @@ func newMetrics(cfg Config, inFlight, dlqRatio func() float64, work func() (int6
 	}, func() float64 { _, d := work(); return float64(d) })
 	if reg != nil {
 		reg.MustRegister(m.shadowWrites, freshness, m.backpressure, inFlightBytes, inFlightDocs)
-		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
+		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.connWait, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
 	}
 	return m
+}
+
+// observeTx records a sink call that began at start: the wait for
+// connections apart from the rest.
+func (m *metrics) observeTx(start time.Time, wait *sink.ConnWait) {
+	w := wait.Duration()
+	m.connWait.Observe(w.Seconds())
+	m.txSeconds.Observe(max(0, time.Since(start)-w).Seconds())
 }
