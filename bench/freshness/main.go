@@ -22,6 +22,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +65,18 @@ func main() {
 	flag.IntVar(&o.docs, "docs", 500, "documents the changes are spread over")
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions of the topic")
 	flag.IntVar(&o.dims, "dims", 256, "embedding dimensions")
+	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, r := range strings.Split(rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
 		if err != nil || v <= 0 {
@@ -78,7 +90,8 @@ func main() {
 	for _, rate := range o.rates {
 		r, err := run(context.Background(), o, rate)
 		if err != nil {
-			log.Fatalf("rate %g: %v", rate, err)
+			log.Printf("rate %g: %v", rate, err)
+			return
 		}
 		fmt.Println(r)
 	}
