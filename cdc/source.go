@@ -23,3 +23,21 @@ type Batch struct {
 	Ack      func(ctx context.Context) error
 	Lane     string
 }
+
+// Decode decodes m's Debezium value with d, as the Kafka and file sources
+// do before handing messages over: the change goes in m.Change, or the
+// reason it could not be built in m.Err (Value, Key and Headers stay, so
+// a dead letter keeps the original bytes). A nil d returns m unchanged,
+// for the pipeline's Decoder to decode.
+func Decode(d *Decoder, m Message) Message {
+	if d == nil || m.Change != nil {
+		return m
+	}
+	ch, err := d.Decode(m)
+	if err != nil {
+		m.Err = err
+		return m
+	}
+	m.Change = &ch
+	return m
+}

@@ -49,6 +49,10 @@ type KafkaConfig struct {
 	// version fencing makes a no-op. Keep it under the group's rebalance
 	// timeout (60s). Defaults to 30s.
 	RevokeTimeout time.Duration
+	// Decoder, when set, decodes each record's Debezium value as it is
+	// handed over (Message.Change, or Message.Err with the reason). Nil
+	// hands the bytes to the pipeline's decoder.
+	Decoder *Decoder
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
 	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
@@ -81,6 +85,7 @@ type KafkaSource struct {
 	maxPoll  int
 	maxBytes int
 	revokeTO time.Duration
+	decoder  *Decoder
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -164,7 +169,7 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
 	s := &KafkaSource{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
-		revokeTO: cfg.RevokeTimeout, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
+		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, true) }),
@@ -310,7 +315,7 @@ func (s *KafkaSource) next() (Batch, bool) {
 		s.out[p]++
 		msgs := make([]Message, len(batch))
 		for i, r := range batch {
-			msgs[i] = messageOf(r)
+			msgs[i] = Decode(s.decoder, messageOf(r))
 		}
 		return Batch{Messages: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
 	}

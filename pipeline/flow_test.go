@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -296,4 +297,49 @@ func TestCommitHookRunsBeforeEveryAcknowledgement(t *testing.T) {
 	require.EqualValues(t, 10, src.acked.Load())
 	require.Len(t, snk.flushed, 20)
 	require.Positive(t, snk.flushes)
+}
+
+// msgDLQ keeps the dead-lettered messages and causes.
+type msgDLQ struct {
+	mu     sync.Mutex
+	msgs   []cdc.Message
+	causes []error
+}
+
+func (d *msgDLQ) Put(_ context.Context, m cdc.Message, cause error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.msgs = append(d.msgs, m)
+	d.causes = append(d.causes, cause)
+	return nil
+}
+
+// TestSourceDecodedMessagesNeedNoPipelineDecoder: the file source decodes
+// Debezium JSON itself; the pipeline, without a decoder, applies the good
+// line and dead-letters the bad one with its original bytes, coordinates
+// and reason.
+func TestSourceDecodedMessagesNeedNoPipelineDecoder(t *testing.T) {
+	b := setup(t)
+	good := event("c", 1, 10, paraA)
+	path := t.TempDir() + "/events.jsonl"
+	bad := `{"op":"c","source":{"connector":"postgresql"`
+	line := fmt.Sprintf(`{"key":%s,"value":%s}`, good.Key, good.Value)
+	require.NoError(t, os.WriteFile(path, []byte(line+"\n"+bad+"\n"), 0o600))
+	src, err := cdc.NewFileSource(cdc.FileConfig{Path: path, Decoder: cdc.NewDecoder(cdc.DecoderConfig{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	dlq := &msgDLQ{}
+	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: src, Splitter: mustChunker(t), Embedder: b.emb, Sink: b.store, DeadLetters: dlq,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	txt, ok := b.text(t, "public.docs/1")
+	require.True(t, ok)
+	require.Equal(t, paraA, txt)
+	require.Len(t, dlq.msgs, 1)
+	require.Equal(t, bad, string(dlq.msgs[0].Value), "the original bytes")
+	require.EqualValues(t, 2, dlq.msgs[0].Offset, "its line")
+	var de *cdc.DecodeError
+	require.ErrorAs(t, dlq.causes[0], &de, "the reason is the decoder's")
 }

@@ -454,6 +454,11 @@ func (p *Pipeline) decode(m cdc.Message) (cdc.Change, error) {
 	if m.Change != nil {
 		return *m.Change, nil
 	}
+	if m.Err != nil {
+		// The transport decoded it already and says why there is no
+		// change: skipped or dead-lettered like a decode of our own.
+		return cdc.Change{}, m.Err
+	}
 	if p.st.Decoder == nil {
 		return cdc.Change{}, fmt.Errorf("decode %s/%d@%d: the source handed over bytes and the pipeline has no decoder", m.Topic, m.Partition, m.Offset)
 	}

@@ -145,7 +145,10 @@ func (g *globals) loadValid(needSource bool) (Config, error) {
 func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pipeline.DeadLetters, func(), error) {
 	switch cfg.Source.Kind {
 	case "file":
-		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once})
+		// The source decodes each line (the pipeline's decoder then only
+		// serves messages handed over as bytes).
+		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once,
+			Decoder: cdc.NewDecoder(cfg.decoderConfig())})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -161,6 +164,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 			FetchMaxBytes:  k.FetchMaxBytes,
 			SessionTimeout: k.SessionTimeout,
 			RevokeTimeout:  k.RevokeTimeout,
+			Decoder:        cdc.NewDecoder(cfg.decoderConfig()),
 			StopAtEnd:      once,
 			Logger:         logger.With("stage", "kafka"),
 		})
