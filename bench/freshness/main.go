@@ -52,6 +52,7 @@ type options struct {
 	docs       int
 	partitions int
 	dims       int
+	workers    int
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.IntVar(&o.docs, "docs", 500, "documents the changes are spread over")
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions of the topic")
 	flag.IntVar(&o.dims, "dims", 256, "embedding dimensions")
+	flag.IntVar(&o.workers, "workers", 0, "pipeline.workers (0: the pipeline's default); 32 reproduces serve's former default with a remote provider")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -221,7 +223,7 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 	defer src.Close()
 
 	ts := &timingSink{Sink: st}
-	p, err := pipeline.New(pipeline.Config{}, pipeline.Stages{
+	p, err := pipeline.New(pipeline.Config{Workers: o.workers}, pipeline.Stages{
 		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
 		Embedder: co, Sink: ts, Cache: st, Lookup: st,
 	})
