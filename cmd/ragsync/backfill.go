@@ -181,9 +181,13 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	// No vector cache stage either: the bulk sink and the dry run take
-	// vectors on the chunks.
+	// The store is the vector cache (except for the dry run, which writes
+	// nothing): each slice of new vectors is cached as soon as it is
+	// embedded, so a kill loses no embedding of the pages read ahead of the
+	// last checkpoint; the bulk sink takes them from the cache.
+	var store *sink.Store
 	if !f.dryRun {
+		store = ix.st
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
 		co, stop, err := pipelineEmbedder(cfg, emb, nil)
@@ -193,7 +197,13 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		defer stop()
 		emb = co
 	}
-	p, err := newPipeline(cfg, src, nil, emb, snk, nil, commit, nil, prometheus.NewRegistry(), logger)
+	// Read ahead at most about one page beyond the page being applied:
+	// what a kill loses is what was read and not yet checkpointed, and a
+	// page of rows already gives the coalescer plenty to share.
+	if cfg.Pipeline.MaxInFlightDocuments == 0 {
+		cfg.Pipeline.MaxInFlightDocuments = src.PageRows()
+	}
+	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}

@@ -214,6 +214,9 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 	}, pipeline.Stages{
 		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: reusing, Sink: snk,
 		Transient: transient, Fatal: fatal, Commit: commit,
+		// New vectors are cached as they are embedded, so an interrupted
+		// pass pays nothing twice; the bulk sink takes them from the cache.
+		Cache: ix.st, Lookup: ix.st,
 	})
 	if err != nil {
 		return 0, nil, err
