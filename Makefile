@@ -10,7 +10,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow
+.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, monitor cost, per-package Go benchmarks
+bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -100,6 +100,9 @@ lint: ## gofmt check and go vet
 # same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
 # before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
+bench-freshness: services ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
+	$(GO) run ./bench/freshness $(BENCH_FRESHNESS_FLAGS)
+
 bench-throughput: services build ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
 

@@ -503,3 +503,6 @@ func (s *Source) message(t *table, row []byte, now time.Time) (cdc.Message, erro
 	}
 	return cdc.Message{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}, nil
 }
+
+// PageRows is how many rows one page (one batch) holds.
+func (s *Source) PageRows() int { return s.cfg.PageRows }

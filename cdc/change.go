@@ -34,6 +34,12 @@ type Message struct {
 	// Change is the change itself when the transport produced it directly;
 	// the pipeline then applies it without decoding anything.
 	Change *Change
+	// Err, when Change is nil, is why the transport could not build the
+	// change from Value: a *DecodeError, or a *SkipError / ErrSkip for a
+	// message that carries no change (a heartbeat, a tombstone). The
+	// pipeline then dead-letters the message with its original bytes and
+	// coordinates, or skips it, without decoding it again.
+	Err error
 }
 
 // Header is one Kafka record header.

@@ -3,11 +3,41 @@ package cdc
 import "context"
 
 // Batch is a run of messages from a source together with its acknowledgement.
+//
 // Ack commits the source position past every message of the batch (Kafka
-// offsets, a file position); the pipeline calls it only after each message was
-// applied, skipped or dead-lettered, so a crash before Ack replays the batch
-// and version fencing makes the replay a no-op.
+// offsets, a replication LSN, a file position, a backfill checkpoint). The
+// pipeline keeps fetching while earlier batches are applied, so Fetch may be
+// called again before earlier batches are acknowledged; it calls Ack only
+// after every message of the batch, and of every batch fetched before it in
+// the same Lane, was applied, skipped or dead-lettered (the contiguous
+// prefix), and calls the Acks of one lane in fetch order. A crash before
+// Ack replays the batch, and version fencing makes the replay a no-op.
+//
+// Lane names an independently acknowledged sequence: a Kafka partition
+// ("topic/partition"), so that a slow document in one partition does not
+// hold back the commits of the others. Empty is the single lane of a source
+// whose positions are one sequence (a replication slot, a file). Ack may be
+// nil when the batch has nothing to acknowledge.
 type Batch struct {
 	Messages []Message
 	Ack      func(ctx context.Context) error
+	Lane     string
+}
+
+// Decode decodes m's Debezium value with d, as the Kafka and file sources
+// do before handing messages over: the change goes in m.Change, or the
+// reason it could not be built in m.Err (Value, Key and Headers stay, so
+// a dead letter keeps the original bytes). A nil d returns m unchanged,
+// for the pipeline's Decoder to decode.
+func Decode(d *Decoder, m Message) Message {
+	if d == nil || m.Change != nil {
+		return m
+	}
+	ch, err := d.Decode(m)
+	if err != nil {
+		m.Err = err
+		return m
+	}
+	m.Change = &ch
+	return m
 }

@@ -29,6 +29,10 @@ type FileConfig struct {
 	// PollInterval is how often a followed file is checked for new lines.
 	// Defaults to 500ms.
 	PollInterval time.Duration
+	// Decoder, when set, decodes each line's Debezium value as it is
+	// handed over (Message.Change, or Message.Err with the reason). Nil
+	// hands the bytes to the pipeline's decoder.
+	Decoder *Decoder
 }
 
 // FileSource replays a JSON Lines file of Debezium messages. Positions are
@@ -103,6 +107,9 @@ func (s *FileSource) Fetch(ctx context.Context) (Batch, error) {
 			continue
 		}
 		msgs = append(msgs, ParseLine(b, s.line))
+	}
+	for i := range msgs {
+		msgs[i] = Decode(s.cfg.Decoder, msgs[i])
 	}
 	return Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -40,6 +42,17 @@ type KafkaConfig struct {
 	// 10s (Kafka's client default before 3.0; 45s since, which stalls a
 	// partition for most of a minute after every crash).
 	SessionTimeout time.Duration
+	// RevokeTimeout bounds how long a rebalance that takes partitions away
+	// waits for the batches of those partitions already handed out to be
+	// applied and committed. Past it the partitions go anyway; the next
+	// owner replays what this member applied without committing, which
+	// version fencing makes a no-op. Keep it under the group's rebalance
+	// timeout (60s). Defaults to 30s.
+	RevokeTimeout time.Duration
+	// Decoder, when set, decodes each record's Debezium value as it is
+	// handed over (Message.Change, or Message.Err with the reason). Nil
+	// hands the bytes to the pipeline's decoder.
+	Decoder *Decoder
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
 	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
@@ -50,30 +63,55 @@ type KafkaConfig struct {
 	Opts []kgo.Opt
 }
 
-// KafkaSource consumes Debezium topics in a consumer group. Offsets are
-// committed only by a batch's Ack, after the pipeline applied every record of
-// the batch, and rebalances are held while a batch is in flight
-// (BlockRebalanceOnPoll), so a partition never moves to another member with
-// applied-but-uncommitted or committed-but-unapplied records.
+// KafkaSource consumes Debezium topics in a consumer group. It hands out
+// one partition's records per batch (Batch.Lane names the partition), keeps
+// handing out batches while earlier ones are applied, and commits a
+// partition's offset only in a batch's Ack, which the pipeline calls once
+// every record of the partition up to it was applied: the committed offset
+// is always the end of a prefix of the partition in which every record was
+// applied (or dead-lettered), never past an unapplied record.
+//
+// A rebalance that takes partitions away waits, in the revoke callback, for
+// the batches of those partitions already handed out to be acknowledged
+// (up to RevokeTimeout), so the next owner starts where this member's
+// applied prefix ends; records of a revoked partition not yet handed out
+// are dropped, and an Ack that comes after its partition was revoked
+// commits nothing (the next owner replays from the committed offset, and
+// version fencing makes the replay a no-op).
 type KafkaSource struct {
 	cl       *kgo.Client
 	topics   []string
 	assigned *assignment
 	maxPoll  int
 	maxBytes int
-	inFlight bool
-	// pending are records polled but not yet handed out (a poll larger
-	// than MaxPollBytes is handed out in several batches); the rebalance
-	// stays blocked until they are all acknowledged.
-	pending []*kgo.Record
-	// unacked are the records of the batch handed out and not yet
-	// acknowledged.
-	unacked []*kgo.Record
-	// targets and positions drive StopAtEnd: end offsets at start, and the
-	// next offset to consume per partition.
-	targets   map[string]map[int32]int64
-	positions map[string]map[int32]int64
+	revokeTO time.Duration
+	decoder  *Decoder
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// pending are records polled but not yet handed out, per partition
+	// in poll order; order lists the partitions with pending records.
+	pending map[tp][]*kgo.Record
+	order   []tp
+	// out counts, per partition, the batches handed out and not yet
+	// acknowledged; epoch is bumped when a partition is revoked, so an
+	// Ack of an earlier epoch commits nothing.
+	out     map[tp]int
+	epoch   map[tp]int
+	closing bool
+	// targets and consumed drive StopAtEnd: end offsets at start, and the
+	// next offset to hand out per partition.
+	targets  map[string]map[int32]int64
+	consumed map[string]map[int32]int64
 }
+
+// tp names a partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+func (t tp) String() string { return t.topic + "/" + strconv.Itoa(int(t.part)) }
 
 // NewKafkaSource connects the consumer.
 func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
@@ -101,11 +139,14 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 16 << 20
 	}
+	if cfg.RevokeTimeout <= 0 {
+		cfg.RevokeTimeout = 30 * time.Second
+	}
 	// Memory bound: the client holds at most one fetch response
 	// (FetchMaxBytes; a partition whose first batch is larger still returns
-	// that batch) plus the records of the batch in flight, which the
-	// pipeline holds until Ack; nothing more is fetched while a batch is in
-	// flight beyond that one buffered response, because polling stops.
+	// that batch) plus the records polled and not yet handed out; the
+	// pipeline bounds what it holds (pipeline.max_in_flight_bytes) by not
+	// fetching while at its bound.
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -127,17 +168,28 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 		opts = append(opts, kgo.WithLogger(kgoLogger{cfg.Logger}))
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
+	s := &KafkaSource{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
+		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
+	s.cond = sync.NewCond(&s.mu)
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, false) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.revoke(m, true)
+			asg.set(m, false)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			// Lost (the session expired): another member may own them
+			// already and a commit would fail; wait for nothing.
+			s.revoke(m, false)
+			asg.set(m, false)
+		}),
 	)
 	opts = append(opts, cfg.Opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s := &KafkaSource{cl: cl, topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes}
+	s.cl = cl
 	if cfg.StopAtEnd {
 		if err := s.loadTargets(cfg); err != nil {
 			cl.Close()
@@ -158,7 +210,7 @@ func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
 		return fmt.Errorf("list end offsets of %v: %w (is source.kafka.brokers right?)", cfg.Topics, err)
 	}
 	s.targets = map[string]map[int32]int64{}
-	s.positions = map[string]map[int32]int64{}
+	s.consumed = map[string]map[int32]int64{}
 	var errs []error
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
@@ -166,7 +218,7 @@ func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
 			return
 		}
 		setOffset(s.targets, o.Topic, o.Partition, o.Offset)
-		setOffset(s.positions, o.Topic, o.Partition, 0)
+		setOffset(s.consumed, o.Topic, o.Partition, 0)
 	})
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -181,7 +233,7 @@ func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
 	committed.Each(func(o kadm.OffsetResponse) {
 		if o.Err == nil && o.At >= 0 {
 			if _, ok := s.targets[o.Topic]; ok {
-				setOffset(s.positions, o.Topic, o.Partition, o.At)
+				setOffset(s.consumed, o.Topic, o.Partition, o.At)
 			}
 		}
 	})
@@ -195,11 +247,12 @@ func setOffset(m map[string]map[int32]int64, topic string, p int32, off int64) {
 	m[topic][p] = off
 }
 
-// atEnd reports whether every partition was consumed up to its target.
+// atEnd reports whether every partition was handed out up to its target.
+// Called with mu held.
 func (s *KafkaSource) atEnd() bool {
 	for t, parts := range s.targets {
 		for p, end := range parts {
-			if s.positions[t][p] < end {
+			if s.consumed[t][p] < end {
 				return false
 			}
 		}
@@ -207,65 +260,151 @@ func (s *KafkaSource) atEnd() bool {
 	return true
 }
 
-// Fetch hands over the next batch: at most MaxPollRecords records and
-// MaxPollBytes bytes. The batch's Ack commits, per partition, the offset after
-// the batch's last record; batches are handed out and acknowledged strictly
-// one after another, so the committed offset is always the end of a prefix of
-// the partition in which every record was applied (or dead-lettered), never
-// past an unapplied record. While a batch (or the rest of its poll) is
-// outstanding the group cannot rebalance (BlockRebalanceOnPoll): a revoke
-// waits for the Ack, so nothing in flight is committed by the next owner.
+// Fetch hands over the next batch: records of one partition, at most
+// MaxPollRecords records and MaxPollBytes bytes, with Lane naming the
+// partition. It may be called again before earlier batches are
+// acknowledged; their Acks must be called in fetch order within a lane.
+// A batch's Ack commits the partition's offset after its last record.
 func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
-	if s.inFlight {
-		// The previous batch was never acknowledged (its processing failed
-		// and the caller carries on). Rewind every partition to its first
-		// unacknowledged record, so the next batch redelivers it instead of
-		// a later Ack committing past it, then let the group move on.
-		s.rewind()
+	if b, ok := s.next(); ok {
+		return b, nil
 	}
-	if len(s.pending) == 0 {
-		if err := s.poll(ctx); err != nil {
-			return Batch{}, err
-		}
-		if len(s.pending) == 0 {
-			// Nothing arrived (a short StopAtEnd round, or only fetch errors):
-			// an empty batch lets the group rebalance in between.
-			s.cl.AllowRebalance()
-			return Batch{Ack: func(context.Context) error { return nil }}, nil
-		}
+	if err := s.poll(ctx); err != nil {
+		return Batch{}, err
 	}
-	recs := s.cut()
-	msgs := make([]Message, len(recs))
-	for i, r := range recs {
-		msgs[i] = messageOf(r)
+	if b, ok := s.next(); ok {
+		return b, nil
 	}
-	s.inFlight, s.unacked = true, recs
-	ack := func(ctx context.Context) error {
-		if err := s.cl.CommitRecords(ctx, recs...); err != nil {
-			return fmt.Errorf("commit offsets: %w", err)
-		}
-		if s.positions != nil {
-			for _, r := range recs {
-				if r.Offset+1 > s.positions[r.Topic][r.Partition] {
-					setOffset(s.positions, r.Topic, r.Partition, r.Offset+1)
-				}
-			}
-		}
-		s.inFlight, s.unacked = false, nil
-		if len(s.pending) == 0 {
-			s.cl.AllowRebalance()
-		}
-		return nil
-	}
-	return Batch{Messages: msgs, Ack: ack}, nil
+	// Nothing arrived (a short StopAtEnd round, or only fetch errors).
+	return Batch{}, nil
 }
 
-// poll fills pending with the next records; io.EOF means done (StopAtEnd
+// next cuts the next batch off the pending records, taking partitions in
+// turn so that one busy partition does not starve the others.
+func (s *KafkaSource) next() (Batch, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.order) > 0 {
+		p := s.order[0]
+		s.order = s.order[1:]
+		recs := s.pending[p]
+		if len(recs) == 0 {
+			delete(s.pending, p)
+			continue
+		}
+		n, size := 0, 0
+		for n < len(recs) && n < s.maxPoll {
+			sz := len(recs[n].Key) + len(recs[n].Value)
+			if n > 0 && size+sz > s.maxBytes {
+				break
+			}
+			size += sz
+			n++
+		}
+		batch := recs[:n:n]
+		if n < len(recs) {
+			s.pending[p] = recs[n:]
+			s.order = append(s.order, p)
+		} else {
+			delete(s.pending, p)
+		}
+		last := batch[len(batch)-1]
+		if s.consumed != nil {
+			setOffset(s.consumed, p.topic, p.part, last.Offset+1)
+		}
+		s.out[p]++
+		msgs := make([]Message, len(batch))
+		for i, r := range batch {
+			msgs[i] = Decode(s.decoder, messageOf(r))
+		}
+		return Batch{Messages: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
+	}
+	return Batch{}, false
+}
+
+// ackFunc commits the offset after last, unless the partition was revoked
+// since the batch was handed out. It keeps only what the commit needs of
+// the last record, not the batch's values.
+func (s *KafkaSource) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Context) error {
+	mark := &kgo.Record{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset, LeaderEpoch: last.LeaderEpoch}
+	return func(ctx context.Context) error {
+		s.mu.Lock()
+		current := s.epoch[p] == epoch
+		s.mu.Unlock()
+		if current {
+			if err := s.cl.CommitRecords(ctx, mark); err != nil {
+				return fmt.Errorf("commit offset %d of %s: %w", mark.Offset+1, p, err)
+			}
+		}
+		s.mu.Lock()
+		if s.epoch[p] == epoch {
+			s.out[p]--
+			if s.out[p] == 0 {
+				delete(s.out, p)
+			}
+			s.cond.Broadcast()
+		}
+		s.mu.Unlock()
+		return nil
+	}
+}
+
+// revoke drops what was polled and not handed out of partitions m and,
+// when wait is set, waits until the batches of m already handed out are
+// acknowledged (their offsets committed), at most RevokeTimeout: the next
+// owner then starts right after this member's applied prefix. Acks that
+// come later commit nothing. Runs in the group's callback, while the
+// pipeline keeps applying and acknowledging.
+func (s *KafkaSource) revoke(m map[string][]int32, wait bool) {
+	var parts []tp
+	for t, ps := range m {
+		for _, p := range ps {
+			parts = append(parts, tp{t, p})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range parts {
+		delete(s.pending, p)
+	}
+	if wait {
+		deadline := time.Now().Add(s.revokeTO)
+		timer := time.AfterFunc(s.revokeTO, func() {
+			s.mu.Lock()
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		})
+		defer timer.Stop()
+		for !s.closing && time.Now().Before(deadline) && s.outstanding(parts) {
+			s.cond.Wait()
+		}
+	}
+	for _, p := range parts {
+		s.epoch[p]++
+		delete(s.out, p)
+	}
+}
+
+// outstanding reports whether a batch of parts is handed out and not yet
+// acknowledged. Called with mu held.
+func (s *KafkaSource) outstanding(parts []tp) bool {
+	for _, p := range parts {
+		if s.out[p] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// poll adds the next records to pending; io.EOF means done (StopAtEnd
 // reached, or the client closed).
 func (s *KafkaSource) poll(ctx context.Context) error {
 	pollCtx := ctx
 	if s.targets != nil {
-		if s.atEnd() {
+		s.mu.Lock()
+		end := s.atEnd()
+		s.mu.Unlock()
+		if end {
 			return io.EOF
 		}
 		// Poll in short rounds so the end check runs even when nothing arrives.
@@ -277,8 +416,20 @@ func (s *KafkaSource) poll(ctx context.Context) error {
 	if fetches.IsClientClosed() {
 		return io.EOF
 	}
+	// Records go to pending before the group may rebalance
+	// (BlockRebalanceOnPoll holds it until AllowRebalance), so a revoke
+	// always sees and drops those of its partitions.
+	s.mu.Lock()
+	fetches.EachRecord(func(r *kgo.Record) {
+		p := tp{r.Topic, r.Partition}
+		if len(s.pending[p]) == 0 {
+			s.order = append(s.order, p)
+		}
+		s.pending[p] = append(s.pending[p], r)
+	})
+	s.mu.Unlock()
+	s.cl.AllowRebalance()
 	if err := ctx.Err(); err != nil {
-		s.cl.AllowRebalance()
 		return err
 	}
 	var errs []error
@@ -287,11 +438,9 @@ func (s *KafkaSource) poll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
 		}
 	})
-	s.pending = fetches.Records()
-	if len(errs) > 0 && len(s.pending) == 0 {
+	if len(errs) > 0 && fetches.NumRecords() == 0 {
 		// Fetch errors are retried inside the client; pause so a broken
 		// broker is no hot loop.
-		s.cl.AllowRebalance()
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -300,48 +449,15 @@ func (s *KafkaSource) poll(ctx context.Context) error {
 	return nil
 }
 
-// cut takes the next batch off pending: up to maxBytes of keys and values,
-// at least one record.
-func (s *KafkaSource) cut() []*kgo.Record {
-	n, size := 0, 0
-	for n < len(s.pending) {
-		sz := len(s.pending[n].Key) + len(s.pending[n].Value)
-		if n > 0 && size+sz > s.maxBytes {
-			break
-		}
-		size += sz
-		n++
-	}
-	recs := s.pending[:n:n]
-	s.pending = s.pending[n:]
-	if len(s.pending) == 0 {
-		s.pending = nil
-	}
-	return recs
-}
-
-// rewind moves consumption back to the first record not acknowledged, per
-// partition, and drops what was polled but not handed out.
-func (s *KafkaSource) rewind() {
-	to := map[string]map[int32]kgo.EpochOffset{}
-	for _, r := range append(s.unacked, s.pending...) {
-		if to[r.Topic] == nil {
-			to[r.Topic] = map[int32]kgo.EpochOffset{}
-		}
-		if cur, ok := to[r.Topic][r.Partition]; !ok || r.Offset < cur.Offset {
-			to[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
-		}
-	}
-	if len(to) > 0 {
-		s.cl.SetOffsets(to)
-	}
-	s.inFlight, s.unacked, s.pending = false, nil, nil
-	s.cl.AllowRebalance()
-}
-
 // Close leaves the group and closes the client. Uncommitted records are
 // redelivered to whoever takes the partitions.
 func (s *KafkaSource) Close() {
+	// Leaving the group revokes everything: nothing will acknowledge the
+	// batches still out, so the revoke must not wait for them.
+	s.mu.Lock()
+	s.closing = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
 	// A blocked rebalance would also block leaving the group.
 	s.cl.AllowRebalance()
 	s.cl.Close()

@@ -98,21 +98,61 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 	require.NoError(t, b1.Ack(ctx))
 	require.Equal(t, map[int32]int64{0: 2}, b.committed(t, "g"))
 
+	// The pipeline fetches before it acknowledges: b2 and b3 are out at
+	// once, and each Ack commits only up to its own batch.
 	b2, err := src.Fetch(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []int64{2, 3}, offsets(b2.Messages))
-	// b2 fails (no Ack): the next Fetch redelivers from its first record,
-	// so a later Ack can never commit past it.
 	b3, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	for len(b3.Messages) == 0 {
-		b3, err = src.Fetch(ctx)
+	require.Equal(t, []int64{4, 5}, offsets(b3.Messages))
+	require.Equal(t, b2.Lane, b3.Lane, "one partition is one lane")
+	require.Equal(t, map[int32]int64{0: 2}, b.committed(t, "g"), "nothing past an unacknowledged batch")
+	require.NoError(t, b2.Ack(ctx))
+	require.Equal(t, map[int32]int64{0: 4}, b.committed(t, "g"))
+	require.NoError(t, b3.Ack(ctx))
+	require.Equal(t, map[int32]int64{0: 6}, b.committed(t, "g"))
+
+	// b4 is never acknowledged (a crash): the next member of the group
+	// starts at its first record.
+	b4, err := src.Fetch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{6, 7}, offsets(b4.Messages))
+	src.Close()
+	again := b.source(t, cdc.KafkaConfig{MaxPollBytes: 250})
+	var b5 cdc.Batch
+	for len(b5.Messages) == 0 {
+		b5, err = again.Fetch(ctx)
 		require.NoError(t, err)
 	}
-	require.Equal(t, int64(2), b3.Messages[0].Offset, "unacknowledged records are redelivered")
-	require.Equal(t, map[int32]int64{0: 2}, b.committed(t, "g"))
-	require.NoError(t, b3.Ack(ctx))
-	require.Equal(t, map[int32]int64{0: 4}, b.committed(t, "g"))
+	require.Equal(t, int64(6), b5.Messages[0].Offset, "unacknowledged records are redelivered")
+}
+
+// TestKafkaSourceLanesArePartitions: each batch holds one partition's
+// records and names it in Lane; acknowledging one partition's batch commits
+// that partition only.
+func TestKafkaSourceLanesArePartitions(t *testing.T) {
+	b := kafkaSetup(t, 3, 30, 10)
+	src := b.source(t, cdc.KafkaConfig{MaxPollRecords: 100})
+	ctx := t.Context()
+	byLane := map[string]cdc.Batch{}
+	for len(byLane) < 3 {
+		bt, err := src.Fetch(ctx)
+		require.NoError(t, err)
+		if len(bt.Messages) == 0 {
+			continue
+		}
+		part := bt.Messages[0].Partition
+		for _, m := range bt.Messages {
+			require.Equal(t, part, m.Partition, "a batch holds one partition")
+		}
+		require.Equal(t, fmt.Sprintf("%s/%d", b.topic, part), bt.Lane)
+		require.NotContains(t, byLane, bt.Lane)
+		byLane[bt.Lane] = bt
+	}
+	one := byLane[b.topic+"/1"]
+	require.NoError(t, one.Ack(ctx))
+	require.Equal(t, map[int32]int64{1: one.Messages[len(one.Messages)-1].Offset + 1}, b.committed(t, "g"))
 }
 
 func TestKafkaSourceOversizedRecordIsItsOwnBatch(t *testing.T) {
@@ -154,13 +194,13 @@ func TestKafkaLagCollector(t *testing.T) {
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "ragsync_kafka_consumer_lag_records"))
 }
 
-// TestKafkaRebalanceWaitsForAck: a member holding an unacknowledged batch
-// while another joins must not let the partitions move before its Ack, so
-// the newcomer starts after what was committed and no record is delivered
-// twice.
+// TestKafkaRebalanceWaitsForAck: a member holding unacknowledged batches of
+// both partitions while another joins must not let a partition move before
+// its Ack (the revoke waits for it), so the newcomer starts after what was
+// committed and no record is delivered twice.
 func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	const n = 400
-	b := kafkaSetup(t, 4, n, 20)
+	b := kafkaSetup(t, 2, n, 20)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	fast := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)} // rebalance promptly
@@ -171,7 +211,7 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	total := 0
-	record := func(who string, msgs []cdc.Message) {
+	record := func(msgs []cdc.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -184,35 +224,44 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	}
 	done := func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= n }
 
-	first, err := a.Fetch(ctx)
-	for err == nil && len(first.Messages) == 0 {
-		first, err = a.Fetch(ctx)
+	// a holds one batch of each partition: whichever partition the
+	// rebalance gives b has a batch out.
+	var held []cdc.Batch
+	lanes := map[string]bool{}
+	for len(lanes) < 2 {
+		bt, err := a.Fetch(ctx)
+		require.NoError(t, err)
+		if len(bt.Messages) == 0 {
+			continue
+		}
+		record(bt.Messages)
+		held = append(held, bt)
+		lanes[bt.Lane] = true
 	}
-	require.NoError(t, err)
-	record("a", first.Messages)
 
-	// b joins while a holds its batch; a acknowledges only after b's join
-	// is under way.
 	bsrc := b.source(t, cdc.KafkaConfig{Group: "rb", MaxPollRecords: 50, Opts: fast})
 	var wg sync.WaitGroup
-	drain := func(who string, s *cdc.KafkaSource) {
+	drain := func(s *cdc.KafkaSource) {
 		defer wg.Done()
 		for !done() && dctx.Err() == nil {
 			bt, err := s.Fetch(dctx)
 			if err != nil {
 				return
 			}
-			record(who, bt.Messages)
-			if err := bt.Ack(ctx); err != nil {
-				return
+			record(bt.Messages)
+			if bt.Ack != nil {
+				if err := bt.Ack(ctx); err != nil {
+					return
+				}
 			}
 		}
 	}
 	wg.Add(1)
-	go drain("b", bsrc)
-	// Give the rebalance time to try to move partitions to b. With the
-	// rebalance held, b gets none; without, it would within a few heartbeats
-	// (and then re-read a's uncommitted batch). Not an assertion.
+	go drain(bsrc)
+	// Give the rebalance time to try to move a partition to b. With the
+	// revoke waiting for a's batches, b gets none; without, it would
+	// within a few heartbeats (and then re-read a's uncommitted batch).
+	// Not an assertion.
 	for range 20 {
 		if lag, _ := bsrc.Lag(ctx); len(lag) > 0 {
 			break
@@ -221,14 +270,58 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	}
 	lag, err := bsrc.Lag(ctx)
 	require.NoError(t, err)
-	require.Empty(t, lag, "partitions moved to b while a held an unacknowledged batch")
-	require.NoError(t, first.Ack(ctx))
+	require.Empty(t, lag, "a partition moved to b while a held an unacknowledged batch of it")
+	for _, bt := range held {
+		require.NoError(t, bt.Ack(ctx))
+	}
 	wg.Add(1)
-	go drain("a", a)
+	go drain(a)
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "drained %d of %d", len(seen), n)
 	for k, c := range seen {
 		require.Equal(t, 1, c, "record %s delivered %d times", k, c)
 	}
 	require.Equal(t, n, total)
+}
+
+// TestKafkaRevokeTimeoutLetsGoAndLateAckCommitsNothing: a batch that is
+// never acknowledged holds its partition only for RevokeTimeout; its late
+// Ack then commits nothing, since the partition has another owner.
+func TestKafkaRevokeTimeoutLetsGoAndLateAckCommitsNothing(t *testing.T) {
+	b := kafkaSetup(t, 2, 40, 20)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	fast := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
+	a := b.source(t, cdc.KafkaConfig{Group: "rt", MaxPollRecords: 5, RevokeTimeout: 500 * time.Millisecond, Opts: fast})
+	held := map[string]cdc.Batch{}
+	for len(held) < 2 {
+		bt, err := a.Fetch(ctx)
+		require.NoError(t, err)
+		if len(bt.Messages) > 0 && held[bt.Lane].Ack == nil {
+			held[bt.Lane] = bt
+		}
+	}
+	bsrc := b.source(t, cdc.KafkaConfig{Group: "rt", MaxPollRecords: 5, Opts: fast})
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := bsrc.Fetch(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	var moved []int32
+	require.Eventually(t, func() bool {
+		lag, _ := bsrc.Lag(ctx)
+		moved = moved[:0]
+		for _, ps := range lag {
+			for p := range ps {
+				moved = append(moved, p)
+			}
+		}
+		return len(moved) > 0
+	}, 30*time.Second, 50*time.Millisecond, "the partition moves once RevokeTimeout passed")
+	lane := fmt.Sprintf("%s/%d", b.topic, moved[0])
+	require.NoError(t, held[lane].Ack(ctx), "a late Ack is not an error")
+	_, committed := b.committed(t, "rt")[moved[0]]
+	require.False(t, committed, "a late Ack commits nothing for a partition another member owns")
 }

@@ -79,6 +79,12 @@ type MetricsSnapshot struct {
 	DeadLetters         float64 `json:"dead_letters"`
 	ErrorRate           float64 `json:"error_rate"`
 	RetryRate           float64 `json:"retry_rate"`
+	// FreshnessP50Seconds and FreshnessP99Seconds estimate, from
+	// ragsync_pipeline_freshness_seconds, the time from a change's commit
+	// in the source to its commit in the index, over the changes applied
+	// since the previous check; 0 when none was.
+	FreshnessP50Seconds float64 `json:"freshness_p50_seconds"`
+	FreshnessP99Seconds float64 `json:"freshness_p99_seconds"`
 }
 
 func newEventID() string {

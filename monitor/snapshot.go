@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"math"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,21 +14,30 @@ type snapshotter struct {
 	g      prometheus.Gatherer
 	prev   map[string]float64
 	prevAt time.Time
+	// prevFresh is the freshness histogram's cumulative count per upper
+	// bound at the previous call, summed over sources and indexes.
+	prevFresh map[float64]float64
 }
 
-// sums adds up every series of the counters the snapshot uses.
-func (s *snapshotter) sums() map[string]float64 {
+// sums adds up every series of the counters the snapshot uses, and the
+// freshness histogram's buckets.
+func (s *snapshotter) sums() (map[string]float64, map[float64]float64) {
 	out := map[string]float64{}
+	fresh := map[float64]float64{}
 	if s.g == nil {
-		return out
+		return out, fresh
 	}
 	mfs, err := s.g.Gather()
 	if err != nil {
-		return out
+		return out, fresh
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			switch mf.GetName() {
+			case "ragsync_pipeline_freshness_seconds":
+				for _, b := range m.GetHistogram().GetBucket() {
+					fresh[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				}
 			case "ragsync_pipeline_changes_total":
 				out["changes"] += m.GetCounter().GetValue()
 				for _, l := range m.GetLabel() {
@@ -41,12 +52,15 @@ func (s *snapshotter) sums() map[string]float64 {
 			}
 		}
 	}
-	return out
+	return out, fresh
 }
 
 func (s *snapshotter) take(now time.Time) MetricsSnapshot {
-	cur := s.sums()
+	cur, fresh := s.sums()
 	snap := MetricsSnapshot{DeadLetters: cur["dead_letters"], LagSeconds: cur["lag_seconds"]}
+	snap.FreshnessP50Seconds = freshnessQuantile(0.5, fresh, s.prevFresh)
+	snap.FreshnessP99Seconds = freshnessQuantile(0.99, fresh, s.prevFresh)
+	s.prevFresh = fresh
 	if s.prev != nil {
 		if dt := now.Sub(s.prevAt).Seconds(); dt > 0 {
 			rate := func(k string) float64 { return max(0, cur[k]-s.prev[k]) / dt }
@@ -57,4 +71,39 @@ func (s *snapshotter) take(now time.Time) MetricsSnapshot {
 	}
 	s.prev, s.prevAt = cur, now
 	return snap
+}
+
+// freshnessQuantile estimates the q-quantile of the freshness observed
+// since the previous check from the histogram's bucket counts (cur minus
+// prev), interpolating inside the bucket as Prometheus's
+// histogram_quantile does; 0 when nothing was observed.
+func freshnessQuantile(q float64, cur, prev map[float64]float64) float64 {
+	bounds := make([]float64, 0, len(cur))
+	for ub := range cur {
+		bounds = append(bounds, ub)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 {
+		return 0
+	}
+	total := cur[bounds[len(bounds)-1]] - prev[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return 0
+	}
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for _, ub := range bounds {
+		n := cur[ub] - prev[ub]
+		if n >= rank {
+			if math.IsInf(ub, 1) {
+				return lower
+			}
+			if n == below {
+				return ub
+			}
+			return lower + (ub-lower)*(rank-below)/(n-below)
+		}
+		lower, below = ub, n
+	}
+	return lower
 }

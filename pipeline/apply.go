@@ -46,12 +46,13 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		}
 		start := time.Now()
 		sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
+		sctx, wait := sink.TrackConnWait(sctx)
 		out, err := p.st.Sink.Delete(sctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
 		endSpan(span, err)
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", DocID(ch), err)
 		}
-		p.metrics.txSeconds.Observe(time.Since(start).Seconds())
+		p.metrics.observeTx(start, wait)
 		p.countOutcome(op, out)
 		if out.Applied {
 			p.stats.add("documents_deleted", 1)
@@ -177,13 +178,14 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	}
 	start := time.Now()
 	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
+	sctx, wait := sink.TrackConnWait(sctx)
 	out, err := p.st.Sink.Upsert(sctx, doc)
 	endSpan(span, err)
 	if err != nil {
 		p.keepVectors(ctx, doc)
 		return fmt.Errorf("upsert %s: %w", id, err)
 	}
-	p.metrics.txSeconds.Observe(time.Since(start).Seconds())
+	p.metrics.observeTx(start, wait)
 	if !ch.SourceTS.IsZero() && out.Applied {
 		p.metrics.lag.WithLabelValues(ch.Table).Set(time.Since(ch.SourceTS).Seconds())
 	}

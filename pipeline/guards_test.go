@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -182,6 +183,9 @@ func TestRevokeMidRunStops(t *testing.T) {
 	src := &hookSource{sliceSource: sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, second}}}
 	src.before = func(i int) {
 		if i == 1 {
+			// The pipeline fetches while it applies: revoke once the first
+			// batch is acknowledged, so that it is the second that meets it.
+			require.Eventually(t, func() bool { return src.acked.Load() == 1 }, 30*time.Second, time.Millisecond)
 			_, err := admin.Exec(ctx, "REVOKE ALL ON ALL TABLES IN SCHEMA "+schema+" FROM "+role)
 			require.NoError(t, err)
 		}
@@ -317,7 +321,9 @@ func TestTemplateMissingColumns(t *testing.T) {
 	require.NoError(t, p.Run(t.Context()))
 	require.Equal(t, 3, p.Stats()["template_missing_columns"])
 	require.Equal(t, 1, strings.Count(logs.String(), "rows lack columns"), "one warning per table: %s", logs.String())
-	require.Contains(t, logs.String(), "missing_columns=[title]")
+	// The warning names the columns of the first row applied, which the
+	// flow does not fix: documents are applied concurrently.
+	require.Regexp(t, `missing_columns="?\[title( body)?\]`, logs.String())
 	letters := b.dlq.all()
 	require.Len(t, letters, 1)
 	require.ErrorContains(t, letters[0], "none of the columns tables[].text names ([title body])")

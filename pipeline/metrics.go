@@ -1,13 +1,18 @@
 package pipeline
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/sink"
 )
 
 type metrics struct {
 	changes   *prometheus.CounterVec // op, outcome
 	chunks    *prometheus.CounterVec // result: embedded, cached, unchanged, moved, removed
-	txSeconds prometheus.Histogram   // sink transaction duration
+	txSeconds prometheus.Histogram   // sink transaction duration, without the wait for a connection
+	connWait  prometheus.Histogram   // wait for a pooled connection of one document's sink call
 	retries   *prometheus.CounterVec // stage, cause
 	batchSecs prometheus.Histogram   // batch processing duration
 	lag       *prometheus.GaugeVec   // seconds between the change's source timestamp and its apply
@@ -16,13 +21,18 @@ type metrics struct {
 	nulStripped    prometheus.Counter     // rows stored and embedded without their NUL characters
 	tooLarge       prometheus.Counter     // documents over max_document_bytes, dead-lettered
 	shadowWrites   *prometheus.CounterVec // outcome: applied, retried, failed (see shadow.go)
+	// freshness is the time from a change's commit in the source to its
+	// commit in the index.
+	freshness    prometheus.Observer
+	backpressure prometheus.Counter // seconds fetching waited for room
 }
 
 // newMetrics registers the pipeline's metrics; inFlight reports the age of
 // the batch in flight for ragsync_pipeline_batch_in_flight_seconds.
 // and dlqRatio the dead-letter guard's window share for
 // ragsync_pipeline_dead_letter_ratio.
-func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *metrics {
+func newMetrics(cfg Config, inFlight, dlqRatio func() float64, work func() (int64, int)) *metrics {
+	reg := cfg.Registerer
 	m := &metrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_changes_total",
@@ -34,8 +44,13 @@ func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *m
 		}, []string{"result"}),
 		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ragsync_sink_tx_duration_seconds",
-			Help:    "Duration of one document's sink transaction.",
+			Help:    "Duration of one document's sink call, without the wait for a pooled connection (ragsync_sink_conn_wait_seconds).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		connWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ragsync_sink_conn_wait_seconds",
+			Help:    "Time one document's sink call waited for pooled Postgres connections; a growing share means the pool (pool_max_conns in postgres.url) is too small for the work.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_pipeline_retries_total",
@@ -43,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *m
 		}, []string{"stage", "cause"}),
 		batchSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ragsync_pipeline_batch_duration_seconds",
-			Help:    "Time from fetching a batch to acknowledging it.",
+			Help:    "Time from fetching a batch to acknowledging it (it waits for every batch fetched before it in its lane).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -53,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *m
 	}
 	inFlightAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ragsync_pipeline_batch_in_flight_seconds",
-		Help: "Age of the batch being applied, 0 when idle; a value that keeps growing is a stall (see /readyz).",
+		Help: "Age of the oldest batch not yet acknowledged, 0 when idle; a value that keeps growing is a stall (see /readyz).",
 	}, inFlight)
 	m.missingColumns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ragsync_pipeline_template_missing_columns_total",
@@ -72,9 +87,35 @@ func newMetrics(reg prometheus.Registerer, inFlight, dlqRatio func() float64) *m
 		Help: "Share of the last pipeline.dead_letter_window messages that were dead-lettered; past pipeline.dead_letter_max_ratio the pipeline stops.",
 	}, dlqRatio)
 	m.shadowWrites = newShadowMetric()
+	freshness := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ragsync_pipeline_freshness_seconds",
+		Help:    "Time from a change's commit in the source (pgoutput commit timestamp, Debezium source.ts_ms) to the commit of the document's chunks and vectors in the index, by source and index; snapshot reads are left out.",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 300},
+	}, []string{"source", "index"})
+	m.freshness = freshness.WithLabelValues(cfg.SourceName, cfg.IndexName)
+	m.backpressure = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ragsync_pipeline_backpressure_seconds_total",
+		Help: "Seconds fetching waited because the work in flight reached pipeline.max_in_flight_bytes or pipeline.max_in_flight_documents.",
+	})
+	inFlightBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ragsync_pipeline_in_flight_bytes",
+		Help: "Bytes of the changes fetched and not yet applied (bounded by pipeline.max_in_flight_bytes).",
+	}, func() float64 { b, _ := work(); return float64(b) })
+	inFlightDocs := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ragsync_pipeline_in_flight_documents",
+		Help: "Documents with changes fetched and not yet applied (bounded by pipeline.max_in_flight_documents).",
+	}, func() float64 { _, d := work(); return float64(d) })
 	if reg != nil {
-		reg.MustRegister(m.shadowWrites)
-		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
+		reg.MustRegister(m.shadowWrites, freshness, m.backpressure, inFlightBytes, inFlightDocs)
+		reg.MustRegister(m.changes, m.chunks, m.txSeconds, m.connWait, m.retries, m.batchSecs, m.lag, inFlightAge, dlqShare, m.missingColumns, m.nulStripped, m.tooLarge)
 	}
 	return m
+}
+
+// observeTx records a sink call that began at start: the wait for
+// connections apart from the rest.
+func (m *metrics) observeTx(start time.Time, wait *sink.ConnWait) {
+	w := wait.Duration()
+	m.connWait.Observe(w.Seconds())
+	m.txSeconds.Observe(max(0, time.Since(start)-w).Seconds())
 }

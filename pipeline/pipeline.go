@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ragsync/ragsync/cdc"
 )
@@ -22,9 +21,30 @@ type Config struct {
 	// Tables says how rows become documents. Empty means every table, with
 	// the default text (all text columns).
 	Tables []TableConfig
-	// Workers is how many documents are applied concurrently. Changes to one
-	// document always go to the same worker, in source order. Defaults to 4.
+	// Workers, when > 0, caps how many changes are applied at once. It is
+	// not needed: concurrency follows the work (every document with
+	// changes in flight is applied as soon as its earlier changes are),
+	// bounded by MaxInFlightBytes and MaxInFlightDocuments, so a slow
+	// provider holds more documents in flight instead of capping
+	// throughput (Little's law: in flight = rate x latency). Changes to one
+	// document are always applied one after another, in source order.
+	// Defaults to 0: no cap.
 	Workers int
+	// MaxInFlightBytes bounds the bytes of the changes fetched and not yet
+	// applied (message keys and values, or the values of a change a
+	// structured source built): fetching stops while it is reached, which
+	// is the back-pressure that bounds memory. A batch is admitted whole,
+	// so the bound can be passed by one batch. Defaults to 32 MiB.
+	MaxInFlightBytes int
+	// MaxInFlightDocuments bounds the documents with changes fetched and
+	// not yet applied; fetching stops while it is reached. Each such
+	// document waits on the provider or the sink, so this is also the most
+	// embedding calls that can wait for the coalescer to share a request.
+	// Defaults to 1024.
+	MaxInFlightDocuments int
+	// SourceName and IndexName label ragsync_pipeline_freshness_seconds
+	// (e.g. "kafka" and the index's name). Default to "unknown".
+	SourceName, IndexName string
 	// RetryBackoff is the first wait before retrying a transient failure; it
 	// doubles up to MaxRetryBackoff, with jitter. Defaults to 200ms.
 	RetryBackoff time.Duration
@@ -75,8 +95,17 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Workers <= 0 {
-		c.Workers = 4
+	if c.MaxInFlightBytes <= 0 {
+		c.MaxInFlightBytes = 32 << 20
+	}
+	if c.MaxInFlightDocuments <= 0 {
+		c.MaxInFlightDocuments = 1024
+	}
+	if c.SourceName == "" {
+		c.SourceName = "unknown"
+	}
+	if c.IndexName == "" {
+		c.IndexName = "unknown"
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = 200 * time.Millisecond
@@ -123,6 +152,15 @@ func (c Config) Validate() error {
 	if c.MaxDocumentBytes < 0 {
 		errs = append(errs, errors.New("pipeline.max_document_bytes: must be >= 0 (0 means the default, 8388608)"))
 	}
+	if c.Workers < 0 {
+		errs = append(errs, errors.New("pipeline.workers: must be >= 0 (0 means no cap: concurrency follows the work in flight)"))
+	}
+	if c.MaxInFlightBytes < 0 {
+		errs = append(errs, errors.New("pipeline.max_in_flight_bytes: must be >= 0 (0 means the default, 33554432)"))
+	}
+	if c.MaxInFlightDocuments < 0 {
+		errs = append(errs, errors.New("pipeline.max_in_flight_documents: must be >= 0 (0 means the default, 1024)"))
+	}
 	if c.EmbedSliceChunks < 0 {
 		errs = append(errs, errors.New("pipeline.embed_slice_chunks: must be >= 0 (0 means the default, 256)"))
 	}
@@ -162,6 +200,10 @@ type Stages struct {
 	// Traces, when set, hears of each change's trace id, apply time and
 	// failure (see TraceRecorder). Nil records nothing and costs nothing.
 	Traces TraceRecorder
+	// Commit, when set, is called before every round of source
+	// acknowledgements and must make every change applied so far durable
+	// (a bulk loader's Flush). Nil: the Sink commits each document itself.
+	Commit Committer
 }
 
 // Pipeline moves changes from a source to the sink.
@@ -171,11 +213,11 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics *metrics
 	stats   Stats
-	// batchStart is when the batch in flight was fetched (UnixNano, 0 when
-	// none) and batchRetries how many retries it needed so far: together
-	// they tell a stall (retrying for long) from a big batch (slow but
-	// progressing).
-	batchStart   atomic.Int64
+	// flow is the running flow (nil when Run is not running); its oldest
+	// unacknowledged batch and batchRetries, the retries since that batch
+	// became the oldest, tell a stall (retrying for long) from a big
+	// backlog (slow but progressing).
+	flow         atomic.Pointer[flow]
 	batchRetries atomic.Int64
 	// failing is the batch's latest retried failure, for the stall summary.
 	failing failureNote
@@ -184,8 +226,8 @@ type Pipeline struct {
 	// warned remembers the tables already warned about (template columns
 	// missing from their rows), so each is warned once.
 	warned sync.Map
-	// shadowMu is held for reading by Process for a whole batch and for
-	// writing by SetShadows, so the set changes only between batches.
+	// shadowMu is held for reading while a change is applied and for
+	// writing by SetShadows, so the set changes only between applies.
 	shadowMu sync.RWMutex
 	shadows  []Shadow
 }
@@ -226,12 +268,13 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 		now:   time.Now,
 		guard: newDLQGuard(cfg.DeadLetterWindow, cfg.DeadLetterMaxRatio),
 	}
-	p.metrics = newMetrics(cfg.Registerer, p.inFlightSeconds, p.guard.ratio)
+	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
 	return p, nil
 }
 
-// Healthy reports false when a batch has been in flight for longer than
-// Config.StallAfter and needed retries meanwhile: the pipeline is stuck
+// Healthy reports false when the oldest batch not acknowledged has been in
+// flight for longer than Config.StallAfter and its work needed retries
+// meanwhile: the pipeline is stuck
 // behind a dependency (provider or Postgres down, dead-letter topic
 // unwritable) and has stopped fetching. It also reports false once the
 // dead-letter guard tripped (see Config.DeadLetterMaxRatio). serve's
@@ -244,84 +287,132 @@ func (p *Pipeline) Healthy() bool {
 	return !(p.inFlightSeconds() > p.cfg.StallAfter.Seconds() && p.batchRetries.Load() > 0)
 }
 
-// inFlightSeconds is the age of the batch in flight, 0 when none.
+// inFlightSeconds is the age of the oldest batch not acknowledged, 0 when
+// none.
 func (p *Pipeline) inFlightSeconds() float64 {
-	start := p.batchStart.Load()
-	if start == 0 {
+	start := p.oldestBatch()
+	if start.IsZero() {
 		return 0
 	}
-	return p.now().Sub(time.Unix(0, start)).Seconds()
+	return p.now().Sub(start).Seconds()
+}
+
+// oldestBatch is when the oldest batch not acknowledged was fetched; zero
+// when none.
+func (p *Pipeline) oldestBatch() time.Time {
+	f := p.flow.Load()
+	if f == nil {
+		return time.Time{}
+	}
+	t, _ := f.oldestFetched()
+	return t
+}
+
+// inFlight reports the bytes and documents in flight.
+func (p *Pipeline) inFlight() (int64, int) {
+	f := p.flow.Load()
+	if f == nil {
+		return 0, 0
+	}
+	return f.inFlight()
 }
 
 // Stats returns a snapshot of what the pipeline did so far.
 func (p *Pipeline) Stats() Snapshot { return p.stats.snapshot() }
 
-// Run fetches, applies and acknowledges batches until the source is exhausted
-// or ctx ends; both return nil. Any other error stops the pipeline and is
-// returned; the batch in flight is then not acknowledged and will be replayed.
+// Run fetches, applies and acknowledges until the source is exhausted or
+// ctx ends; both return nil. It keeps fetching while earlier changes are
+// applied, up to the bounds on work in flight (MaxInFlightBytes,
+// MaxInFlightDocuments); each document's changes are applied in source
+// order, and each lane's batches are acknowledged in fetch order once every
+// change up to them is applied (see flow). Any other error stops the
+// pipeline and is returned; what was not acknowledged is replayed by the
+// next run.
 func (p *Pipeline) Run(ctx context.Context) error {
-	p.log.InfoContext(ctx, "pipeline started", "workers", p.cfg.Workers)
+	p.log.InfoContext(ctx, "pipeline started", "max_in_flight_bytes", p.cfg.MaxInFlightBytes,
+		"max_in_flight_documents", p.cfg.MaxInFlightDocuments, "workers", p.cfg.Workers)
 	defer func() { p.log.InfoContext(ctx, "pipeline stopped", "stats", p.stats.snapshot().String()) }()
 	stopSummaries := p.summariseStalls(ctx)
 	defer stopSummaries()
-	for {
-		b, err := p.st.Source.Fetch(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("fetch: %w", err)
-		}
-		start := time.Now()
-		p.batchRetries.Store(0)
-		p.failing.clear()
-		p.batchStart.Store(p.now().UnixNano())
-		if err := p.Process(ctx, b.Messages); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if b.Ack != nil {
-			if err := p.retry(ctx, "ack", func() error { return b.Ack(ctx) }); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("ack batch: %w", err)
+
+	f := newFlow(ctx, p)
+	p.flow.Store(f)
+	defer p.flow.Store(nil)
+	ackDone := make(chan struct{})
+	stopAcks := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		f.acknowledge(stopAcks)
+	}()
+	eof := p.fetchLoop(f)
+	if eof && f.failure() == nil {
+		// A finite source is exhausted: wait for the rest to be applied
+		// and acknowledged.
+		for f.outstanding() && f.ctx.Err() == nil {
+			select {
+			case <-f.room:
+			case <-f.ctx.Done():
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		p.batchStart.Store(0)
-		p.metrics.batchSecs.Observe(time.Since(start).Seconds())
 	}
-}
-
-// item is one decoded change on its way to a worker.
-type item struct {
-	msg    cdc.Message
-	change cdc.Change
-}
-
-// Process applies one batch: it returns nil once every message has been
-// applied, skipped or dead-lettered, and an error if one could not be (the
-// caller must then not acknowledge the batch).
-func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
-	p.shadowMu.RLock()
-	defer p.shadowMu.RUnlock()
-	var segment []item
-	flush := func() error {
-		err := p.applyParallel(ctx, segment)
-		segment = segment[:0]
+	f.cancel(nil)
+	f.runners.Wait()
+	close(stopAcks)
+	<-ackDone
+	// What was applied before the stop is acknowledged, without the
+	// cancelled context: a restart then replays less.
+	if ctx.Err() != nil || f.failure() != nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := f.ackReady(fctx, false); err != nil {
+			p.log.WarnContext(ctx, "acknowledge applied changes at stop failed; they will be replayed", "error", err)
+		}
+		cancel()
+	}
+	if err := f.failure(); err != nil && ctx.Err() == nil {
 		return err
 	}
-	for _, m := range msgs {
+	return nil
+}
+
+// fetchLoop fetches and hands over batches until the source is exhausted
+// (true), ctx ends or the flow fails.
+func (p *Pipeline) fetchLoop(f *flow) (eof bool) {
+	for {
+		if waited := f.waitRoom(); waited > 0 {
+			p.metrics.backpressure.Add(waited.Seconds())
+		}
+		if f.ctx.Err() != nil {
+			return false
+		}
+		b, err := p.st.Source.Fetch(f.ctx)
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if f.ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			f.fail(fmt.Errorf("fetch: %w", err))
+			return false
+		}
+		p.dispatch(f, b)
+	}
+}
+
+// dispatch decodes a batch and hands each change to its document.
+func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
+	now := p.now()
+	t, costs := f.admit(b, now)
+	for i, m := range b.Messages {
+		if f.ctx.Err() != nil {
+			return // the batch stays unacknowledged
+		}
 		var start time.Time
 		if p.st.Traces != nil {
 			start = time.Now()
 		}
-		dctx, span := tracer().Start(withTraceParent(ctx, messageTraceParent(m)), "ragsync.decode")
+		dctx, span := tracer().Start(withTraceParent(f.ctx, messageTraceParent(m)), "ragsync.decode")
 		ch, err := p.decode(m)
 		endSpan(span, err)
 		var skip *cdc.SkipError
@@ -330,33 +421,31 @@ func (p *Pipeline) Process(ctx context.Context, msgs []cdc.Message) error {
 			p.stats.add("skipped_"+skip.Reason, 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
+			f.skip(t, costs[i])
 			continue
 		case errors.Is(err, cdc.ErrSkip):
 			p.stats.add("skipped", 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
+			f.skip(t, costs[i])
 			continue
 		case err != nil:
 			p.recordTrace(span, start, true)
 			if err := p.deadLetter(dctx, m, err); err != nil {
-				return err
+				if f.ctx.Err() == nil {
+					f.fail(err)
+				}
+				return
 			}
+			f.skip(t, costs[i])
 			continue
 		}
+		key := DocID(ch)
 		if ch.Op == cdc.OpTruncate {
-			// A truncate orders against every document of its table, so it
-			// is a barrier: what came before it is applied first.
-			if err := flush(); err != nil {
-				return err
-			}
-			if err := p.applyOne(ctx, item{m, ch}); err != nil {
-				return err
-			}
-			continue
+			key = "\x00truncate\x00" + ch.Table
 		}
-		segment = append(segment, item{m, ch})
+		f.submit(&work{msg: m, change: ch, batch: t, cost: costs[i], key: key, fetched: now})
 	}
-	return flush()
 }
 
 // decode returns the change a message carries: the one its transport built,
@@ -365,69 +454,28 @@ func (p *Pipeline) decode(m cdc.Message) (cdc.Change, error) {
 	if m.Change != nil {
 		return *m.Change, nil
 	}
+	if m.Err != nil {
+		// The transport decoded it already and says why there is no
+		// change: skipped or dead-lettered like a decode of our own.
+		return cdc.Change{}, m.Err
+	}
 	if p.st.Decoder == nil {
 		return cdc.Change{}, fmt.Errorf("decode %s/%d@%d: the source handed over bytes and the pipeline has no decoder", m.Topic, m.Partition, m.Offset)
 	}
 	return p.st.Decoder.Decode(m)
 }
 
-// applyParallel applies a segment with up to Workers documents at once.
-// Each document's changes stay in source order on one worker; workers take
-// the next document as soon as they finish one, rather than a fixed share
-// of them: with fixed lanes a batch lasted as long as its longest lane, and
-// the last documents of each batch ran almost alone, which left the
-// embedding coalescer little to put in one request.
-func (p *Pipeline) applyParallel(ctx context.Context, items []item) error {
-	if len(items) == 0 {
-		return nil
-	}
-	docs := groupByDocument(items)
-	workers := min(p.cfg.Workers, len(docs))
-	var next atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	for range workers {
-		g.Go(func() error {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= len(docs) {
-					return nil
-				}
-				for _, it := range docs[n] {
-					if err := p.applyOne(gctx, it); err != nil {
-						return err
-					}
-				}
-			}
-		})
-	}
-	return g.Wait()
-}
-
-// groupByDocument splits items into one run per document, in the order of
-// each document's first change, each run in source order.
-func groupByDocument(items []item) [][]item {
-	at := make(map[string]int, len(items))
-	var docs [][]item
-	for _, it := range items {
-		id := DocID(it.change)
-		n, ok := at[id]
-		if !ok {
-			n = len(docs)
-			at[id] = n
-			docs = append(docs, nil)
-		}
-		docs[n] = append(docs[n], it)
-	}
-	return docs
-}
-
 // applyOne applies a change, retrying transient failures, and dead-letters it
 // when it can never be applied.
-func (p *Pipeline) applyOne(ctx context.Context, it item) error {
+func (p *Pipeline) applyOne(ctx context.Context, it *work) error {
 	var start time.Time
 	if p.st.Traces != nil {
 		start = time.Now()
 	}
+	// The set of shadows changes only between two changes' applies (see
+	// SetShadows).
+	p.shadowMu.RLock()
+	defer p.shadowMu.RUnlock()
 	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
 	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
 	endSpan(span, err)
@@ -437,6 +485,7 @@ func (p *Pipeline) applyOne(ctx context.Context, it item) error {
 	}
 	if err == nil {
 		p.guard.ok()
+		p.observeFreshness(it)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -450,6 +499,20 @@ func (p *Pipeline) applyOne(ctx context.Context, it item) error {
 	}
 	p.metrics.changes.WithLabelValues(string(it.change.Op), "dead_lettered").Inc()
 	return nil
+}
+
+// observeFreshness records, for a change now in the index, the time from
+// its commit in the source (pgoutput's commit timestamp, Debezium's
+// source.ts_ms) to now, on this host's clock: the source's clock must agree
+// with it (NTP) for the figure to mean anything across hosts. Snapshot
+// reads (backfill, Debezium's initial snapshot) carry the snapshot's time,
+// not a commit's, and are left out, as are changes without a timestamp.
+func (p *Pipeline) observeFreshness(it *work) {
+	ch := it.change
+	if ch.SourceTS.IsZero() || ch.Snapshot || ch.Op == cdc.OpRead {
+		return
+	}
+	p.metrics.freshness.Observe(max(0, p.now().Sub(ch.SourceTS).Seconds()))
 }
 
 // retry runs fn until it succeeds, fails permanently, fails with an

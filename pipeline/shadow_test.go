@@ -213,6 +213,26 @@ func (s blockingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome
 	return s.Sink.Upsert(ctx, d)
 }
 
+// gatedSource hands over its first batch at once and the others once gate
+// is closed.
+type gatedSource struct {
+	sliceSource
+	gate <-chan struct{}
+	n    int
+}
+
+func (s *gatedSource) Fetch(ctx context.Context) (cdc.Batch, error) {
+	if s.n > 0 {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return cdc.Batch{}, ctx.Err()
+		}
+	}
+	s.n++
+	return s.sliceSource.Fetch(ctx)
+}
+
 // SetShadows waits for the batch in flight: a change of a batch that began
 // before it never reaches the new shadow half-way (reindex's second pass
 // covers it, see docs/reindex.md), and every later batch does.
@@ -221,15 +241,19 @@ func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
 	blocking := blockingSink{Sink: b.primary, entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	// The second batch is fetched only once the swap returned: the
+	// pipeline fetches while it applies, and this test is about a change
+	// applied during the swap (the first) and one after it.
+	swapped := make(chan struct{})
+	src := &gatedSource{sliceSource: sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}}, gate: swapped}
 	p, err := pipeline.New(pipeline.Config{Workers: 1}, pipeline.Stages{
-		Source:  &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}},
+		Source:  src,
 		Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: b.emb, Sink: blocking, Cache: b.primary,
 	})
 	require.NoError(t, err)
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(t.Context()) }()
 	<-blocking.entered
-	swapped := make(chan struct{})
 	go func() {
 		p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: b.shad, Embedder: b.shadowEmb, Cache: b.shad}})
 		close(swapped)

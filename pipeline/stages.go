@@ -10,7 +10,11 @@ import (
 )
 
 // Source yields batches. Fetch returns io.EOF when a finite source (a file
-// replayed with --once) is exhausted.
+// replayed with --once) is exhausted. Fetch is called again before earlier
+// batches are acknowledged, from one goroutine; a batch's Ack is called
+// once every change of it and of every earlier batch of its Lane was
+// applied, in fetch order within the lane, after Stages.Commit (see
+// cdc.Batch).
 type Source interface {
 	Fetch(ctx context.Context) (cdc.Batch, error)
 }

@@ -100,12 +100,12 @@ func (p *Pipeline) summariseStalls(ctx context.Context) (stop func()) {
 // logStall writes the stall summary if the batch in flight needed retries.
 func (p *Pipeline) logStall(ctx context.Context) {
 	since, stage, err := p.failing.get()
-	if err == nil || p.batchStart.Load() == 0 || p.batchRetries.Load() == 0 {
+	if err == nil || p.oldestBatch().IsZero() || p.batchRetries.Load() == 0 {
 		return
 	}
 	readyz := "ok until " + p.stallDeadline().Format(time.RFC3339) + " (pipeline.stall_after)"
 	if !p.Healthy() {
-		readyz = "failing: the batch has been retried longer than pipeline.stall_after"
+		readyz = "failing: the oldest unacknowledged batch has been retried longer than pipeline.stall_after"
 	}
 	args := []any{"failing", stage, "error", err.Error(), "since", since.Format(time.RFC3339),
 		"for", p.now().Sub(since).Round(time.Second).String(), "retries", p.batchRetries.Load(), "readyz", readyz}
@@ -118,5 +118,5 @@ func (p *Pipeline) logStall(ctx context.Context) {
 // stallDeadline is when Healthy turns false if the batch in flight keeps
 // failing.
 func (p *Pipeline) stallDeadline() time.Time {
-	return time.Unix(0, p.batchStart.Load()).Add(p.cfg.StallAfter)
+	return p.oldestBatch().Add(p.cfg.StallAfter)
 }

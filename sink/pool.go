@@ -44,6 +44,10 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize() + ", public"
 	cfg.AfterConnect = pgxvector.RegisterTypes
+	cfg.ConnConfig.Tracer = connWaitTracer{}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, defaultMaxConns)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", safe, err)

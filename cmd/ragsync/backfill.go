@@ -162,7 +162,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		}
 	}
 	var bulk *sink.Bulk
-	var source pipeline.Source = src
+	var commit pipeline.Committer
 	// The bulk path writes one index; with indexes following this one,
 	// every row goes through the pipeline to all of them.
 	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
@@ -174,21 +174,42 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 			return err
 		default:
 			logger.Info("index is empty: bulk load, HNSW index built at the end")
-			snk = bulk
-			source = flushingSource{src, bulk}
+			// The pipeline flushes the bulk buffer before it saves any
+			// checkpoint (its commit hook).
+			snk, commit = bulk, bulk
 		}
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	// No vector cache stage either: the bulk sink and the dry run take
-	// vectors on the chunks.
+	// The store is the vector cache (except for the dry run, which writes
+	// nothing): each slice of new vectors is cached as soon as it is
+	// embedded, so a kill loses no embedding of the pages read ahead of the
+	// last checkpoint; the bulk sink takes them from the cache.
+	var store *sink.Store
+	if !f.dryRun {
+		store = ix.st
+		// Rows share embedding requests across documents, as serve's
+		// changes do.
+		co, stop, err := pipelineEmbedder(cfg, emb, nil)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		emb = co
+	}
+	// Read ahead at most about one page beyond the page being applied:
+	// what a kill loses is what was read and not yet checkpointed, and a
+	// page of rows already gives the coalescer plenty to share.
+	if cfg.Pipeline.MaxInFlightDocuments == 0 {
+		cfg.Pipeline.MaxInFlightDocuments = src.PageRows()
+	}
 	plog := logger
 	if f.dryRun {
 		// The pipeline's own summary counts what a dry run only pretends
 		// to apply; the dry run's lines say what it did.
 		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
 	}
-	p, err := newPipeline(cfg, source, nil, emb, snk, nil, nil, prometheus.NewRegistry(), plog)
+	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return err
 	}

@@ -10,16 +10,6 @@ import (
 	"github.com/ragsync/ragsync/embedder"
 )
 
-func TestPipelineWorkersDefault(t *testing.T) {
-	t.Parallel()
-	cfg := defaultConfig()
-	require.Equal(t, 4, cfg.pipelineWorkers(), "hashing: CPU-bound, 4")
-	cfg.Embedder = embedder.Config{Provider: "openai", Model: "m", Dimensions: 8, BaseURL: "http://127.0.0.1:1/v1"}
-	require.Equal(t, defaultRemoteWorkers, cfg.pipelineWorkers(), "remote: enough documents in flight to share requests")
-	cfg.Pipeline.Workers = 7
-	require.Equal(t, 7, cfg.pipelineWorkers(), "an explicit setting wins")
-}
-
 func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()

@@ -64,6 +64,10 @@ type KafkaSourceConfig struct {
 	MaxPollBytes   int           `yaml:"max_poll_bytes"`
 	FetchMaxBytes  int           `yaml:"fetch_max_bytes"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// RevokeTimeout bounds how long a rebalance waits for the batches of a
+	// partition being taken away to be applied and committed. Defaults to
+	// 30s.
+	RevokeTimeout time.Duration `yaml:"revoke_timeout"`
 }
 
 type FileSourceConfig struct {

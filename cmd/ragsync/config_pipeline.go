@@ -24,22 +24,31 @@ type PipelineLimits struct {
 	// EmbedSliceChunks is how many chunks of a document are embedded and
 	// cached at a time; default 256.
 	EmbedSliceChunks int `yaml:"embed_slice_chunks"`
+	// MaxInFlightBytes and MaxInFlightDocuments bound the work fetched and
+	// not yet applied; fetching waits while either is reached. Defaults
+	// 33554432 (32 MiB) and 1024.
+	MaxInFlightBytes     int `yaml:"max_in_flight_bytes"`
+	MaxInFlightDocuments int `yaml:"max_in_flight_documents"`
 }
 
 // pipelineConfig is the pipeline's Config from `pipeline:` and `tables:`.
 func (c Config) pipelineConfig(logger *slog.Logger, reg prometheus.Registerer) pipeline.Config {
 	return pipeline.Config{
 		Tables:     c.pipelineTables(),
-		Workers:    c.pipelineWorkers(),
+		Workers:    c.Pipeline.Workers,
 		StallAfter: c.Pipeline.StallAfter,
 		Settings:   stallSettings(c),
 		// StallLogInterval: 0 is the pipeline's default (30s).
-		StallLogInterval:   c.Pipeline.StallLogInterval,
-		DeadLetterWindow:   c.Pipeline.DeadLetterWindow,
-		DeadLetterMaxRatio: c.Pipeline.DeadLetterMaxRatio,
-		MaxDocumentBytes:   c.Pipeline.MaxDocumentBytes,
-		EmbedSliceChunks:   c.Pipeline.EmbedSliceChunks,
-		Logger:             logger,
-		Registerer:         reg,
+		StallLogInterval:     c.Pipeline.StallLogInterval,
+		DeadLetterWindow:     c.Pipeline.DeadLetterWindow,
+		DeadLetterMaxRatio:   c.Pipeline.DeadLetterMaxRatio,
+		MaxDocumentBytes:     c.Pipeline.MaxDocumentBytes,
+		EmbedSliceChunks:     c.Pipeline.EmbedSliceChunks,
+		MaxInFlightBytes:     c.Pipeline.MaxInFlightBytes,
+		MaxInFlightDocuments: c.Pipeline.MaxInFlightDocuments,
+		SourceName:           c.Source.Kind,
+		IndexName:            c.Index,
+		Logger:               logger,
+		Registerer:           reg,
 	}
 }

@@ -181,8 +181,8 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 // an empty target (HNSW built at the end) unless bulkMode is off.
 func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
 	src := backfill.NewIndexSource(sink.NewCatalog(ix.pool, cfg.Postgres.Schema), from, pageRows)
-	var source pipeline.Source = src
 	var snk pipeline.Sink = ix.st
+	var commit pipeline.Committer
 	if bulkMode != "off" {
 		bulk, err := ix.st.BeginBulk(ctx)
 		switch {
@@ -191,7 +191,9 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 			return 0, nil, err
 		default:
 			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Index)
-			snk, source = bulk, flushingSource{src, bulk}
+			// The pipeline flushes the bulk buffer before it acknowledges
+			// any page (its commit hook).
+			snk, commit = bulk, bulk
 			defer func() {
 				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
 					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
@@ -203,15 +205,24 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 	if err != nil {
 		return 0, nil, err
 	}
-	reusing, err := pipeline.WithReuse(ix.emb, cfg.Reuse.pipeline())
+	// Documents share embedding requests, as serve's changes do.
+	emb, stopEmb, err := pipelineEmbedder(cfg, ix.emb, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer stopEmb()
+	reusing, err := pipeline.WithReuse(emb, cfg.Reuse.pipeline())
 	if err != nil {
 		return 0, nil, err
 	}
 	p, err := pipeline.New(pipeline.Config{
 		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
 	}, pipeline.Stages{
-		Source: source, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: reusing, Sink: snk,
-		Transient: transient, Fatal: fatal,
+		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: reusing, Sink: snk,
+		Transient: transient, Fatal: fatal, Commit: commit,
+		// New vectors are cached as they are embedded, so an interrupted
+		// pass pays nothing twice; the bulk sink takes them from the cache.
+		Cache: ix.st, Lookup: ix.st,
 	})
 	if err != nil {
 		return 0, nil, err

@@ -203,7 +203,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return err
 	}
 	defer stopEmb()
-	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, mon.traces(), reg, logger)
+	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, nil, mon.traces(), reg, logger)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ var (
 	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
 	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
 	_ pipeline.VectorCache = (*sink.Store)(nil)
+	_ pipeline.Committer   = (*sink.Bulk)(nil)
 )
 
 // index is what a command that reads or writes the index opens: the
@@ -176,7 +177,10 @@ func (g *globals) loadValid(needSource bool) (Config, error) {
 func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pipeline.DeadLetters, func(), error) {
 	switch cfg.Source.Kind {
 	case "file":
-		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once})
+		// The source decodes each line (the pipeline's decoder then only
+		// serves messages handed over as bytes).
+		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once,
+			Decoder: cdc.NewDecoder(cfg.decoderConfig())})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -191,6 +195,8 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 			MaxPollBytes:   k.MaxPollBytes,
 			FetchMaxBytes:  k.FetchMaxBytes,
 			SessionTimeout: k.SessionTimeout,
+			RevokeTimeout:  k.RevokeTimeout,
+			Decoder:        cdc.NewDecoder(cfg.decoderConfig()),
 			StopAtEnd:      once,
 			Logger:         logger.With("stage", "kafka"),
 		})
@@ -209,7 +215,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 // (pipeline.embed_slice_chunks) and reads each document's stored state,
 // chunks and cached hashes in one round trip. traces, when not nil, is
 // told each change's trace id, apply time and failure (the monitor).
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, traces pipeline.TraceRecorder, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// commit, when not nil, is the buffering sink's flush the pipeline calls
+// before acknowledging any source position (the bulk loader).
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, commit pipeline.Committer, traces pipeline.TraceRecorder, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	// Not a nil *sink.Store in an interface, which would not compare nil.
 	var cache pipeline.VectorCache
 	var lookup pipeline.DocumentLookup
@@ -239,6 +247,7 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 		Transient:   transient,
 		Fatal:       fatal,
 		Traces:      traces,
+		Commit:      commit,
 	})
 }
 

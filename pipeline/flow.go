@@ -1,0 +1,387 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ragsync/ragsync/cdc"
+)
+
+// flow is the pipeline's state while Run runs: the batches fetched and not
+// yet acknowledged, per lane and in fetch order; the changes handed to
+// documents and not yet applied; and what they cost.
+//
+// The shape is Kafka Connect's and franz-go's commit marks: the fetcher
+// keeps fetching while earlier changes are applied (there is no batch
+// barrier), every document's changes are applied one after another in
+// source order, and a lane's batch is acknowledged once it and every batch
+// fetched before it in the lane are complete (the contiguous prefix), so a
+// crash at any instant replays only what was not acknowledged, and version
+// fencing makes the replay of anything applied a no-op.
+type flow struct {
+	p *Pipeline
+
+	mu sync.Mutex
+	// lanes holds, per Batch.Lane, the batches not yet acknowledged, in
+	// fetch order. A lane disappears once empty.
+	lanes map[string]*lane
+	// docs holds, per document (or per table, for a truncate), the changes
+	// handed over and not yet applied, in source order; the first is being
+	// applied by the document's runner. Its size is the documents in flight.
+	docs map[string][]*work
+	// tables orders truncates against the other changes of their table.
+	tables map[string]*tableState
+	// bytes is the cost of the changes fetched and not yet finished.
+	bytes int64
+	// seq numbers batches in fetch order; oldest is the seq of the oldest
+	// batch not acknowledged (0: none), for the stall check.
+	seq, oldest uint64
+
+	// room is signalled when work finishes (the fetcher may be waiting for
+	// room), ackable when a batch may have become acknowledgeable.
+	room, ackable chan struct{}
+	// slots caps the changes applied at once when Config.Workers is set;
+	// nil leaves concurrency to the cost bounds.
+	slots chan struct{}
+
+	runners sync.WaitGroup
+	// ctx is the context of the runners; cancel stops them with the first
+	// failure.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	errMu  sync.Mutex
+	err    error
+}
+
+// lane is one independently acknowledged sequence of batches.
+type lane struct{ batches []*tracked }
+
+// tracked is a fetched batch: how many of its messages are not finished,
+// and its acknowledgement.
+type tracked struct {
+	seq     uint64
+	lane    string
+	left    int
+	ack     func(context.Context) error
+	fetched time.Time
+}
+
+// work is one decoded change on its way through the pipeline.
+type work struct {
+	msg    cdc.Message
+	change cdc.Change
+	batch  *tracked
+	cost   int64
+	// key is the ordering key: the document's id, or the table for a
+	// truncate.
+	key string
+	// fetched is when the change's batch was fetched.
+	fetched time.Time
+}
+
+// tableState holds a table's truncate ordering: a truncate waits for every
+// earlier change of its table, and every later change of the table waits
+// for the truncate; other tables are not held.
+type tableState struct {
+	// active counts the table's changes handed to documents and not yet
+	// applied.
+	active int
+	// waiting holds changes that may not start yet, in source order: the
+	// first is a truncate waiting for active to drain, or a change
+	// waiting for a running truncate.
+	waiting []*work
+	// truncating is set while a truncate of the table runs.
+	truncating bool
+}
+
+func newFlow(ctx context.Context, p *Pipeline) *flow {
+	f := &flow{
+		p:       p,
+		lanes:   map[string]*lane{},
+		docs:    map[string][]*work{},
+		tables:  map[string]*tableState{},
+		room:    make(chan struct{}, 1),
+		ackable: make(chan struct{}, 1),
+	}
+	if p.cfg.Workers > 0 {
+		f.slots = make(chan struct{}, p.cfg.Workers)
+	}
+	f.ctx, f.cancel = context.WithCancelCause(ctx)
+	return f
+}
+
+// signal wakes whoever waits on c, without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// fail records the first failure and stops the runners and the fetcher.
+func (f *flow) fail(err error) {
+	f.errMu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.errMu.Unlock()
+	f.cancel(err)
+}
+
+func (f *flow) failure() error {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	return f.err
+}
+
+// admit registers a fetched batch in its lane, with every message
+// outstanding, and charges its cost. It returns the batch's tracker and
+// the cost of each message.
+func (f *flow) admit(b cdc.Batch, now time.Time) (*tracked, []int64) {
+	costs := make([]int64, len(b.Messages))
+	var total int64
+	for i, m := range b.Messages {
+		costs[i] = messageCost(m)
+		total += costs[i]
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	t := &tracked{seq: f.seq, lane: b.Lane, left: len(b.Messages), ack: b.Ack, fetched: now}
+	l := f.lanes[b.Lane]
+	if l == nil {
+		l = &lane{}
+		f.lanes[b.Lane] = l
+	}
+	l.batches = append(l.batches, t)
+	if f.oldest == 0 {
+		f.oldest = t.seq
+	}
+	f.bytes += total
+	if t.left == 0 {
+		signal(f.ackable)
+	}
+	return t, costs
+}
+
+// finished marks one message of t done (applied, skipped or
+// dead-lettered) and releases its cost. Called with mu held.
+func (f *flow) finishedLocked(t *tracked, cost int64) {
+	f.bytes -= cost
+	t.left--
+	if t.left == 0 {
+		signal(f.ackable)
+	}
+	signal(f.room)
+}
+
+// skip marks a message that needs no apply (skipped, dead-lettered at
+// decode) as finished.
+func (f *flow) skip(t *tracked, cost int64) {
+	f.mu.Lock()
+	f.finishedLocked(t, cost)
+	f.mu.Unlock()
+}
+
+// submit hands a change to its document, behind the document's earlier
+// changes and, for its table, behind a pending truncate.
+func (f *flow) submit(w *work) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ts := f.tables[w.change.Table]
+	if ts == nil {
+		ts = &tableState{}
+		f.tables[w.change.Table] = ts
+	}
+	ts.waiting = append(ts.waiting, w)
+	f.pumpLocked(w.change.Table, ts)
+}
+
+// pumpLocked starts the table's waiting changes that may start: every
+// change up to the next truncate, and a truncate once nothing earlier of
+// its table is in flight.
+func (f *flow) pumpLocked(table string, ts *tableState) {
+	for len(ts.waiting) > 0 && !ts.truncating {
+		w := ts.waiting[0]
+		if w.change.Op == cdc.OpTruncate {
+			if ts.active > 0 {
+				return
+			}
+			ts.truncating = true
+		}
+		ts.waiting[0] = nil
+		ts.waiting = ts.waiting[1:]
+		ts.active++
+		f.enqueueLocked(w)
+	}
+	if ts.active == 0 && len(ts.waiting) == 0 {
+		delete(f.tables, table)
+	}
+}
+
+// enqueueLocked puts w behind its document's changes, starting a runner
+// for the document when it had none.
+func (f *flow) enqueueLocked(w *work) {
+	q, running := f.docs[w.key]
+	f.docs[w.key] = append(q, w)
+	if running {
+		return
+	}
+	f.runners.Add(1)
+	go f.run(w.key)
+}
+
+// run applies a document's changes one after another until none is left.
+// A failure stops the flow; the document's remaining changes are then not
+// applied and their batches never acknowledged.
+func (f *flow) run(key string) {
+	defer f.runners.Done()
+	for {
+		f.mu.Lock()
+		q := f.docs[key]
+		if len(q) == 0 {
+			delete(f.docs, key)
+			f.mu.Unlock()
+			return
+		}
+		w := q[0]
+		f.mu.Unlock()
+		if f.slots != nil {
+			select {
+			case f.slots <- struct{}{}:
+			case <-f.ctx.Done():
+				return
+			}
+		}
+		err := f.p.applyOne(f.ctx, w)
+		if f.slots != nil {
+			<-f.slots
+		}
+		if err != nil {
+			f.fail(err)
+			return
+		}
+		f.mu.Lock()
+		q = f.docs[key]
+		q[0] = nil
+		f.docs[key] = q[1:]
+		ts := f.tables[w.change.Table]
+		ts.active--
+		if w.change.Op == cdc.OpTruncate {
+			ts.truncating = false
+		}
+		f.pumpLocked(w.change.Table, ts)
+		f.finishedLocked(w.batch, w.cost)
+		f.mu.Unlock()
+	}
+}
+
+// full reports whether the work in flight reached a bound: fetching waits
+// then (back-pressure).
+func (f *flow) full() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes >= int64(f.p.cfg.MaxInFlightBytes) || len(f.docs) >= f.p.cfg.MaxInFlightDocuments
+}
+
+// waitRoom blocks while the work in flight is at a bound, and reports how
+// long it waited. It returns early when the flow stops.
+func (f *flow) waitRoom() time.Duration {
+	if !f.full() {
+		return 0
+	}
+	start := time.Now()
+	for f.full() {
+		select {
+		case <-f.room:
+		case <-f.ctx.Done():
+			return time.Since(start)
+		}
+	}
+	return time.Since(start)
+}
+
+// outstanding reports whether any batch is not yet acknowledged.
+func (f *flow) outstanding() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.lanes) > 0
+}
+
+// takeAckable removes and returns, lane by lane, the batches at the head
+// of their lane whose every message is finished: the contiguous prefix.
+func (f *flow) takeAckable() []*tracked {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*tracked
+	for name, l := range f.lanes {
+		n := 0
+		for n < len(l.batches) && l.batches[n].left == 0 {
+			out = append(out, l.batches[n])
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		clear(l.batches[:n])
+		l.batches = l.batches[n:]
+		if len(l.batches) == 0 {
+			delete(f.lanes, name)
+		}
+	}
+	if len(out) > 0 {
+		f.oldest = 0
+		for _, l := range f.lanes {
+			if s := l.batches[0].seq; f.oldest == 0 || s < f.oldest {
+				f.oldest = s
+			}
+		}
+	}
+	return out
+}
+
+// oldestFetched is when the oldest batch not acknowledged was fetched, and
+// its sequence number (zero time and 0: none).
+func (f *flow) oldestFetched() (time.Time, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.lanes {
+		if l.batches[0].seq == f.oldest {
+			return l.batches[0].fetched, f.oldest
+		}
+	}
+	return time.Time{}, 0
+}
+
+// inFlight reports the bytes and documents in flight, for the gauges.
+func (f *flow) inFlight() (bytes int64, docs int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes, len(f.docs)
+}
+
+// messageCost is what a message holds in memory while in flight, roughly:
+// its bytes, or the size of the values of the change a structured source
+// built.
+func messageCost(m cdc.Message) int64 {
+	n := int64(len(m.Key) + len(m.Value) + 64)
+	if m.Change != nil {
+		n += rowCost(m.Change.After) + rowCost(m.Change.Before) + rowCost(m.Change.Key)
+	}
+	return n
+}
+
+func rowCost(row map[string]any) int64 {
+	var n int64
+	for k, v := range row {
+		n += int64(len(k)) + 16
+		switch x := v.(type) {
+		case string:
+			n += int64(len(x))
+		case []byte:
+			n += int64(len(x))
+		}
+	}
+	return n
+}
