@@ -203,14 +203,11 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 	if err != nil {
 		return 0, nil, err
 	}
-	reusing, err := pipeline.WithReuse(ix.emb, cfg.Reuse.pipeline())
-	if err != nil {
-		return 0, nil, err
-	}
 	p, err := pipeline.New(pipeline.Config{
 		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
+		Reuse: cfg.Reuse.pipeline(cfg.Monitor, nil),
 	}, pipeline.Stages{
-		Source: source, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: reusing, Sink: snk,
+		Source: source, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: ix.emb, Sink: snk,
 		Transient: transient, Fatal: fatal,
 	})
 	if err != nil {
