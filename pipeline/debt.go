@@ -91,11 +91,12 @@ func (c DebtConfig) Validate() error {
 }
 
 // Repayer replaces reused vectors with exact ones in the background, so
-// that none stays borrowed longer than Window. Each round it repays at the
-// rate that clears the outstanding debt in one window (outstanding tokens ×
-// Interval ÷ Window), and at least everything whose window ends before the
-// next round, oldest first; then the debt with new words, the farthest
-// predicted and the oldest. MaxTokensPerHour caps it. It embeds through the
+// that none stays borrowed longer than Window. Each round it repays
+// everything whose window ends before the next round, oldest first, and
+// beyond that spends what the rate that clears the outstanding debt in one
+// window (outstanding tokens × Interval ÷ Window) has accrued: on the debt
+// with new words first, then the farthest predicted, then the oldest.
+// MaxTokensPerHour caps it. It embeds through the
 // embedder it is given, which should be a background lane (Lanes) so live
 // changes go first. Safe for one Run at a time.
 type Repayer struct {
@@ -107,6 +108,7 @@ type Repayer struct {
 	mu     sync.Mutex
 	spent  []spend // tokens sent in the last hour
 	behind bool
+	credit float64 // tokens the repayment rate has accrued and not spent
 }
 
 type spend struct {
@@ -176,19 +178,24 @@ func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 		r.setBehind(ctx, false, sum)
 		return res, nil
 	}
-	want := max(sum.DueTokens, int64(math.Ceil(float64(sum.Tokens)*float64(r.cfg.Interval)/float64(r.cfg.Window))), 1)
+	// The rate that clears the outstanding debt in one window accrues as
+	// credit; a chunk not yet due waits until the credit covers it, so a
+	// lone debt is repaid near its deadline (an edit of the same chunk
+	// before then makes its repayment unnecessary) while a large debt
+	// drains steadily. Debt due before the next round goes regardless.
+	r.mu.Lock()
+	r.credit = min(r.credit+float64(sum.Tokens)*float64(r.cfg.Interval)/float64(r.cfg.Window), float64(sum.Tokens))
+	r.mu.Unlock()
 	left := int64(r.remaining(now))
 	res.Behind = sum.DueTokens > left
 	r.setBehind(ctx, res.Behind, sum)
-	budget := min(want, left)
 	seen := map[int64]bool{}
-	for budget > 0 {
+	for {
 		next, err := r.store.NextDebt(ctx, due, r.cfg.BatchSize)
 		if err != nil {
 			return res, err
 		}
 		var batch []sink.Debt
-		spend := int64(0)
 		for _, d := range next {
 			if seen[d.ChunkID] {
 				continue
@@ -197,13 +204,23 @@ func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 			if d.Cached {
 				cost = 0
 			}
-			// The first chunk of a round always fits: a chunk larger than
-			// the round's budget must not wait forever.
-			if spend+cost > budget && (len(batch) > 0 || res.Repaid > 0) {
+			if cost > left {
 				break
 			}
+			if d.Since.After(due) {
+				r.mu.Lock()
+				ok := float64(cost) <= r.credit
+				if ok {
+					r.credit -= float64(cost)
+				}
+				r.mu.Unlock()
+				if !ok {
+					break
+				}
+			}
 			seen[d.ChunkID] = true
-			batch, spend = append(batch, d), spend+cost
+			batch = append(batch, d)
+			left -= cost
 		}
 		if len(batch) == 0 {
 			break
@@ -215,7 +232,6 @@ func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 		res.Repaid += n
 		res.FromCache += cached
 		res.Tokens += tokens
-		budget -= int64(tokens)
 		if n == 0 && tokens == 0 {
 			break
 		}
