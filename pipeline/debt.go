@@ -37,8 +37,13 @@ type DebtConfig struct {
 	// tenth of Window.
 	Interval time.Duration
 	// BatchSize is how many chunks go in one embedding request and one
-	// transaction. Defaults to 64.
+	// transaction. Defaults to 16: small enough that a live change never
+	// waits long behind a repayment's write.
 	BatchSize int
+	// Yield, when set, is called before each write and returns once live
+	// work leaves room (Lanes.Wait); its error ends the round. Nil writes
+	// at once.
+	Yield func(ctx context.Context) error
 	// Predictor, when set, learns from every repayment: the reused vector
 	// against the fresh one is a measured reuse. Share it with
 	// ReuseConfig.Predictor.
@@ -64,7 +69,7 @@ func (c DebtConfig) withDefaults() DebtConfig {
 		c.Interval = c.Window / 10
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 64
+		c.BatchSize = 16
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -277,6 +282,11 @@ func (r *Repayer) repay(ctx context.Context, now time.Time, batch []sink.Debt) (
 				sim := chunker.EditSimilarity(d.Text, d.OriginText, 0)
 				r.cfg.Predictor.Observe(sim, cosineDistance(d.Vector, vecs[j]))
 			}
+		}
+	}
+	if r.cfg.Yield != nil {
+		if err := r.cfg.Yield(ctx); err != nil {
+			return 0, tokens, 0, err
 		}
 	}
 	n, err := r.store.RewriteVectors(ctx, rws, true)

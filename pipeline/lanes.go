@@ -16,7 +16,10 @@ type CountedEmbedder interface {
 // Lanes shares one embedder between live changes and background work (the
 // repayment of reuse debt) so that live changes always go first: a call on
 // the background lane waits until no live call is in flight and none has
-// ended for Quiet. Live calls never wait for the background.
+// ended for the quiet time. Live calls never wait for the background. A
+// quiet time longer than the gaps between live calls starves the
+// background under a steady stream, so serve uses none: the background
+// goes in the gaps.
 type Lanes struct {
 	e     CountedEmbedder
 	quiet time.Duration
@@ -25,12 +28,10 @@ type Lanes struct {
 	last  atomic.Int64 // UnixNano when the last live call ended
 }
 
-// NewLanes wraps e; quiet ≤ 0 means 200ms.
+// NewLanes wraps e; a background call waits for quiet after the last live
+// call (0: only for the live calls in flight).
 func NewLanes(e CountedEmbedder, quiet time.Duration) *Lanes {
-	if quiet <= 0 {
-		quiet = 200 * time.Millisecond
-	}
-	return &Lanes{e: e, quiet: quiet, poll: min(quiet/4, 50*time.Millisecond)}
+	return &Lanes{e: e, quiet: max(quiet, 0), poll: 5 * time.Millisecond}
 }
 
 // Live is the lane of the pipeline's own changes.
@@ -68,7 +69,11 @@ func (bl backgroundLane) Embed(ctx context.Context, texts []string) ([][]float32
 	return bl.l.e.Embed(ctx, texts)
 }
 
-// wait returns once the live lane is idle, or ctx's error.
+// Wait returns once the live lane is idle, or ctx's error: background work
+// calls it before anything else that competes with live changes (the
+// repayment's writes, DebtConfig.Yield).
+func (l *Lanes) Wait(ctx context.Context) error { return l.wait(ctx) }
+
 func (l *Lanes) wait(ctx context.Context) error {
 	for {
 		if l.live.Load() == 0 && time.Since(time.Unix(0, l.last.Load())) >= l.quiet {
