@@ -22,6 +22,12 @@ type DebtStore interface {
 	RewriteVectors(ctx context.Context, rws []sink.Rewrite, onlyDebt bool) (int, error)
 }
 
+// ReuseSamples yields the monitor's measurements of reused vectors taken
+// after since (sink.Store.ReusedMeasurements).
+type ReuseSamples interface {
+	ReusedMeasurements(ctx context.Context, since time.Time) ([]sink.ReusedMeasurement, error)
+}
+
 // DebtConfig is the background repayment of near-duplicate reuse debt
 // (the reuse: section of ragsync.yaml).
 type DebtConfig struct {
@@ -48,6 +54,10 @@ type DebtConfig struct {
 	// against the fresh one is a measured reuse. Share it with
 	// ReuseConfig.Predictor.
 	Predictor *Predictor
+	// Samples, when set with Predictor, feeds the predictor the monitor's
+	// measurements of reused vectors at every round, besides the
+	// repayments' own. Nil learns from repayments only.
+	Samples ReuseSamples
 	// Now is the repayment's clock; it must agree with ReuseConfig.Now.
 	// Nil means the wall clock.
 	Now func() time.Time
@@ -114,6 +124,8 @@ type Repayer struct {
 	spent  []spend // tokens sent in the last hour
 	behind bool
 	credit float64 // tokens the repayment rate has accrued and not spent
+	// sampled is the time of the latest monitor measurement learnt from.
+	sampled time.Time
 }
 
 type spend struct {
@@ -170,6 +182,9 @@ func (r *Repayer) Run(ctx context.Context) error {
 func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 	now := r.cfg.Now()
 	var res RepayResult
+	if err := r.learn(ctx); err != nil {
+		return res, err
+	}
 	// Debt dated at or before due reaches its window's end before the next
 	// round: it must go this round.
 	due := now.Add(r.cfg.Interval - r.cfg.Window)
@@ -249,6 +264,25 @@ func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 		r.observe(now, sum)
 	}
 	return res, nil
+}
+
+// learn feeds the predictor the monitor's new measurements of reused
+// vectors: each is a reuse whose distance was measured.
+func (r *Repayer) learn(ctx context.Context) error {
+	if r.cfg.Samples == nil || r.cfg.Predictor == nil {
+		return nil
+	}
+	ms, err := r.cfg.Samples.ReusedMeasurements(ctx, r.sampled)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		r.cfg.Predictor.Observe(chunker.EditSimilarity(m.Text, m.OriginText, 0), m.Distance)
+		if m.MeasuredAt.After(r.sampled) {
+			r.sampled = m.MeasuredAt
+		}
+	}
+	return nil
 }
 
 // repay embeds the batch's texts (those the cache lacks), learns from each

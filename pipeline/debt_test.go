@@ -402,3 +402,26 @@ func TestLanesBackgroundGivesUpOnCancel(t *testing.T) {
 	_, err := l.Background().Embed(ctx, []string{"x"})
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
 }
+
+// TestRepayerLearnsFromMonitorSamples: the monitor's measurement of a
+// reused vector reaches the predictor once.
+func TestRepayerLearnsFromMonitorSamples(t *testing.T) {
+	b, _ := debtSetup(t, 1)
+	debts, err := b.store.NextDebt(t.Context(), t0, 10)
+	require.NoError(t, err)
+	require.Len(t, debts, 1)
+	_, err = b.pool.Exec(t.Context(), "INSERT INTO "+b.schema+".monitor_samples (index_name, chunk_id, content_hash, kind, cosine_distance, l2, past_bound)"+
+		" VALUES ('docs', $1, $2, 'reused', 0.3, 0.5, true)", debts[0].ChunkID, debts[0].Hash)
+	require.NoError(t, err)
+	pred := pipeline.NewPredictor(0)
+	c := &clock{t: t0}
+	r, err := pipeline.NewRepayer(pipeline.DebtConfig{Window: time.Hour, Now: c.now, Predictor: pred, Samples: b.store}, b.store, b.emb)
+	require.NoError(t, err)
+	for range 2 {
+		res, err := r.RepayOnce(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, res.Repaid, "nothing due yet")
+	}
+	_, n := pred.Slope()
+	require.EqualValues(t, 1, n, "the sample is learnt once")
+}

@@ -213,7 +213,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	var repayer *pipeline.Repayer
 	if !cfg.Reuse.pipeline(cfg.Monitor, nil).Disabled && !once {
 		dc := cfg.Reuse.debt(pred)
-		dc.Logger, dc.Registerer, dc.Yield = logger.With("stage", "reuse_debt"), reg, lanes.Wait
+		dc.Logger, dc.Registerer, dc.Yield, dc.Samples = logger.With("stage", "reuse_debt"), reg, lanes.Wait, st
 		if repayer, err = pipeline.NewRepayer(dc, st, lanes.Background()); err != nil {
 			return err
 		}
