@@ -158,6 +158,9 @@ type hitJSON struct {
 	Score    float64        `json:"score"`
 	Text     string         `json:"text"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// VectorReused marks a hit whose vector is reused from a
+	// near-duplicate text and not yet repaid (see reuse.repay_window).
+	VectorReused bool `json:"vector_reused,omitempty"`
 }
 
 func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
@@ -165,7 +168,7 @@ func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata, h.Reused}); err != nil {
 				return err
 			}
 		}
