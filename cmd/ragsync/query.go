@@ -30,7 +30,9 @@ func newQueryCmd(g *globals) *cobra.Command {
 		Short: "Search the index: embed TEXT and print the nearest chunks",
 		Long: `query embeds TEXT with the configured embedder, searches the pgvector index
 and prints the ranked chunks with their document id, score (cosine similarity)
-and text. Deleted documents never appear.`,
+and text. Deleted documents never appear. With --json, a hit whose vector is
+reused from a near-duplicate text and not yet repaid carries
+"vector_reused": true (serve repays it within reuse.repay_window).`,
 		Example: `  ragsync query --config ragsync.yaml "how do I reset my router" -k 5
   ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json`,
 		Args: cobra.ExactArgs(1),
