@@ -107,7 +107,11 @@ func TestPredictorCalibration(t *testing.T) {
 	for _, set := range []string{"edits-C", "edits-A"} {
 		t.Run(set, func(t *testing.T) {
 			t.Parallel()
-			pairs := historyPairs(t, set, 0.8, 1500)
+			updates := 1500
+			if raceEnabled {
+				updates = 500
+			}
+			pairs := historyPairs(t, set, 0.8, updates)
 			require.Greater(t, len(pairs), 200, "too few reuse candidates to calibrate on")
 			half := len(pairs) / 2
 			p := pipeline.NewPredictor(0)

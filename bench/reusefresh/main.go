@@ -55,6 +55,7 @@ type config struct {
 	capacity int
 	maxRatio float64
 	rounds   int
+	window   time.Duration
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.IntVar(&c.capacity, "capacity", 4, "embedding requests the provider serves at once")
 	flag.Float64Var(&c.maxRatio, "max-ratio", 1.1, "fail when p99 with the repayment exceeds this times p99 without")
 	flag.IntVar(&c.rounds, "rounds", 3, "measured pairs of runs (without, with); medians are reported")
+	flag.DurationVar(&c.window, "window", 20*time.Second, "reuse.repay_window of the run: the debt is repaid at its rate across the measurement (changes ÷ rate = 20s by default), as serve spreads it over its window")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -189,8 +191,9 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 	var wg sync.WaitGroup
 	reg := prometheus.NewRegistry()
 	if repay {
-		// A short window: the whole debt falls due during the measurement.
-		rp, err = pipeline.NewRepayer(pipeline.DebtConfig{Window: 2 * time.Second, Interval: 200 * time.Millisecond, Registerer: reg,
+		// A window as long as the measurement: the whole debt is repaid
+		// while the live changes stream in.
+		rp, err = pipeline.NewRepayer(pipeline.DebtConfig{Window: c.window, Interval: c.window / 10, Registerer: reg,
 			Yield: lanes.Wait},
 			st, lanes.Background())
 		if err != nil {
