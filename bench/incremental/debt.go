@@ -57,6 +57,12 @@ type debtResult struct {
 // every checkEvery segments on a uniform sample of stored vectors.
 func replayRepaying(ctx context.Context, cfg config, evs []event, first int, split pipeline.Splitter, emb pipeline.Embedder,
 	store *opSink, st *sink.Store, pool *pgxpool.Pool, schema string, probe pipeline.Embedder, logger *slog.Logger) (pipeline.Snapshot, *debtResult, error) {
+	if cfg.RepayWindow <= 0 {
+		cfg.RepayWindow = 5 * time.Minute
+	}
+	if cfg.CheckEvery <= 0 {
+		cfg.CheckEvery = 25
+	}
 	res := &debtResult{Reuse: !cfg.NoReuse, Repay: cfg.Repay, Window: cfg.RepayWindow.String()}
 	pred := pipeline.NewPredictor(0)
 	var clock time.Time
@@ -95,7 +101,7 @@ func replayRepaying(ctx context.Context, cfg config, evs []event, first int, spl
 		if err != nil {
 			return nil, nil, err
 		}
-		j := i
+		j := i + 1 // a segment holds at least one event
 		for j < len(evs) {
 			t, err := time.Parse(time.RFC3339, evs[j].TS)
 			if err != nil {
@@ -156,6 +162,9 @@ func replayRepaying(ctx context.Context, cfg config, evs []event, first int, spl
 // finishWindow runs the repayment for one more window after the replay
 // and measures every stored vector against a fresh embedding.
 func finishWindow(ctx context.Context, cfg config, st *sink.Store, pool *pgxpool.Pool, schema string, emb, probe pipeline.Embedder, res *debtResult, logger *slog.Logger) error {
+	if cfg.RepayWindow <= 0 {
+		cfg.RepayWindow = 5 * time.Minute
+	}
 	if cfg.Repay {
 		var last time.Time
 		err := pool.QueryRow(ctx, "SELECT coalesce(max(debt_since), now()) FROM "+schema+".chunks").Scan(&last)
