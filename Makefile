@@ -10,7 +10,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness
+.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, per-package Go benchmarks
+bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, freshness with reuse repayment, per-package Go benchmarks
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -56,6 +56,9 @@ bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, reca
 	$(GO) run ./bench/incremental -sets edits-C $(BENCH_INCREMENTAL_FLAGS) || rc=1; \
 	$(GO) run ./bench/incremental -sets edits-A -sample $(BENCH_INCREMENTAL_A_SAMPLE) $(BENCH_INCREMENTAL_FLAGS) || rc=1; \
 	exit $$rc
+
+bench-reusefresh: services ## freshness p50/p99 of live changes with the background repayment of reuse debt running vs not (p99 ratio ≤ 1.1)
+	$(GO) run ./bench/reusefresh
 
 # Drains 200,000 events through `serve --once` (a separate process) from an
 # in-process kfake and fails if its peak RSS (VmHWM) exceeds the bound.

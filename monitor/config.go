@@ -9,6 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultCosineBound is Config.CosineBound's default: the fidelity bound
+// the monitor alarms on and near-duplicate reuse keeps its vectors within
+// (pipeline.ReuseConfig.Bound is handed this setting, never a copy).
+const DefaultCosineBound = 0.05
+
 // Config is the monitor: section of ragsync.yaml.
 type Config struct {
 	// Enabled runs the monitor inside serve. Defaults to true (set
@@ -29,7 +34,8 @@ type Config struct {
 	UniformShare float64 `yaml:"uniform_share"`
 	// CosineBound is the cosine distance past which a stored vector no
 	// longer matches a fresh embedding of its text (canaries, samples,
-	// repair). Defaults to 0.05 (see README "Context fidelity" for the
+	// repair), and the distance near-duplicate reuse may predict for a
+	// vector it reuses (reuse reads this setting). Defaults to 0.05 (see README "Context fidelity" for the
 	// measurements behind it).
 	CosineBound float64 `yaml:"cosine_bound"`
 	// L2Threshold is the design notes' normalised L2 rule, ‖prev − curr‖₂ >
@@ -99,7 +105,7 @@ func (c Config) WithDefaults() Config {
 		c.UniformShare = 0.25
 	}
 	if c.CosineBound == 0 {
-		c.CosineBound = 0.05
+		c.CosineBound = DefaultCosineBound
 	}
 	if c.L2Threshold == 0 {
 		c.L2Threshold = 0.008

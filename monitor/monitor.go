@@ -47,6 +47,10 @@ type Deps struct {
 	// (every other command): Check never takes one, and canaries without a
 	// baseline are not measured (TakeBaselines takes them explicitly).
 	BaselineBy string
+	// Debt, when set, is the index's reuse debt, checked against
+	// DebtWindow (the reuse repayment window; 0 means 5m).
+	Debt       DebtSource
+	DebtWindow time.Duration
 }
 
 // Monitor runs the checks of one index. Its methods are safe for
@@ -100,6 +104,8 @@ type Status struct {
 	// Baselines says who took the canary baselines the check compared
 	// with, and when.
 	Baselines Baselines `json:"canary_baselines"`
+	// Debt is the reuse debt, when the monitor knows the index's store.
+	Debt *DebtStatus `json:"debt,omitempty"`
 	// Breach is true when any signal is in alarm.
 	Breach bool `json:"breach"`
 }
@@ -205,6 +211,12 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 	fid, fsigs, err := m.checkFidelity(ctx, opts)
 	st.Fidelity, sigs = fid, append(sigs, fsigs...)
 	st.Baselines = m.lastBaselines
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	debt, dsigs, err := m.checkDebt(ctx, now)
+	st.Debt, sigs = debt, append(sigs, dsigs...)
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/pgvector/pgvector-go"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // RepairOptions bound one repair run.
@@ -39,44 +38,33 @@ type RepairResult struct {
 	BudgetLeft int
 }
 
-type pending struct {
-	id     int64
-	hash   string
-	text   string
-	tokens int
+// RepairStore is what Repair needs from the sink: the chunks measured past
+// the bound, and the one write path that gives chunks vectors of their own
+// text (which the background repayment of reuse debt uses too).
+type RepairStore interface {
+	MeasuredPastBound(ctx context.Context) ([]sink.Debt, int, error)
+	RewriteVectors(ctx context.Context, rws []sink.Rewrite, onlyDebt bool) (int, error)
 }
 
 // Repair re-embeds exactly the chunks whose last measured distance is past
 // the bound (monitor_samples.past_bound) and whose content is still the one
-// measured. Each chunk gets the vector of its own text (vector_hash reset
-// to its content hash), the cache entry of that text is replaced, and its
-// measurement is dropped. Chunks never sampled are not touched: run
-// `ragsync fidelity check --sample N` first to measure more.
-func (m *Monitor) Repair(ctx context.Context, opts RepairOptions) (RepairResult, error) {
+// measured. Each chunk gets the vector of its own text (its reuse debt, if
+// any, is cleared), the cache entry of that text is replaced, and its
+// measurement is dropped (sink.Store.RewriteVectors). Chunks never sampled
+// are not touched: run `ragsync fidelity check --sample N` first to
+// measure more; serve's background repayment replaces every reused vector
+// within reuse.repay_window anyway.
+func (m *Monitor) Repair(ctx context.Context, st RepairStore, opts RepairOptions) (RepairResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 64
 	}
-	s := m.st
+	index := m.st.index
 	var res RepairResult
-	// Measurements whose chunk changed since are stale: drop them.
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.tSamples+" x WHERE x.index_name = $1 AND NOT EXISTS ("+
-		"SELECT 1 FROM "+s.tChunks+" c WHERE c.id = x.chunk_id AND c.index_name = x.index_name AND c.content_hash = x.content_hash)", s.index)
+	todo, stale, err := st.MeasuredPastBound(ctx)
 	if err != nil {
-		return res, fmt.Errorf("repair %s: drop stale measurements: %w", s.index, err)
+		return res, fmt.Errorf("repair %s: %w", index, err)
 	}
-	res.Stale = int(tag.RowsAffected())
-	rows, err := s.pool.Query(ctx, "SELECT c.id, c.content_hash, c.text, c.tokens FROM "+s.tSamples+" x JOIN "+s.tChunks+
-		" c ON c.id = x.chunk_id WHERE x.index_name = $1 AND x.past_bound ORDER BY x.cosine_distance DESC, c.id", s.index)
-	if err != nil {
-		return res, fmt.Errorf("repair %s: read measurements: %w", s.index, err)
-	}
-	todo, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
-		var p pending
-		return p, r.Scan(&p.id, &p.hash, &p.text, &p.tokens)
-	})
-	if err != nil {
-		return res, fmt.Errorf("repair %s: read measurements: %w", s.index, err)
-	}
+	res.Stale = stale
 	res.Pending = len(todo)
 	if opts.DryRun {
 		return res, nil
@@ -88,7 +76,7 @@ func (m *Monitor) Repair(ctx context.Context, opts RepairOptions) (RepairResult,
 		batch := todo[start:min(start+opts.BatchSize, len(todo))]
 		tokens := 0
 		for _, p := range batch {
-			tokens += p.tokens
+			tokens += p.Tokens
 		}
 		if opts.MaxTokens > 0 && res.Tokens+tokens > opts.MaxTokens {
 			res.BudgetLeft = len(todo) - start
@@ -96,30 +84,23 @@ func (m *Monitor) Repair(ctx context.Context, opts RepairOptions) (RepairResult,
 		}
 		texts := make([]string, len(batch))
 		for i, p := range batch {
-			texts[i] = p.text
+			texts[i] = p.Text
 		}
 		vecs, err := m.emb.Embed(ctx, texts)
 		if err != nil {
-			return res, fmt.Errorf("repair %s: embed %d chunks: %w", s.index, len(batch), err)
+			return res, fmt.Errorf("repair %s: embed %d chunks: %w", index, len(batch), err)
 		}
 		if len(vecs) != len(batch) {
-			return res, fmt.Errorf("repair %s: embedder returned %d vectors for %d texts", s.index, len(vecs), len(batch))
+			return res, fmt.Errorf("repair %s: embedder returned %d vectors for %d texts", index, len(vecs), len(batch))
 		}
 		res.Tokens += tokens
 		m.metrics.tokens.WithLabelValues("repair").Add(float64(tokens))
-		b := &pgx.Batch{}
+		rws := make([]sink.Rewrite, len(batch))
 		for i, p := range batch {
-			v := pgvector.NewVector(vecs[i])
-			// The content-hash guard: a chunk rewritten since the read keeps
-			// what the pipeline gave it.
-			b.Queue("UPDATE "+s.tChunks+" SET embedding = $3, vector_hash = content_hash WHERE id = $1 AND content_hash = $2", p.id, p.hash, v)
-			b.Queue("INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding, text) VALUES ($1, $2, $3, $4, $5)"+
-				" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET embedding = excluded.embedding, text = excluded.text,"+
-				" created_at = now(), last_used_at = now()", s.model, s.dims, p.hash, v, p.text)
-			b.Queue("DELETE FROM "+s.tSamples+" WHERE index_name = $1 AND chunk_id = $2", s.index, p.id)
+			rws[i] = sink.Rewrite{ChunkID: p.ChunkID, Hash: p.Hash, Text: p.Text, Vector: vecs[i]}
 		}
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-			return res, fmt.Errorf("repair %s: write %d vectors: %w", s.index, len(batch), err)
+		if _, err := st.RewriteVectors(ctx, rws, false); err != nil {
+			return res, fmt.Errorf("repair %s: %w", index, err)
 		}
 		res.Repaired += len(batch)
 		if opts.Progress != nil {

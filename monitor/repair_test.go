@@ -100,7 +100,7 @@ func TestReuseDebt(t *testing.T) {
 
 	before := len(b.srv.Served())
 	var progress []int
-	res, err := m.Repair(ctx, monitor.RepairOptions{Progress: func(done, _ int) { progress = append(progress, done) }})
+	res, err := m.Repair(ctx, b.st, monitor.RepairOptions{Progress: func(done, _ int) { progress = append(progress, done) }})
 	require.NoError(t, err)
 	require.Equal(t, len(past), res.Repaired)
 	require.Equal(t, len(past), progress[len(progress)-1])
@@ -128,7 +128,7 @@ func TestReuseDebt(t *testing.T) {
 		}
 	}
 	// A second repair has nothing left to do.
-	res, err = m.Repair(ctx, monitor.RepairOptions{})
+	res, err = m.Repair(ctx, b.st, monitor.RepairOptions{})
 	require.NoError(t, err)
 	require.Zero(t, res.Pending)
 }
@@ -150,7 +150,7 @@ func TestRepairBudget(t *testing.T) {
 	m := b.monitor(t, monitor.Config{SampleSize: 8})
 	_, err = m.Check(ctx, monitor.CheckOptions{})
 	require.NoError(t, err)
-	res, err := m.Repair(ctx, monitor.RepairOptions{BatchSize: 1, MaxTokens: 6})
+	res, err := m.Repair(ctx, b.st, monitor.RepairOptions{BatchSize: 1, MaxTokens: 6})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Pending)
 	require.Equal(t, 1, res.Repaired)

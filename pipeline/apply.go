@@ -247,7 +247,7 @@ func (p *Pipeline) mergeUnavailable(ch cdc.Change, stored sink.StoredDocument, f
 // pre, when not nil, holds the stored chunks and cached hashes already read.
 func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *sink.Lookup) (savedChunks, error) {
 	chunks := doc.Chunks
-	cfg := p.reuseConfig()
+	cfg := p.cfg.Reuse
 	var stored []sink.StoredChunk
 	var err error
 	if pre != nil {

@@ -30,13 +30,12 @@ func (e *tokenEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens
 }
 
 // TestEmbedderGetsChunkerCounts checks that the chunker's token counts
-// reach an embedder that takes them, through the reuse wrapper that serve
+// reach an embedder that takes them, through the live lane that serve
 // puts in front of it, and that they are the texts' true counts.
 func TestEmbedderGetsChunkerCounts(t *testing.T) {
 	b := setup(t)
 	emb := &tokenEmbedder{countingEmbedder: b.emb, counts: map[string]int{}}
-	reusing, err := pipeline.WithReuse(emb, pipeline.ReuseConfig{})
-	require.NoError(t, err)
+	reusing := pipeline.NewLanes(emb, 0).Live()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
 	src := &sliceSource{batches: [][]cdc.Message{{

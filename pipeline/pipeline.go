@@ -87,6 +87,9 @@ type Config struct {
 	// restart after a failure re-embeds nothing already cached. Defaults
 	// to 256.
 	EmbedSliceChunks int
+	// Reuse is near-duplicate reuse and its debt (see ReuseConfig).
+	// Defaults to reuse on, within monitor.DefaultCosineBound.
+	Reuse ReuseConfig
 	// Logger receives start/stop summaries and actionable warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -134,6 +137,7 @@ func (c Config) withDefaults() Config {
 	if c.EmbedSliceChunks <= 0 {
 		c.EmbedSliceChunks = 256
 	}
+	c.Reuse = c.Reuse.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -163,6 +167,9 @@ func (c Config) Validate() error {
 	}
 	if c.EmbedSliceChunks < 0 {
 		errs = append(errs, errors.New("pipeline.embed_slice_chunks: must be >= 0 (0 means the default, 256)"))
+	}
+	if !c.Reuse.Disabled {
+		errs = append(errs, c.Reuse.Validate())
 	}
 	return errors.Join(errs...)
 }

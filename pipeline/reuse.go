@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+	"unicode"
 
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/sink"
 )
 
-// DefaultMinSimilarity is ReuseConfig.MinSimilarity's default. With ~350-word
-// chunks it lets a chunk keep its vector while at most ~10% of its words
-// changed against the vector's origin (EditSimilarity 1 − D/(n+m); one
-// replaced word costs D = 2). Tuned on edits-C (issue 3): 0.97 → 0.90 → 0.80
-// sent 0.90 → 0.77 → 0.69 of G's update tokens with recall@5 unchanged; 0.90
-// keeps the worst reused vector within cosine distance 0.24 of a fresh one
-// under the (harsh) feature-hashing test embedder.
+// DefaultMinSimilarity is ReuseConfig.MinSimilarity's default: a floor
+// under the similarity the Predictor derives from the bound, so that a
+// predictor trained on a model that barely moves never reuses across a
+// rewrite. With ~350-word chunks it is ~10% of the words changed.
 const DefaultMinSimilarity = 0.90
 
 // Reuse measures, see ReuseConfig.Method.
@@ -24,38 +25,76 @@ const (
 	ReuseMethodShingle = "shingle"
 )
 
-// ReuseConfig bounds the "embedding debt" of near-duplicate reuse: a chunk
-// whose exact content hash was never embedded may take the vector of one of
-// its document's stored chunks when its normalised text is at least
-// MinSimilarity similar to the ORIGIN text of that vector, the text the
-// vector was computed from. Comparing with the origin, never with the
-// previous version, keeps small edits from accumulating: after enough of
-// them the text drifts past the bound and is embedded again, becoming the
-// new origin. The chunk row records the origin hash (sink.Chunk.VectorHash)
-// and the cache keeps the origin text, so the monitor can re-embed a sample
-// and measure the true distance.
+// What an edit that adds words does, see ReuseConfig.NewWords.
+const (
+	NewWordsEmbed      = "embed"
+	NewWordsRepayFirst = "repay_first"
+)
+
+// ReuseConfig is near-duplicate reuse and the debt it runs up: a chunk
+// whose exact content hash was never embedded may take the vector of one
+// of its document's stored chunks when the Predictor expects that vector
+// to be within Bound (cosine distance) of a fresh embedding of the new
+// text. Similarity is measured against the ORIGIN text, the text the
+// vector was computed from, never against the previous version, so small
+// edits cannot accumulate. Every reused vector is debt: the chunk row
+// records its origin (sink.Chunk.VectorHash), when the debt began and its
+// predicted distance, and the Repayer replaces it with an exact vector
+// within DebtConfig.Window.
 type ReuseConfig struct {
 	// Disabled turns near-duplicate reuse off: every new content hash is
 	// embedded. Defaults to false (reuse on).
 	Disabled bool
-	// MinSimilarity is the least similarity, in (0, 1], between a new
-	// chunk's text and a stored vector's origin text for the vector to be
-	// reused; 1 reuses only texts equal after normalisation, which the
-	// content hash already does. Defaults to DefaultMinSimilarity.
+	// Bound is the largest predicted cosine distance a reused vector may
+	// have. It is the monitor's fidelity bound (monitor.cosine_bound),
+	// handed over by whoever composes the pipeline so that the reuse
+	// decision and the monitor's alarm can never disagree; there is no
+	// reuse setting of its own. Defaults to monitor.DefaultCosineBound.
+	Bound float64
+	// MinSimilarity is a floor, in (0, 1], under the similarity the
+	// Predictor allows (see DefaultMinSimilarity). Defaults to
+	// DefaultMinSimilarity.
 	MinSimilarity float64
 	// Method is the similarity measure: "edit" (word-level edit
 	// similarity, 1 − D/(n+m)) or "shingle" (Jaccard of 3-word shingles,
-	// about 3× stricter per changed word). ssdeep is not offered: most
-	// chunks are far under its 4096-byte minimum. Defaults to "edit".
+	// about 3× stricter per changed word). The Predictor is calibrated on
+	// edit similarity. Defaults to "edit".
 	Method string
+	// NewWords says what an edit that brings words the origin text lacks
+	// (a new sentence, name or number) does: "embed" embeds the chunk at
+	// once, so the new words are searchable on commit; "repay_first"
+	// reuses the vector and puts the chunk first in the repayment queue.
+	// Defaults to "embed" (see README "Near-duplicate reuse" for the
+	// measurement behind it).
+	NewWords string
+	// Predictor predicts a reuse's distance and learns from measured
+	// ones; share it with the Repayer so repayments calibrate it. Nil
+	// uses a fresh NewPredictor(0).
+	Predictor *Predictor
+	// Now dates new debt, given the change's source timestamp (zero when
+	// unknown). Nil means the wall clock; the edit-history benchmark dates
+	// debt by source time.
+	Now func(sourceTS time.Time) time.Time
 }
 
 func (c ReuseConfig) withDefaults() ReuseConfig {
+	if c.Bound == 0 {
+		c.Bound = monitor.DefaultCosineBound
+	}
 	if c.MinSimilarity == 0 {
 		c.MinSimilarity = DefaultMinSimilarity
 	}
 	if c.Method == "" {
 		c.Method = ReuseMethodEdit
+	}
+	if c.NewWords == "" {
+		c.NewWords = NewWordsEmbed
+	}
+	if c.Predictor == nil {
+		c.Predictor = NewPredictor(0)
+	}
+	if c.Now == nil {
+		c.Now = func(time.Time) time.Time { return time.Now() }
 	}
 	return c
 }
@@ -70,15 +109,21 @@ func (c ReuseConfig) Validate() error {
 	if c.Method != ReuseMethodEdit && c.Method != ReuseMethodShingle {
 		errs = append(errs, fmt.Errorf("reuse.method: %q is not one of edit, shingle", c.Method))
 	}
+	if c.NewWords != NewWordsEmbed && c.NewWords != NewWordsRepayFirst {
+		errs = append(errs, fmt.Errorf("reuse.new_words: %q is not one of embed, repay_first", c.NewWords))
+	}
+	if c.Bound <= 0 || c.Bound >= 2 {
+		errs = append(errs, fmt.Errorf("monitor.cosine_bound: %g must be in (0, 2), e.g. 0.05 (near-duplicate reuse keeps vectors within it)", c.Bound))
+	}
 	return errors.Join(errs...)
 }
 
 // similarity scores two normalised word lists by the configured method.
-func (c ReuseConfig) similarity(a, b string) float64 {
+func (c ReuseConfig) similarity(a, b string, min float64) float64 {
 	if c.Method == ReuseMethodShingle {
 		return chunker.ShingleSimilarity(a, b)
 	}
-	return chunker.EditSimilarity(a, b, c.MinSimilarity)
+	return chunker.EditSimilarity(a, b, min)
 }
 
 // ChunkStore is what near-duplicate reuse and edit measurement need from the
@@ -88,85 +133,118 @@ type ChunkStore interface {
 	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 }
 
-// ReuseEmbedder is an Embedder that carries the reuse settings to the
-// pipeline. Pipeline.Config has no reuse field yet, so the setting travels
-// with the stage it changes: wrap the embedder with WithReuse. A pipeline
-// whose embedder is not wrapped reuses with the defaults.
-type ReuseEmbedder struct {
-	Embedder
-	Reuse ReuseConfig
-}
-
-// WithReuse wraps e so the pipeline applies cfg; the error is
-// cfg.Validate's.
-func WithReuse(e Embedder, cfg ReuseConfig) (*ReuseEmbedder, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &ReuseEmbedder{Embedder: e, Reuse: cfg.withDefaults()}, nil
-}
-
-// EmbedCounted passes the counts on when the wrapped Embedder takes them,
-// so wrapping does not hide the capability.
-func (r *ReuseEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
-	if ce, ok := r.Embedder.(CountingEmbedder); ok {
-		return ce.EmbedCounted(ctx, texts, tokens)
-	}
-	return r.Embedder.Embed(ctx, texts)
-}
-
-// reuseConfig is the pipeline's reuse setting.
-func (p *Pipeline) reuseConfig() ReuseConfig {
-	if r, ok := p.st.Embedder.(*ReuseEmbedder); ok {
-		return r.Reuse
-	}
-	return ReuseConfig{}.withDefaults()
-}
-
 // origin is a stored vector a new chunk may take.
 type origin struct {
-	hash string
-	text string // normalised
+	hash  string
+	text  string // normalised
+	words map[string]bool
+	// since is when the oldest stored chunk that reuses this vector ran
+	// into debt (zero: none does): a chunk taking it again inherits the
+	// date, so a chain of edits cannot keep a vector stale past the window.
+	since time.Time
 }
 
 // planReuse fills VectorHash for each chunk in missing (indexes into
 // doc.Chunks) that can take a stored vector: one already stored for the
-// same content (its row's origin), else the most similar origin text at
-// or above the bound. It returns the indexes still to embed.
+// same content (its row's origin and debt), else the most similar origin
+// text whose predicted distance stays within the bound. It returns the
+// indexes still to embed.
 func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *sink.Document, missing []int) []int {
+	minSim := max(cfg.MinSimilarity, cfg.Predictor.MinSimilarity(cfg.Bound))
+	if minSim >= 1 {
+		return missing
+	}
 	byHash := make(map[string]sink.StoredChunk, len(stored))
 	var origins []origin
-	seen := map[string]bool{}
+	at := map[string]int{}
 	for _, s := range stored {
 		if s.OriginCached {
 			byHash[s.Hash] = s
 		}
-		if s.OriginCached && s.OriginText != "" && !seen[s.VectorHash] {
-			seen[s.VectorHash] = true
+		if !s.OriginCached || s.OriginText == "" {
+			continue
+		}
+		i, ok := at[s.VectorHash]
+		if !ok {
+			i = len(origins)
+			at[s.VectorHash] = i
 			origins = append(origins, origin{hash: s.VectorHash, text: chunker.Normalize(s.OriginText)})
 		}
+		if o := &origins[i]; !s.DebtSince.IsZero() && (o.since.IsZero() || s.DebtSince.Before(o.since)) {
+			o.since = s.DebtSince
+		}
 	}
+	now := cfg.Now(doc.SourceTS)
 	var rest []int
 	for _, i := range missing {
 		c := &doc.Chunks[i]
 		// Same content as a stored chunk whose vector is reused: keep
-		// that chunk's origin, the bound was checked when it was chosen.
+		// that chunk's origin and its debt, the bound was checked when it
+		// was chosen.
 		if s, ok := byHash[c.Hash]; ok && s.VectorHash != c.Hash {
-			c.VectorHash = s.VectorHash
+			c.VectorHash, c.DebtSince, c.DebtDistance, c.DebtNewWords = s.VectorHash, s.DebtSince, s.DebtDistance, s.DebtNewWords
+			if c.DebtSince.IsZero() {
+				c.DebtSince = now
+			}
 			continue
 		}
 		text := chunker.Normalize(c.Text)
-		best, bestSim := "", 0.0
-		for _, o := range origins {
-			if sim := cfg.similarity(text, o.text); sim >= cfg.MinSimilarity && sim > bestSim {
-				best, bestSim = o.hash, sim
+		best, bestSim := -1, 0.0
+		for j, o := range origins {
+			if sim := cfg.similarity(text, o.text, minSim); sim >= minSim && sim > bestSim {
+				best, bestSim = j, sim
 			}
 		}
-		if best == "" {
+		if best < 0 {
 			rest = append(rest, i)
 			continue
 		}
-		c.VectorHash = best
+		o := &origins[best]
+		if o.words == nil {
+			o.words = wordSet(o.text)
+		}
+		fresh := newWords(text, o.words)
+		if fresh && cfg.NewWords == NewWordsEmbed {
+			p.stats.add("reuse_new_words_embedded", 1)
+			rest = append(rest, i)
+			continue
+		}
+		if fresh {
+			p.stats.add("reuse_new_words_deferred", 1)
+		}
+		c.VectorHash, c.DebtDistance, c.DebtNewWords, c.DebtSince = o.hash, cfg.Predictor.Predict(bestSim), fresh, o.since
+		if c.DebtSince.IsZero() {
+			c.DebtSince = now
+		}
 	}
 	return rest
+}
+
+// splitWords cuts a text into lower-cased runs of letters and digits.
+func splitWords(text string) []string {
+	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsNumber(r)
+	})
+}
+
+// wordSet returns the distinct words of a text.
+func wordSet(text string) map[string]bool {
+	ws := splitWords(text)
+	out := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		out[w] = true
+	}
+	return out
+}
+
+// newWords says whether text has a word (case and punctuation aside) that
+// origin lacks: a new sentence, name or number, which the origin's vector
+// cannot match.
+func newWords(text string, origin map[string]bool) bool {
+	for _, w := range splitWords(text) {
+		if !origin[w] {
+			return true
+		}
+	}
+	return false
 }

@@ -30,20 +30,27 @@ func reuseSetup(t *testing.T) reuseBundle {
 	return reuseBundle{store: st, pool: pool, schema: schema, emb: &countingEmbedder{}}
 }
 
-// apply runs msgs through a pipeline whose embedder carries reuse cfg
-// (nil: the embedder is not wrapped, so the defaults apply).
+// lenient is a reuse setting that reuses down to minSim whatever the
+// words: a predictor whose slope puts minSim exactly at the default bound,
+// and edits with new words reused (repaid first) instead of embedded.
+func lenient(minSim float64) *pipeline.ReuseConfig {
+	return &pipeline.ReuseConfig{MinSimilarity: minSim, NewWords: pipeline.NewWordsRepayFirst,
+		Predictor: pipeline.NewPredictor(0.05 / (1 - minSim))}
+}
+
+// apply runs msgs through a pipeline with reuse setting cfg (nil: the
+// defaults).
 func (b reuseBundle) apply(t *testing.T, cfg *pipeline.ReuseConfig, msgs ...cdc.Message) pipeline.Snapshot {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 400, MinTokens: 10, MaxTokens: 1000})
 	require.NoError(t, err)
-	var emb pipeline.Embedder = b.emb
+	pc := pipeline.Config{Workers: 1, RetryBackoff: 1, MaxRetryBackoff: 2}
 	if cfg != nil {
-		emb, err = pipeline.WithReuse(b.emb, *cfg)
-		require.NoError(t, err)
+		pc.Reuse = *cfg
 	}
-	p, err := pipeline.New(pipeline.Config{Workers: 1, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+	p, err := pipeline.New(pc, pipeline.Stages{
 		Source: &sliceSource{batches: [][]cdc.Message{msgs}}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}),
-		Splitter: ch, Embedder: emb, Sink: b.store,
+		Splitter: ch, Embedder: b.emb, Sink: b.store,
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -77,7 +84,7 @@ func fortyWords(k int) string {
 // version instead would reuse forever (each step is 1 word).
 func TestReuseChainReembedsPastBoundFromOrigin(t *testing.T) {
 	b := reuseSetup(t)
-	cfg := &pipeline.ReuseConfig{MinSimilarity: 0.9}
+	cfg := lenient(0.9)
 	msgs := []cdc.Message{event("c", 1, 10, fortyWords(0))}
 	for k := 1; k <= 10; k++ {
 		msgs = append(msgs, event("u", 1, int64(10+k), fortyWords(k)))
@@ -136,13 +143,39 @@ func TestReuseDisabledEmbedsEveryEdit(t *testing.T) {
 	}
 }
 
-func TestReuseDefaultsWhenEmbedderNotWrapped(t *testing.T) {
-	b := reuseSetup(t)
+// With the defaults (the monitor's bound 0.05 and the shipped slope 6),
+// a 120-word chunk may lose a word (1 − 1/239: predicted 0.025) and keep
+// its vector; an edit that brings a word the origin lacks is embedded at
+// once, so the new word is searchable on commit.
+func TestReuseDefaults(t *testing.T) {
 	long := fortyWords(0) + " " + fortyWords(0) + " " + fortyWords(0) // 120 words
-	edited := strings.Replace(long, "word7", "changed", 1)            // 1 − 2/240 ≈ 0.992
-	s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
-	require.Equal(t, 1, s["chunks_reused"])
-	require.Len(t, b.emb.embedded(), 1)
+	t.Run("a word removed is reused", func(t *testing.T) {
+		b := reuseSetup(t)
+		edited := strings.Replace(long, "word7 ", "", 1)
+		s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
+		require.Equal(t, 1, s["chunks_reused"])
+		require.Len(t, b.emb.embedded(), 1)
+		r := b.rows(t, "public.docs/1")[0]
+		require.NotEqual(t, r.Hash, r.VectorHash)
+		require.False(t, r.DebtSince.IsZero(), "a reused vector is recorded as debt")
+		require.InDelta(t, pipeline.DefaultDistancePerEdit/239, r.DebtDistance, 1e-4)
+		require.False(t, r.DebtNewWords)
+	})
+	t.Run("a new word is embedded", func(t *testing.T) {
+		b := reuseSetup(t)
+		edited := strings.Replace(long, "word7", "word7 citric", 1) // 1 − 1/241
+		s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
+		require.Zero(t, s["chunks_reused"])
+		require.Equal(t, 1, s["reuse_new_words_embedded"])
+		require.Equal(t, []string{long, edited}, b.emb.embedded())
+	})
+	t.Run("past the predicted bound is embedded", func(t *testing.T) {
+		b := reuseSetup(t)
+		edited := strings.Replace(long, "word7 word8 word9 ", "", 1) // 1 − 3/237: predicted 0.076
+		s := b.apply(t, nil, event("c", 1, 10, long), event("u", 1, 11, edited))
+		require.Zero(t, s["chunks_reused"])
+		require.Len(t, b.emb.embedded(), 2)
+	})
 }
 
 func TestReuseOriginMissingEmbeds(t *testing.T) {
@@ -155,7 +188,7 @@ func TestReuseOriginMissingEmbeds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := reuseSetup(t)
-			cfg := &pipeline.ReuseConfig{MinSimilarity: 0.9}
+			cfg := lenient(0.9)
 			b.apply(t, cfg, event("c", 1, 10, fortyWords(0)))
 			_, err := b.pool.Exec(t.Context(), fmt.Sprintf(tc.sql, b.schema))
 			require.NoError(t, err)
@@ -185,18 +218,19 @@ func TestReuseConfigValidate(t *testing.T) {
 		{"above one", pipeline.ReuseConfig{MinSimilarity: 1.5}, "reuse.min_similarity"},
 		{"unknown method", pipeline.ReuseConfig{Method: "ssdeep"}, "reuse.method"},
 		{"shingle", pipeline.ReuseConfig{Method: "shingle", MinSimilarity: 0.9}, ""},
+		{"unknown new-words policy", pipeline.ReuseConfig{NewWords: "ignore"}, "reuse.new_words"},
+		{"bound out of range", pipeline.ReuseConfig{Bound: 3}, "monitor.cosine_bound"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
-			_, werr := pipeline.WithReuse(&countingEmbedder{}, tc.cfg)
+			_, perr := pipeline.New(pipeline.Config{Reuse: tc.cfg}, pipeline.Stages{})
 			if tc.wantErr == "" {
 				require.NoError(t, err)
-				require.NoError(t, werr)
 				return
 			}
 			require.ErrorContains(t, err, tc.wantErr)
-			require.ErrorContains(t, werr, tc.wantErr)
+			require.ErrorContains(t, perr, tc.wantErr, "pipeline.New checks the reuse settings")
 		})
 	}
 }

@@ -37,7 +37,7 @@ type Embedder interface {
 // CountingEmbedder is an Embedder that takes the chunker's token count of
 // every text (tokens[i] counts texts[i]) instead of counting again, which
 // was most of the CPU of a load (issue 15). The pipeline uses it when its
-// Embedder has it; ReuseEmbedder passes it through.
+// Embedder has it; Lanes' live lane passes it through.
 type CountingEmbedder interface {
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
 }

@@ -31,6 +31,15 @@ type Chunk struct {
 	// vector's origin. Empty means Hash: the vector is the chunk's own. It
 	// must be empty or equal to Hash when Vector is set.
 	VectorHash string
+	// DebtSince, DebtDistance and DebtNewWords describe the debt of a
+	// reused vector (VectorHash ≠ Hash), which the row keeps until the
+	// debt is repaid (Store.RepayDebt): when the chunk first stood on a
+	// borrowed vector, the cosine distance predicted for it, and whether
+	// the text has words the origin lacks. Ignored for a chunk's own
+	// vector; a zero DebtSince on a reused one means the commit time.
+	DebtSince    time.Time
+	DebtDistance float64
+	DebtNewWords bool
 }
 
 // vectorKey is the cache key of the chunk's vector.

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -23,6 +24,11 @@ type StoredChunk struct {
 	// embedding API; empty if the cache entry is gone or predates
 	// migration 00002 (such an origin is never compared).
 	OriginText string
+	// DebtSince, DebtDistance and DebtNewWords are the row's reuse debt
+	// (see Chunk); DebtSince is zero when the vector is the chunk's own.
+	DebtSince    time.Time
+	DebtDistance float64
+	DebtNewWords bool
 }
 
 // StoredChunks returns the chunks stored for document id (see DocID) in
@@ -48,7 +54,7 @@ func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, err
 
 func (s *Store) storedChunksSQL() string {
 	return "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash)," +
-		" e.text IS NOT NULL, coalesce(e.text, '')" +
+		" e.text IS NOT NULL, coalesce(e.text, ''), c.debt_since, coalesce(c.debt_distance, 0), c.debt_new_words" +
 		" FROM " + s.tChunks + " c LEFT JOIN LATERAL (SELECT coalesce(x.text, '') AS text FROM " + s.tCache + " x" +
 		" WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = coalesce(c.vector_hash, c.content_hash) LIMIT 1) e ON true" +
 		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position"
@@ -56,6 +62,12 @@ func (s *Store) storedChunksSQL() string {
 
 func scanStoredChunk(r pgx.CollectableRow) (StoredChunk, error) {
 	var c StoredChunk
-	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText)
+	var since *time.Time
+	var dist float32
+	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText, &since, &dist, &c.DebtNewWords)
+	if since != nil {
+		c.DebtSince = *since
+	}
+	c.DebtDistance = float64(dist)
 	return c, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgvector/pgvector-go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,12 @@ func TestUpsertReusedVector(t *testing.T) {
 	require.Equal(t, 1, out.Inserted)
 
 	got, err := s.StoredChunks(ctx, "public.articles/1")
+	require.NoError(t, err)
+	// The reused vector is debt, dated by the commit when the pipeline
+	// gave no date; the chunk's own vector is not.
+	require.WithinDuration(t, time.Now(), got[0].DebtSince, time.Minute)
+	require.True(t, got[1].DebtSince.IsZero())
+	got[0].DebtSince = time.Time{}
 	require.NoError(t, err)
 	require.Equal(t, []sink.StoredChunk{
 		{Position: 0, Hash: "a2", Text: "text of a2", VectorHash: "a", OriginCached: true, OriginText: "text of a"},

@@ -44,6 +44,10 @@ type Hit struct {
 	// and ts_rank for SearchText; higher is better.
 	Score    float64
 	Metadata map[string]any
+	// Reused says the chunk stands on a vector computed from a
+	// near-duplicate text that is not yet repaid (reuse debt): words the
+	// edit brought are not in it until the repayment replaces it.
+	Reused bool
 }
 
 func (q Query) withDefaults() (Query, error) {
@@ -131,7 +135,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
 	filters, args := q.filters([]any{pgvector.NewVector(vec)})
 	dist := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
-	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata" +
+	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL" +
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters +
 		// K inline: with a cached statement Postgres may switch to a generic
@@ -159,7 +163,7 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 	// plainto_tsquery ANDs the words; a question rarely has all of them in
 	// one chunk, so the ANDs become ORs and ts_rank rewards chunks that
 	// match more of them.
-	sql := "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, ts_rank(c.tsv, tq.q), d.metadata" +
+	sql := "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, ts_rank(c.tsv, tq.q), d.metadata, c.debt_since IS NOT NULL" +
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id," +
 		" (SELECT to_tsquery('simple', replace(plainto_tsquery('simple', $1)::text, ' & ', ' | ')) AS q) tq" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL AND c.tsv @@ tq.q" + filters +
@@ -178,7 +182,7 @@ func collectHits(ctx context.Context, q querier, sql string, args []any) ([]Hit,
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Hit, error) {
 		var h Hit
-		err := r.Scan(&h.DocID, &h.Table, &h.Key, &h.Position, &h.Text, &h.Score, &h.Metadata)
+		err := r.Scan(&h.DocID, &h.Table, &h.Key, &h.Position, &h.Text, &h.Score, &h.Metadata, &h.Reused)
 		return h, err
 	})
 }

@@ -440,15 +440,21 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 		n := len(cached)
 		pos, toks := make([]int32, n), make([]int32, n)
 		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
+		debt := newDebtColumns(n)
 		for i, c := range cached {
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
+			debt.set(i, c)
 		}
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv,"+
+			" debt_since, debt_distance, debt_new_words)"+
 			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
-			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[]) AS u(position, content_hash, vector_hash, text, tokens)"+
+			", "+debtColumnsSQL+
+			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $11::timestamptz[], $12::real[], $13::boolean[])"+
+			" AS u(position, content_hash, vector_hash, text, tokens, debt_since, debt_distance, debt_new_words)"+
 			" CROSS JOIN LATERAL (SELECT embedding FROM "+s.tCache+
 			" WHERE model = $8 AND dimensions = $9 AND content_hash = u.vector_hash LIMIT 1) e",
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText)
+			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText,
+			debt.since, debt.distance, debt.newWords)
 	}
 	if len(given) > 0 {
 		n := len(given)

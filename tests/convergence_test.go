@@ -238,15 +238,18 @@ func runPipeline(t *testing.T, st *sink.Store, msgs []cdc.Message, batch int) pi
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 80, MinTokens: 20, MaxTokens: 200})
 	require.NoError(t, err)
-	emb, err := pipeline.WithReuse(&bowEmbedder{}, pipeline.ReuseConfig{MinSimilarity: convMinSim})
-	require.NoError(t, err)
+	emb := &bowEmbedder{}
 	src := &sliceSrc{}
 	for len(msgs) > 0 {
 		n := min(batch, len(msgs))
 		src.batches = append(src.batches, msgs[:n])
 		msgs = msgs[n:]
 	}
-	p, err := pipeline.New(pipeline.Config{Workers: 4, RetryBackoff: 1, MaxRetryBackoff: 2},
+	// A predictor whose slope puts the similarity floor at the default
+	// bound, and new words reused: this test is about reuse converging.
+	reuse := pipeline.ReuseConfig{MinSimilarity: convMinSim, NewWords: pipeline.NewWordsRepayFirst,
+		Predictor: pipeline.NewPredictor(0.05 / (1 - convMinSim))}
+	p, err := pipeline.New(pipeline.Config{Workers: 4, RetryBackoff: 1, MaxRetryBackoff: 2, Reuse: reuse},
 		pipeline.Stages{Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: emb, Sink: st})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

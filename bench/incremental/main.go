@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -46,6 +47,11 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 3, "seed of the sentence sample")
 	flag.IntVar(&cfg.Workers, "workers", 4, "pipeline workers")
 	flag.BoolVar(&cfg.Verbose, "v", false, "log pipeline warnings and progress")
+	flag.BoolVar(&cfg.NoReuse, "no-reuse", false, "turn near-duplicate reuse off (the baseline of recall and spend)")
+	flag.BoolVar(&cfg.Repay, "repay", true, "repay reuse debt within -repay-window of source time, as serve does")
+	flag.DurationVar(&cfg.RepayWindow, "repay-window", 5*time.Minute, "reuse.repay_window, in the events' own time")
+	flag.StringVar(&cfg.NewWords, "new-words", "", "reuse.new_words: embed or repay_first (empty: the default)")
+	flag.IntVar(&cfg.CheckEvery, "check-every", 25, "a fidelity check (64 uniform vectors) every this many segments of the replay")
 	flag.Parse()
 
 	if _, err := os.Stat(cfg.DataDir); errors.Is(err, os.ErrNotExist) {
@@ -101,6 +107,11 @@ type config struct {
 	Seed         uint64
 	Workers      int
 	Verbose      bool
+	NoReuse      bool
+	Repay        bool
+	RepayWindow  time.Duration
+	NewWords     string
+	CheckEvery   int
 }
 
 // repoRoot walks up from the working directory to the directory whose

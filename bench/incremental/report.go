@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 )
 
@@ -130,6 +131,8 @@ type result struct {
 	} `json:"recall"`
 	Convergence comparison         `json:"convergence"`
 	Seconds     map[string]float64 `json:"seconds"`
+	// Debt is the reuse debt and its repayment in source time.
+	Debt *debtResult `json:"debt"`
 	// Schemas lists the schemas the run created (and dropped at its end).
 	Schemas []string `json:"schemas"`
 }
@@ -187,6 +190,28 @@ func (r *result) print(out io.Writer) {
 		}
 	}
 	fmt.Fprintln(out, r.Convergence.String())
+	if d := r.Debt; d != nil {
+		u := upd.RagsyncByOp["u"]
+		gu := 0
+		if b := upd.ByOp["u"]; b != nil {
+			gu = b.G
+		}
+		uTok := 0
+		if u != nil {
+			uTok = u.Tokens
+		}
+		fmt.Fprintf(out, "reuse debt (reuse %v, repayment %v, window %s in source time, %d segments): predictor slope %.2f after %d measured reuses\n",
+			d.Reuse, d.Repay, d.Window, d.Segments, d.Slope, d.Measured)
+		fmt.Fprintf(out, "  repaid %d vectors (%d from the cache) with %d tokens; oldest debt seen %.0fs; %d still in debt at the end of the replay\n",
+			d.RepaidVectors, d.FromCache, d.RepayTokens, d.MaxDebtAgeSeconds, d.EndOutstanding)
+		fmt.Fprintf(out, "  edits (u) incl. repayment: %d + %d = %d tokens = %.3f of G (%d); all updates incl. repayment %.3f of G\n",
+			uTok, d.RepayTokens, uTok+d.RepayTokens, ratio(float64(uTok+d.RepayTokens), gu), gu,
+			ratio(float64(upd.Ragsync.Tokens), upd.G))
+		fmt.Fprintf(out, "  fidelity during the replay: %d checks of 64 uniform vectors, max share past %.2f = %.3f, alarms (share > 0.1): %d\n",
+			d.Checks, monitor.DefaultCosineBound, d.MaxShareOver, d.Alarms)
+		fmt.Fprintf(out, "  after the replay + one window: %d chunks, %d past the bound, max cosine %.4f, %d in debt; recall@5 before the final repayment %.3f\n",
+			d.FinalChunks, d.FinalPastBound, d.FinalMaxCosine, d.FinalDebt, d.RecallBeforeRepay)
+	}
 	fmt.Fprintf(out, "time: total %.0fs (initial replay %.0fs, updates replay %.0fs, baselines %.0fs alongside, fresh load + compare %.0fs, recall %.0fs)\n",
 		r.Seconds["total"], r.Seconds["replay_initial"], r.Seconds["replay_updates"], r.Seconds["baselines"],
 		r.Seconds["fresh_load_and_compare"], r.Seconds["recall"])

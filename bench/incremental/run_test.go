@@ -81,14 +81,17 @@ func TestRunSetSmall(t *testing.T) {
 	require.Less(t, upd.Ragsync.Tokens, int64(upd.W))
 	require.Equal(t, 2, upd.Pipeline["op_u"]+upd.Pipeline["op_c"])
 	// The split by op covers every token sent: the snapshot's are all r;
-	// the edit of a.md (u, one paragraph of ~40 changed words in ~480)
-	// keeps its vector by near-duplicate reuse, and the new c.md (c),
-	// whose title makes its only chunk new, pays for that chunk.
+	// the edit of a.md (u, one paragraph of ~40 changed words in ~480) is
+	// embedded: its predicted distance is past the monitor's bound (and it
+	// brings a new word); the new c.md (c), whose title makes its only
+	// chunk new, pays for that chunk.
 	require.Equal(t, map[string]*ragOpCounts{"r": {Versions: 2, Tokens: ini.RagsyncCounted, ChunksEmbedded: ini.RagsyncEmbedded.Count}}, ini.RagsyncByOp)
 	require.Equal(t, []string{"c", "u"}, slices.Sorted(maps.Keys(upd.RagsyncByOp)))
 	require.Equal(t, 1, upd.RagsyncByOp["u"].Versions)
 	require.Equal(t, 1, upd.RagsyncByOp["c"].Versions)
-	require.Equal(t, ragOpCounts{Versions: 1, ChunksReused: 1}, *upd.RagsyncByOp["u"])
+	require.Equal(t, 1, upd.RagsyncByOp["u"].ChunksEmbedded)
+	require.Zero(t, upd.RagsyncByOp["u"].ChunksReused)
+	require.Positive(t, upd.RagsyncByOp["u"].Tokens)
 	require.Equal(t, 1, upd.RagsyncByOp["c"].ChunksEmbedded)
 	require.Positive(t, upd.RagsyncByOp["c"].Tokens)
 	require.Equal(t, upd.RagsyncCounted, upd.RagsyncByOp["u"].Tokens+upd.RagsyncByOp["c"].Tokens)
@@ -99,6 +102,11 @@ func TestRunSetSmall(t *testing.T) {
 	require.NotContains(t, printed.String(), "add up to")
 
 	require.True(t, res.Convergence.Pass, res.Convergence.String())
+	require.NotNil(t, res.Debt)
+	require.Zero(t, res.Debt.FinalPastBound, "every stored vector within the bound after the window")
+	require.Zero(t, res.Debt.FinalDebt)
+	require.Positive(t, res.Debt.FinalChunks)
+	require.Contains(t, printed.String(), "reuse debt (reuse true, repayment")
 	require.Equal(t, 2, res.Convergence.Documents)
 	require.Equal(t, 10, res.Recall.Queries)
 	require.Greater(t, res.Recall.Ragsync, 0.0)

@@ -209,7 +209,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		// to apply; the dry run's lines say what it did.
 		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
 	}
-	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, prometheus.NewRegistry(), plog)
+	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return err
 	}

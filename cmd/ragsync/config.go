@@ -467,20 +467,31 @@ func (c Config) pipelineTables() []pipeline.TableConfig {
 	return ts
 }
 
-// ReuseConfig is near-duplicate vector reuse (pipeline.ReuseConfig). Both
-// fields are pointers because their zero values mean something: absent
-// is the default (on, 0.90), `enabled: false` or `min_similarity: 0` turn
-// reuse off.
+// ReuseConfig is near-duplicate vector reuse and the repayment of its debt
+// (pipeline.ReuseConfig, pipeline.DebtConfig). The distance a reused
+// vector may be predicted to have is monitor.cosine_bound: reuse has no
+// bound of its own. Enabled and MinSimilarity are pointers because their
+// zero values mean something: absent is the default (on, floor 0.90),
+// `enabled: false` or `min_similarity: 0` turn reuse off.
 type ReuseConfig struct {
 	Enabled       *bool    `yaml:"enabled"`
 	MinSimilarity *float64 `yaml:"min_similarity"`
 	// Method is "edit" (default) or "shingle".
 	Method string `yaml:"method"`
+	// NewWords is "embed" (default) or "repay_first".
+	NewWords string `yaml:"new_words"`
+	// RepayWindow bounds how long a chunk stands on a reused vector;
+	// 0 means 5m.
+	RepayWindow time.Duration `yaml:"repay_window"`
+	// RepayMaxTokensPerHour caps the background repayment; 0 means
+	// 2,000,000.
+	RepayMaxTokensPerHour int `yaml:"repay_max_tokens_per_hour"`
 }
 
-// pipeline returns the pipeline's reuse settings.
-func (r ReuseConfig) pipeline() pipeline.ReuseConfig {
-	out := pipeline.ReuseConfig{Method: r.Method}
+// pipeline returns the pipeline's reuse settings: the bound is the
+// monitor's, and pred (nil: a fresh one) is shared with the repayment.
+func (r ReuseConfig) pipeline(mon monitor.Config, pred *pipeline.Predictor) pipeline.ReuseConfig {
+	out := pipeline.ReuseConfig{Method: r.Method, NewWords: r.NewWords, Bound: mon.WithDefaults().CosineBound, Predictor: pred}
 	if r.Enabled != nil && !*r.Enabled {
 		out.Disabled = true
 	}
@@ -494,13 +505,18 @@ func (r ReuseConfig) pipeline() pipeline.ReuseConfig {
 	return out
 }
 
+// debt returns the repayment's settings.
+func (r ReuseConfig) debt(pred *pipeline.Predictor) pipeline.DebtConfig {
+	return pipeline.DebtConfig{Window: r.RepayWindow, MaxTokensPerHour: r.RepayMaxTokensPerHour, Predictor: pred}
+}
+
 // validate checks the reuse settings, naming the YAML fields.
 func (r ReuseConfig) validate() error {
-	p := r.pipeline()
-	if p.Disabled {
-		return nil
+	errs := []error{r.debt(nil).Validate()}
+	if p := r.pipeline(monitor.Config{}, nil); !p.Disabled {
+		errs = append(errs, p.Validate())
 	}
-	return p.Validate()
+	return errors.Join(errs...)
 }
 
 // PurgeConfig is the retention of soft-deleted documents and unused cached

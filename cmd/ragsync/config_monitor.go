@@ -95,7 +95,8 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 	if reg != nil {
 		mc.Registerer = reg
 	}
-	deps := monitor.Deps{Pool: ix.pool, Schema: cfg.Postgres.Schema, Index: ix.name, Embedder: ix.emb, Logs: logs}
+	deps := monitor.Deps{Pool: ix.pool, Schema: cfg.Postgres.Schema, Index: ix.name, Embedder: ix.emb, Logs: logs,
+		Debt: ix.st, DebtWindow: cfg.Reuse.RepayWindow}
 	if reg != nil {
 		deps.Gatherer = reg
 	}

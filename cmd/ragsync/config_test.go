@@ -116,7 +116,7 @@ func TestSetOptionalAndFloatSettings(t *testing.T) {
 	require.InDelta(t, 0.95, *cfg.Reuse.MinSimilarity, 1e-9)
 	require.NotNil(t, cfg.Reuse.Enabled)
 	require.False(t, *cfg.Reuse.Enabled)
-	require.True(t, cfg.Reuse.pipeline().Disabled)
+	require.True(t, cfg.Reuse.pipeline(cfg.Monitor, nil).Disabled)
 	_, err = loadConfig("", []string{"reuse.min_similarity=high"})
 	require.ErrorContains(t, err, "want a number")
 }

@@ -313,3 +313,24 @@ func TestMigrateSaysWhatItDid(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "schema "+schema+" is up to date; nothing to apply\n", out)
 }
+
+// TestQueryJSONMarksReusedVectors: an edit that keeps its vector (a word
+// removed from a long text) is marked vector_reused in query --json until
+// the debt is repaid; serve --once leaves it for the next serve.
+func TestQueryJSONMarksReusedVectors(t *testing.T) {
+	var words []string
+	for i := range 200 {
+		words = append(words, fmt.Sprintf("tidepool%d", i%50), "anemone")
+	}
+	long := strings.Join(words, " ")
+	edited := strings.Replace(long, "tidepool7 ", "", 1)
+	w := newFileWorld(t, eventLines(t, article("c", 7, 10, long), article("u", 7, 11, edited)), "")
+	out, _, err := runCtx(t.Context(), "serve", "--once", "--config", w.cfg)
+	require.NoError(t, err)
+	require.Contains(t, out, "chunks_reused=1")
+	out, _, err = runCtx(t.Context(), "query", "--json", "-k", "1", "--config", w.cfg, "tidepool3 anemone")
+	require.NoError(t, err)
+	var hit map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &hit))
+	require.Equal(t, true, hit["vector_reused"])
+}

@@ -201,6 +201,14 @@ func printStatus(w io.Writer, st monitor.Status, asJSON bool) error {
 		return err
 	}
 	fmt.Fprintln(w, describeBaselines(st.Baselines))
+	if d := st.Debt; d != nil {
+		repaid := "n/a outside serve"
+		if d.RepaidTokens >= 0 {
+			repaid = fmt.Sprintf("%.0f tokens", d.RepaidTokens)
+		}
+		fmt.Fprintf(w, "reuse debt: %d vectors (~%d tokens to repay), oldest %.0fs (window %.0fs), repaid so far %s\n",
+			d.Vectors, d.Tokens, d.OldestAgeSeconds, d.WindowSeconds, repaid)
+	}
 	if len(st.Fidelity) > 0 {
 		return printAggregates(w, st.Fidelity)
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/monitor"
 )
 
 func TestPurgeAndDupesCommands(t *testing.T) {
@@ -60,11 +62,14 @@ func TestReuseConfig(t *testing.T) {
 		{"tuned", ReuseConfig{MinSimilarity: f(0.95), Method: "shingle"}, false, 0.95, ""},
 		{"above 1", ReuseConfig{MinSimilarity: f(1.2)}, false, 1.2, "reuse.min_similarity"},
 		{"bad method", ReuseConfig{Method: "ssdeep"}, false, 0, "reuse.method"},
+		{"bad new-words policy", ReuseConfig{NewWords: "later"}, false, 0, "reuse.new_words"},
+		{"window too short", ReuseConfig{RepayWindow: time.Millisecond}, false, 0, "reuse.repay_window"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := tc.cfg.pipeline()
+			p := tc.cfg.pipeline(monitor.Config{CosineBound: 0.07}, nil)
 			require.Equal(t, tc.wantDisabled, p.Disabled)
+			require.Equal(t, 0.07, p.Bound, "reuse's bound is the monitor's setting")
 			require.Equal(t, tc.wantMin, p.MinSimilarity)
 			err := tc.cfg.validate()
 			if tc.wantErr == "" {

@@ -30,7 +30,9 @@ func newQueryCmd(g *globals) *cobra.Command {
 		Short: "Search the index: embed TEXT and print the nearest chunks",
 		Long: `query embeds TEXT with the configured embedder, searches the pgvector index
 and prints the ranked chunks with their document id, score (cosine similarity)
-and text. Deleted documents never appear.`,
+and text. Deleted documents never appear. With --json, a hit whose vector is
+reused from a near-duplicate text and not yet repaid carries
+"vector_reused": true (serve repays it within reuse.repay_window).`,
 		Example: `  ragsync query --config ragsync.yaml "how do I reset my router" -k 5
   ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json`,
 		Args: cobra.ExactArgs(1),
@@ -158,6 +160,9 @@ type hitJSON struct {
 	Score    float64        `json:"score"`
 	Text     string         `json:"text"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// VectorReused marks a hit whose vector is reused from a
+	// near-duplicate text and not yet repaid (see reuse.repay_window).
+	VectorReused bool `json:"vector_reused,omitempty"`
 }
 
 func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
@@ -165,7 +170,7 @@ func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata, h.Reused}); err != nil {
 				return err
 			}
 		}

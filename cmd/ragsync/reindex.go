@@ -211,14 +211,11 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 		return 0, nil, err
 	}
 	defer stopEmb()
-	reusing, err := pipeline.WithReuse(emb, cfg.Reuse.pipeline())
-	if err != nil {
-		return 0, nil, err
-	}
 	p, err := pipeline.New(pipeline.Config{
 		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
+		Reuse: cfg.Reuse.pipeline(cfg.Monitor, nil),
 	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: reusing, Sink: snk,
+		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
 		Transient: transient, Fatal: fatal, Commit: commit,
 		// New vectors are cached as they are embedded, so an interrupted
 		// pass pays nothing twice; the bulk sink takes them from the cache.

@@ -23,6 +23,9 @@ func newRepairCmd(g *globals) *cobra.Command {
 whose text has not changed since: each gets the vector of its own text, the
 cache entry of that text is replaced, and the measurement is dropped. Chunks
 never measured are left alone; measure more with fidelity check --sample N.
+serve replaces every reused vector within reuse.repay_window on its own; repair
+is for vectors the monitor measured past the bound for another reason (the
+model behind the name changed).
 --max-tokens stops before the budget would be exceeded.
 
 Example:
@@ -30,11 +33,22 @@ Example:
   ragsync repair --dry-run --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, closeFn, err := openMonitor(cmd.Context(), cmd, g)
+			cfg, err := g.loadValid(false)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+			ix, err := openIndex(cmd.Context(), cfg, logger, nil)
+			if err != nil {
+				return err
+			}
+			defer ix.Close()
+			w, err := newMonitor(cmd.Context(), cfg, ix, nil, nil, nil, logger, false)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			m := w.m
 			opts := monitor.RepairOptions{MaxTokens: maxTokens, BatchSize: batch, DryRun: dryRun}
 			var bar *progressbar.ProgressBar
 			if !asJSON && !dryRun {
@@ -46,7 +60,7 @@ Example:
 					_ = bar.Set(done)
 				}
 			}
-			res, err := m.Repair(cmd.Context(), opts)
+			res, err := m.Repair(cmd.Context(), ix.st, opts)
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(cmd.ErrOrStderr())

@@ -203,9 +203,21 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return err
 	}
 	defer stopEmb()
-	p, err := newPipeline(cfg, src, dlq, pemb, snk, st, nil, mon.traces(), reg, logger)
+	// Live changes and the repayment of reuse debt share the embedder;
+	// the repayment only calls it while the pipeline's lane is idle.
+	lanes := pipeline.NewLanes(pemb, 0)
+	pred := pipeline.NewPredictor(0)
+	p, err := newPipeline(cfg, src, dlq, lanes.Live(), snk, st, nil, mon.traces(), pred, reg, logger)
 	if err != nil {
 		return err
+	}
+	var repayer *pipeline.Repayer
+	if !cfg.Reuse.pipeline(cfg.Monitor, nil).Disabled && !once {
+		dc := cfg.Reuse.debt(pred)
+		dc.Logger, dc.Registerer, dc.Yield, dc.Samples = logger.With("stage", "reuse_debt"), reg, lanes.Wait, st
+		if repayer, err = pipeline.NewRepayer(dc, st, lanes.Background()); err != nil {
+			return err
+		}
 	}
 	// Dual-write to the family's other indexes from the first batch on,
 	// and follow alias moves (blue/green re-index).
@@ -255,6 +267,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	if !once {
 		g.Go(func() error { purgePeriodically(runCtx, st, purgeOpts, cfg.Purge.Interval, logger); return nil })
 		g.Go(func() error { return fam.run(runCtx) })
+		if repayer != nil {
+			g.Go(func() error { return repayer.Run(runCtx) })
+		}
 	}
 	if fd != nil {
 		g.Go(func() error { return fd.fd.Run(runCtx) })

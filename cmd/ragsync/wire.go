@@ -216,8 +216,9 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 // chunks and cached hashes in one round trip. traces, when not nil, is
 // told each change's trace id, apply time and failure (the monitor).
 // commit, when not nil, is the buffering sink's flush the pipeline calls
-// before acknowledging any source position (the bulk loader).
-func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb embedder.Client, st pipeline.Sink, store *sink.Store, commit pipeline.Committer, traces pipeline.TraceRecorder, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+// before acknowledging any source position (the bulk loader). pred, when
+// not nil, is the reuse predictor the repayment shares.
+func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb pipeline.Embedder, st pipeline.Sink, store *sink.Store, commit pipeline.Committer, traces pipeline.TraceRecorder, pred *pipeline.Predictor, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	// Not a nil *sink.Store in an interface, which would not compare nil.
 	var cache pipeline.VectorCache
 	var lookup pipeline.DocumentLookup
@@ -228,18 +229,16 @@ func newPipeline(cfg Config, src pipeline.Source, dlq pipeline.DeadLetters, emb 
 	if err != nil {
 		return nil, err
 	}
-	// Near-duplicate reuse sits in front of the embedder: a chunk whose text
-	// is within reuse.min_similarity of the text a stored vector was
-	// computed from takes that vector instead of a call.
-	reusing, err := pipeline.WithReuse(emb, cfg.Reuse.pipeline())
-	if err != nil {
-		return nil, err
-	}
-	return pipeline.New(cfg.pipelineConfig(logger, reg), pipeline.Stages{
+	// Near-duplicate reuse: a chunk whose vector is predicted to stay
+	// within monitor.cosine_bound of a fresh one takes a stored vector
+	// instead of a call, and the repayment replaces it later.
+	pc := cfg.pipelineConfig(logger, reg)
+	pc.Reuse = cfg.Reuse.pipeline(cfg.Monitor, pred)
+	return pipeline.New(pc, pipeline.Stages{
 		Source:      src,
 		Decoder:     cdc.NewDecoder(cfg.decoderConfig()),
 		Splitter:    ch,
-		Embedder:    reusing,
+		Embedder:    emb,
 		Sink:        st,
 		DeadLetters: dlq,
 		Cache:       cache,
