@@ -42,7 +42,7 @@ type RepairResult struct {
 // the bound, and the one write path that gives chunks vectors of their own
 // text (which the background repayment of reuse debt uses too).
 type RepairStore interface {
-	MeasuredPastBound(ctx context.Context) ([]sink.Debt, int, error)
+	MeasuredPastBound(ctx context.Context, forgetStale bool) ([]sink.Debt, int, error)
 	RewriteVectors(ctx context.Context, rws []sink.Rewrite, onlyDebt bool) (int, error)
 }
 
@@ -60,7 +60,7 @@ func (m *Monitor) Repair(ctx context.Context, st RepairStore, opts RepairOptions
 	}
 	index := m.st.index
 	var res RepairResult
-	todo, stale, err := st.MeasuredPastBound(ctx)
+	todo, stale, err := st.MeasuredPastBound(ctx, !opts.DryRun)
 	if err != nil {
 		return res, fmt.Errorf("repair %s: %w", index, err)
 	}

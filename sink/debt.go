@@ -200,19 +200,30 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 	return n, br.Close()
 }
 
-// MeasuredPastBound drops the monitor's measurements whose chunk is gone
-// or changed since (it returns how many) and lists the chunks whose last
-// measured distance was past the bound, farthest first: what `ragsync
-// repair` re-embeds.
-func (s *Store) MeasuredPastBound(ctx context.Context) ([]Debt, int, error) {
+// MeasuredPastBound lists the chunks whose last measured distance was past
+// the bound, farthest first: what `ragsync repair` re-embeds. It also counts
+// the monitor's measurements whose chunk is gone or changed since (stale);
+// with forgetStale it deletes them, without it (a dry run) it only reads,
+// so a role with SELECT alone can run it.
+func (s *Store) MeasuredPastBound(ctx context.Context, forgetStale bool) ([]Debt, int, error) {
 	tSamples := pgx.Identifier{s.cfg.Schema, "monitor_samples"}.Sanitize()
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+tSamples+" x WHERE x.index_name = $1 AND NOT EXISTS ("+
-		"SELECT 1 FROM "+s.tChunks+" c WHERE c.id = x.chunk_id AND c.index_name = x.index_name AND c.content_hash = x.content_hash)", s.cfg.Index)
-	if err != nil {
-		return nil, 0, fmt.Errorf("drop stale measurements of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
+	staleWhere := tSamples + " x WHERE x.index_name = $1 AND NOT EXISTS (" +
+		"SELECT 1 FROM " + s.tChunks + " c WHERE c.id = x.chunk_id AND c.index_name = x.index_name AND c.content_hash = x.content_hash)"
+	var stale int64
+	if forgetStale {
+		tag, err := s.pool.Exec(ctx, "DELETE FROM "+staleWhere, s.cfg.Index)
+		if err != nil {
+			return nil, 0, fmt.Errorf("drop stale measurements of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
+		}
+		stale = tag.RowsAffected()
+	} else if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+staleWhere, s.cfg.Index).Scan(&stale); err != nil {
+		return nil, 0, fmt.Errorf("count stale measurements of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
 	}
+	// Only measurements of the chunk's current content count: a stale one
+	// (kept by a dry run) says nothing about the vector stored now.
 	rows, err := s.pool.Query(ctx, "SELECT c.id, c.doc_id, c.content_hash, c.text, c.tokens FROM "+tSamples+" x JOIN "+s.tChunks+
-		" c ON c.id = x.chunk_id WHERE x.index_name = $1 AND x.past_bound ORDER BY x.cosine_distance DESC, c.id", s.cfg.Index)
+		" c ON c.id = x.chunk_id AND c.index_name = x.index_name AND c.content_hash = x.content_hash"+
+		" WHERE x.index_name = $1 AND x.past_bound ORDER BY x.cosine_distance DESC, c.id", s.cfg.Index)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read measurements of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
 	}
@@ -223,7 +234,7 @@ func (s *Store) MeasuredPastBound(ctx context.Context) ([]Debt, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("read measurements of %s: %w", s.cfg.Index, err)
 	}
-	return out, int(tag.RowsAffected()), nil
+	return out, int(stale), nil
 }
 
 // ReusedMeasurement is one of the monitor's measurements of a reused

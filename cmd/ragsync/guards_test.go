@@ -101,7 +101,7 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	require.Equal(t, before, footprint(t, e))
 
 	// The right name works with SELECT only.
-	for _, args := range [][]string{{"query", "apples"}, {"index", "list"}, {"monitor"}, {"dupes"}, backfill} {
+	for _, args := range [][]string{{"query", "apples"}, {"index", "list"}, {"monitor"}, {"dupes"}, {"repair", "--dry-run"}, backfill} {
 		out, err := runCLI(t, "", as("articles", args...)...)
 		require.NoError(t, err, "%v: %s", args, out)
 	}

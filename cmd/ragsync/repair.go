@@ -38,7 +38,12 @@ Example:
 				return err
 			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-			ix, err := openIndex(cmd.Context(), cfg, logger, nil)
+			// A dry run only reads: it migrates, registers and deletes nothing.
+			open := func() (*index, error) { return openIndex(cmd.Context(), cfg, logger, nil) }
+			if dryRun {
+				open = func() (*index, error) { return openIndexRead(cmd.Context(), cfg, logger) }
+			}
+			ix, err := open()
 			if err != nil {
 				return err
 			}
