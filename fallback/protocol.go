@@ -11,7 +11,8 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Field names of request and reply entries (see PROTOCOL.md).
+// Field names of request and reply entries (see the README's query front door
+// section).
 const (
 	fieldID          = "id"
 	fieldQuery       = "query"
