@@ -40,7 +40,7 @@ bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and 
 
 # The second run gives the Go process one core and leaves the other to Redis,
 # as a one-CPU container would (GOMAXPROCS follows the CPU limit).
-bench-frontdoor: services ## issue 5: front-door hit/miss vs direct pgvector, p50/p99, Zipf hit ratio
+bench-frontdoor: services ## front-door hit/miss vs direct pgvector, p50/p99, Zipf hit ratio
 	$(GO) test -run '^$$' -bench 'FrontDoor|DirectPgvector|HitVsDirect|HitAtDirectX5|Zipf' -benchtime 3s ./fallback
 	GOMAXPROCS=1 $(GO) test -run '^$$' -bench 'FrontDoorHit$$|HitVsDirect|HitAtDirectX5' -benchtime 3s ./fallback
 
@@ -48,10 +48,10 @@ bench-frontdoor: services ## issue 5: front-door hit/miss vs direct pgvector, p5
 # by default a hash-chosen 30% of its documents replay, each with its whole
 # history. BENCH_INCREMENTAL_A_SAMPLE=1 runs it in full.
 BENCH_INCREMENTAL_A_SAMPLE ?= 0.3
-bench-largedoc: services ## issue 10: peak heap applying one large document, sliced+cached vs whole (baseline) vs over max_document_bytes
+bench-largedoc: services ## peak heap applying one large document, sliced+cached vs whole (baseline) vs over max_document_bytes
 	$(GO) test -run '^$$' -bench LargeDocument -benchtime 1x -count 3 ./pipeline
 
-bench-incremental: services ## issue 3: tokens embedded vs W/G/E baselines, recall@5, convergence on ../shared/data edits-C and edits-A
+bench-incremental: services ## tokens embedded vs W/G/E baselines, recall@5, convergence on ../shared/data edits-C and edits-A
 	@rc=0; \
 	$(GO) run ./bench/incremental -sets edits-C $(BENCH_INCREMENTAL_FLAGS) || rc=1; \
 	$(GO) run ./bench/incremental -sets edits-A -sample $(BENCH_INCREMENTAL_A_SAMPLE) $(BENCH_INCREMENTAL_FLAGS) || rc=1; \
@@ -63,19 +63,19 @@ bench-reusefresh: services ## freshness p50/p99 of live changes with the backgro
 # Drains 200,000 events through `serve --once` (a separate process) from an
 # in-process kfake and fails if its peak RSS (VmHWM) exceeds the bound.
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
-bench-bulk: services ## issue 12: bulk load (COPY + one HNSW build) vs streaming upserts of the same 100k chunks, and their ratio
+bench-bulk: services ## bulk load (COPY + one HNSW build) vs streaming upserts of the same 100k chunks, and their ratio
 	$(GO) run ./bench/bulk $(BENCH_BULK_FLAGS)
 
-bench-shadow: services ## issue 12: pipeline changes/s into one index vs one index plus a dual-written shadow of another model, and their ratio
+bench-shadow: services ## pipeline changes/s into one index vs one index plus a dual-written shadow of another model, and their ratio
 	$(GO) run ./bench/shadow $(BENCH_SHADOW_FLAGS)
 
-bench-backlog: services build ## issue 4: peak RSS and events/s draining a 200k-event Kafka backlog
+bench-backlog: services build ## peak RSS and events/s draining a 200k-event Kafka backlog
 	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
 
 # The same changes drained from a replication slot and from kfake, each by
 # `serve --once`, alternating runs; medians and their ratio.
 BENCH_PGSOURCE_FLAGS ?= -events 20000 -runs 3
-bench-pgsource: services build ## issue 13: events/s from a Postgres slot into the sink vs the same changes through kfake
+bench-pgsource: services build ## events/s from a Postgres slot into the sink vs the same changes through kfake
 	$(GO) run ./bench/pgsource -bin $(BIN) $(BENCH_PGSOURCE_FLAGS)
 
 # One transaction of 8000 rows x 64 KiB of distinct text (~525 MB) drained
@@ -91,7 +91,7 @@ bench-pgsource-memory: services build ## peak RSS of serve applying one >= 500 M
 # the rounds' ratios) is below 0.95 or an "on" run did not check.
 # BENCH_MONITOR_FLAGS="-intervals 1s,5s -gate 5s" adds a 1s monitor, reported.
 BENCH_MONITOR_FLAGS ?= -events 3000 -docs 600 -rounds 5 -intervals 5s -gate 5s
-bench-monitor: services build ## issue 14: CPU/event and events/s with the monitor on vs off, peak RSS, monitor checks and token spend
+bench-monitor: services build ## CPU/event and events/s with the monitor on vs off, peak RSS, monitor checks and token spend
 	$(GO) run ./bench/monitor -bin $(BIN) $(BENCH_MONITOR_FLAGS)
 
 lint: ## gofmt check and go vet

@@ -166,7 +166,7 @@ func (d *FileDeadLetters) Path() string { return d.path }
 // values that are not valid UTF-8 cannot sit in a JSON string without being
 // changed (encoding/json writes U+FFFD), so they are written base64-encoded
 // as key_base64, payload_base64 and headers_base64 instead, which the file
-// source reads back byte for byte (issue 10).
+// source reads back byte for byte.
 func (d *FileDeadLetters) Put(_ context.Context, m Message, cause error) error {
 	b, err := fileLine(m, deadLetterHeaders(m, cause, d.version))
 	if err != nil {

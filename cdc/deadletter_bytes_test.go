@@ -17,7 +17,7 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 )
 
-// Issue 10: a message that is not UTF-8 is a decode error, and its dead
+// A message that is not UTF-8 is a decode error, and its dead
 // letter keeps the original bytes exactly, so a replay is byte-exact.
 
 // notUTF8 is a Debezium PostgreSQL create whose text holds bytes no

@@ -129,7 +129,7 @@ func keyText(v any) string {
 
 // mongoKeyText renders a MongoDB id value, as sent (extended JSON), so that
 // ids of different BSON types never share a text: MongoDB's _id index tells
-// 1234 from "1234" and ObjectId("5f…") from "5f…" (issue 10). The common
+// 1234 from "1234" and ObjectId("5f…") from "5f…". The common
 // forms keep the text they always had: an ObjectId is its hex, a number its
 // canonical digits (int, long and double 1 are one _id in MongoDB too), a
 // string itself. A string that could be read as another type's text (a

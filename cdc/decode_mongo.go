@@ -136,7 +136,7 @@ func mongoKeyValue(v any) (plain, raw any) {
 // document itself: a document {"$oid": …} stays a document, it is not
 // collapsed into a string. It returns the _id as it was before (a copy):
 // plainExt turns an ObjectId into its hex string and the document key must
-// still tell the two apart (issue 10).
+// still tell the two apart.
 func plainDoc(doc map[string]any) (map[string]any, any) {
 	id := deepCopy(doc["_id"], 0)
 	for k, v := range doc {

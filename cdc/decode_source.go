@@ -98,7 +98,7 @@ var (
 // '/' percent-escaped in both parts and '.' in the namespace, so the first
 // '.' always ends the namespace and different (ns, table) pairs never share
 // a name: schema "sales" + table "eu.orders" is "sales.eu.orders", schema
-// "sales.eu" + table "orders" is "sales%2Eeu.orders" (issue 10). Plain
+// "sales.eu" + table "orders" is "sales%2Eeu.orders". Plain
 // names, and MongoDB's dotted collection names (a database name has no
 // dots), are unchanged. With no namespace the table's dots are escaped too.
 // Sources other than the decoder must build Change.Table with it.
@@ -169,7 +169,7 @@ func sourceVersion(src, payload map[string]any, kind string) (Version, error) {
 		}
 		// ord is the oplog/cluster-time increment within one second. All
 		// changes of one transaction share (sec, ord): the transaction
-		// block's order tells them apart (issue 10).
+		// block's order tells them apart.
 		if okSec {
 			return withTxOrder(Version{Kind: KindMongo, Parts: []uint64{sec, ord}}, payload)
 		}

@@ -110,7 +110,7 @@ func (v Version) IsZero() bool { return v.Kind == "" && len(v.Parts) == 0 }
 
 // String renders v as the sink stores it:
 // "pg:00000000016b3f40.0000000000000232;ts=1700000000000;snapshot", the
-// ";ts=" and ";snapshot" parts only when set. Since issue 10 the text no
+// ";ts=" and ";snapshot" parts only when set. Since versions carry a commit time the text no
 // longer sorts like Compare across kinds: compare parsed versions, never the
 // text.
 func (v Version) String() string {
@@ -134,7 +134,7 @@ func (v Version) String() string {
 }
 
 // ParseVersion is the inverse of Version.String. It also reads the form
-// stored before issue 10 ("kind:hex.hex…", without time or snapshot flag).
+// stored by older releases ("kind:hex.hex…", without time or snapshot flag).
 func ParseVersion(s string) (Version, error) {
 	head, attrs, _ := strings.Cut(s, ";")
 	kind, rest, ok := strings.Cut(head, ":")

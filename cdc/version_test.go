@@ -18,7 +18,7 @@ func tsv(ms uint64, snapshot bool, parts ...uint64) Version {
 	return Version{Kind: KindTS, Parts: append([]uint64{ms}, parts...), TS: ms, Snapshot: snapshot}
 }
 
-// TestVersionCompareAcrossKinds checks the rules of issue 10 for every pair
+// TestVersionCompareAcrossKinds checks the ordering rules for every pair
 // of kinds, snapshot or streamed: a later commit wins whatever the kinds
 // (so a snapshot read loses to a change committed after it); at the same
 // commit time a ts fallback never outranks a real position, and between two
@@ -75,7 +75,7 @@ func TestVersionCompareAcrossKinds(t *testing.T) {
 // TestVersionComparePositionalSameKind: within one kind the source position
 // decides, even against a clock that stepped back; at one position a
 // snapshot read sorts first; a prefix sorts first (the contract the
-// backfill of issue 12 and the replication source of issue 13 rely on).
+// backfill and the Postgres replication source rely on).
 func TestVersionComparePositionalSameKind(t *testing.T) {
 	t.Parallel()
 	for _, k := range positionalKinds {
@@ -95,7 +95,7 @@ func TestVersionComparePositionalSameKind(t *testing.T) {
 }
 
 // TestVersionCompareUnknownTime: a version without a commit time (stored
-// before issue 10, or built without SourceTS) compares by rank across
+// by older releases, or built without SourceTS) compares by rank across
 // kinds, so a position still outranks a ts fallback.
 func TestVersionCompareUnknownTime(t *testing.T) {
 	t.Parallel()
@@ -149,7 +149,7 @@ func TestParseVersion(t *testing.T) {
 		want    Version
 		wantErr bool
 	}{
-		{name: "before issue 10", in: "pg:00000000016b3f40", want: Version{Kind: KindPostgres, Parts: []uint64{0x16b3f40}}},
+		{name: "old form, no commit time", in: "pg:00000000016b3f40", want: Version{Kind: KindPostgres, Parts: []uint64{0x16b3f40}}},
 		{name: "old multi-part", in: "mysql:0000000000000003.0000000000000416.0000000000000002", want: Version{Kind: KindMySQL, Parts: []uint64{3, 1046, 2}}},
 		{name: "with time", in: "pg:00000000016b3f40;ts=1700000000000", want: Version{Kind: KindPostgres, Parts: []uint64{0x16b3f40}, TS: 1700000000000}},
 		{name: "snapshot", in: "ts:0000018bcfe56800;ts=1700000000000;snapshot", want: Version{Kind: KindTS, Parts: []uint64{1700000000000}, TS: 1700000000000, Snapshot: true}},

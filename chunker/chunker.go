@@ -88,8 +88,8 @@ func (c *Chunker) Split(text string) []Chunk {
 			// across a join can differ, so the bound is checked against the
 			// exact count, and trailing units move to the next chunk if it
 			// is broken. est.exact composes that count from the pieces when
-			// every join is one whose effect it can price (issue 15: the
-			// chunker counted each text twice); otherwise it is counted.
+			// every join is one whose effect it can price (the chunker
+			// once counted each text twice); otherwise it is counted.
 			j := end
 			n := est.count(start, j)
 			for n > c.cfg.MaxTokens && j > start+1 {

@@ -12,7 +12,7 @@ import (
 //	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //
 // The tokenizer runs it with a backtracking engine that allocates per match,
-// which made counting most of ragsync's CPU (issue 15). nextPiece is the
+// which made counting most of ragsync's CPU during a load. nextPiece is the
 // same expression written out for ASCII, where \p{L} is [A-Za-z], \p{N} is
 // [0-9] and \s is [\t\n\v\f\r ]; around other bytes the tokenizer counts. A piece's count does not depend on its neighbours,
 // so counts are cached per piece. TestCountTokensASCII compares the result

@@ -27,7 +27,7 @@ func batches(tokens []int, maxInputs, maxTokens int) []span {
 }
 
 // counts returns the cl100k_base count of every text: the caller's when it
-// gave them (the chunker counted each chunk already, issue 15), else counted
+// gave them (the chunker counted each chunk already), else counted
 // here once.
 func counts(texts []string, tokens []int) ([]int, error) {
 	if tokens != nil {

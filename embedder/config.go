@@ -122,7 +122,7 @@ type Config struct {
 	// EncodingFormat is how the API sends vectors: "float" (JSON numbers)
 	// or "base64" (little-endian float32s, what OpenAI's own clients ask
 	// for): decoding JSON floats was about a third of serve's CPU during a
-	// load (issue 15). "auto" asks for base64 and, the first time the
+	// load. "auto" asks for base64 and, the first time the
 	// server answers with numbers or refuses the parameter, switches to
 	// float for good: OpenAI, Azure and most compatible servers get the
 	// cheap format, and the others keep working. "base64" fails such a

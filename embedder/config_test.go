@@ -42,7 +42,7 @@ func TestConfig(t *testing.T) {
 			wantErr: []string{`embedder.model: provider hashing only has model "hashing-v1", got "hashing-v2"`}},
 		{name: "every problem at once", cfg: embedder.Config{Provider: "hashing", Dimensions: -1, MaxBatchInputs: 5000,
 			MaxBatchTokens: -1, Timeout: -time.Second},
-			// Issue 16: no OpenAI model sizes for the offline embedder.
+			// No OpenAI model sizes for the offline embedder.
 			wantErr: []string{"embedder.dimensions: must be > 0, got -1; the offline hashing embedder takes any size",
 				"embedder.max_batch_inputs: must be in 1..2048, got 5000", "embedder.max_batch_tokens: must be > 0, got -1",
 				"embedder.timeout: must be > 0"}},

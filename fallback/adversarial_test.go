@@ -127,7 +127,7 @@ func (h *hostile) request(n int) (fields []any, tenant, checkOn string) {
 }
 
 // TestAdversarialRequests sends randomised hostile requests while
-// legitimate clients query (issue 11). Afterwards every legitimate request
+// legitimate clients query. Afterwards every legitimate request
 // got exactly one correct reply, no key outside the reply namespace was
 // written by a reply, and no tenant saw another's document.
 func TestAdversarialRequests(t *testing.T) {

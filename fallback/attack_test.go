@@ -15,7 +15,7 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// Tests of issue 11: the front door under a hostile or careless client.
+// Tests of the front door under a hostile or careless client.
 // Each fails on the code before the fix (checked by reverting it locally).
 
 // keyState is what a request's reply could have damaged about a key.

@@ -196,8 +196,8 @@ func (b *Bloom) MayContain(ctx context.Context, kind, value string) (bool, error
 // Nothing written during the rebuild is lost: the building keys exist before
 // scan starts, and Changes writes every commit to them too, so a document
 // committed after scan's snapshot is in them by the sink's own write, and
-// one committed before is in the snapshot (issue 11: collecting first and
-// allocating after lost what came in between). The scan's map entries never
+// one committed before is in the snapshot (collecting first and
+// allocating after once lost what came in between). The scan's map entries never
 // overwrite those writes (HSETNX), since they may be older. Empty tenants
 // are skipped in the tenant filter. If scan fails, the live filters stay as
 // they were. It returns the number of pairs read.

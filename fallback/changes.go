@@ -12,8 +12,7 @@ import (
 )
 
 // Changes carries the index's changes to the front door's Redis state, so
-// that neither cached nor stale answers keep what the index dropped
-// (issue 11):
+// that neither cached nor stale answers keep what the index dropped:
 //
 //   - the Bloom filters learn every written document and tenant;
 //   - the document map <prefix>:docs:<index> (a hash: document id → tenant)

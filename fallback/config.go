@@ -91,7 +91,7 @@ type Config struct {
 	// must start with it, or it is refused (counted invalid) without a
 	// reply. Without it, reply_to could name the request stream, the cache
 	// generation or any other key, and the reply's XADD, PEXPIRE and
-	// MAXLEN would damage it (issue 11). It must not overlap the front
+	// MAXLEN would damage it. It must not overlap the front
 	// door's own keys. Defaults to "<prefix>:reply:".
 	ReplyPrefix string `yaml:"reply_prefix"`
 	// MaxFilterBytes is the largest filter field accepted, in bytes,

@@ -11,7 +11,7 @@ import (
 // json.Marshal (encodeHits), so it is nearly always compact JSON whose
 // strings need no unescaping; those are read here in one pass, several times
 // faster than encoding/json, whose reflection-driven decoding of a few KB of
-// chunk text was the largest CPU cost of a cache hit on the client (issue 5).
+// chunk text was the largest CPU cost of a cache hit on the client.
 // Anything else — an escape, whitespace, null, an unknown or repeated key,
 // invalid input — goes to encoding/json, so the result (and every error) is
 // exactly what json.Unmarshal gives; FuzzDecodeHits holds the two to that.

@@ -33,7 +33,7 @@ func (k keys) docsBuilding() string { return k.prefix + ":docs:" + k.index + ":b
 // replied is the idempotency marker of a request. It is scoped to the
 // requester (reply_to) as well as the id: keyed by id alone, a request
 // reusing another client's id got its reply while the victim's own request
-// was dropped as a duplicate (issue 11).
+// was dropped as a duplicate.
 func (k keys) replied(replyTo, id string) string {
 	return k.prefix + ":replied:" + sha(replyTo+"\x00"+id)
 }

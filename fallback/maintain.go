@@ -39,7 +39,7 @@ func (f *FrontDoor) maintain(ctx context.Context) error {
 // others are handled again. Dead letters are retried without limit (their
 // answer needs only Redis, and usually the stale cache).
 //
-// One call is bounded (issue 11): it claims at most max_in_flight entries
+// One call is bounded: it claims at most max_in_flight entries
 // and handles them concurrently, so it lasts about one search_timeout
 // rather than one per entry; the rest waits for the next tick. It is
 // cancellable: when ctx ends it claims no more, and the searches in flight

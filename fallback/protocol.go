@@ -11,7 +11,8 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Field names of request and reply entries (see PROTOCOL.md).
+// Field names of request and reply entries (see the README's query front door
+// section).
 const (
 	fieldID          = "id"
 	fieldQuery       = "query"
@@ -162,7 +163,7 @@ func entryBytes(values map[string]any) int {
 // checkText refuses what Postgres would refuse as data (invalid UTF-8 and
 // NUL are SQLSTATE 22021 in text, 22P05 in jsonb): such input is the
 // request's fault and must be answered as such, never reach the database and
-// count against the circuit breaker (issue 11).
+// count against the circuit breaker.
 func checkText(field, s string) error {
 	if !utf8.ValidString(s) {
 		return &InvalidRequestError{Field: field, Reason: "not valid UTF-8"}
@@ -260,7 +261,7 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 func (r *request) parseFilter(fs string, allowed []string) error {
 	// UseNumber keeps numbers as their decimal text, from here through the
 	// cache key to the jsonb parameter: as float64, 9007199254740993
-	// matched 9007199254740992 and both shared a cache key (issue 11).
+	// matched 9007199254740992 and both shared a cache key.
 	dec := json.NewDecoder(strings.NewReader(fs))
 	dec.UseNumber()
 	var f map[string]any

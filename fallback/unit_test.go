@@ -104,12 +104,12 @@ func TestParseRequest(t *testing.T) {
 		{name: "deadline passed", values: valid("deadline_ms", "999000"), wantErr: "deadline passed 1s ago"},
 		{name: "deadline garbage", values: valid("deadline_ms", "soon"), wantErr: "not a Unix time"},
 		{name: "deadline ahead", values: valid("deadline_ms", "1000500")},
-		// Issue 11: reply_to confined to the reply namespace.
+		// reply_to is confined to the reply namespace.
 		{name: "reply_to the request stream", values: valid("reply_to", "ragsync:requests"), wantErr: `reply_to: must be a key under "ragsync:reply:"`},
 		{name: "reply_to the generation key", values: valid("reply_to", "ragsync:generation:default"), wantErr: "reply_to: must be a key under"},
 		{name: "reply_to the bare namespace", values: valid("reply_to", "ragsync:reply:"), wantErr: "reply_to: must be a key under"},
 		{name: "reply_to too long", values: valid("reply_to", "ragsync:reply:"+strings.Repeat("r", 257)), wantErr: "reply_to: must be a key under"},
-		// Issue 11: what Postgres rejects as data never gets that far.
+		// What Postgres rejects as data never gets that far.
 		{name: "NUL in a filter value", values: valid("filter", `{"lang":"\u0000"}`), wantErr: "filter.lang: contains a NUL"},
 		{name: "NUL deep in a filter", values: valid("filter", `{"lang":{"a":["x\u0000"]}}`), wantErr: "filter.lang: contains a NUL"},
 		{name: "NUL in a filter key", values: valid("filter", `{"lang":{"\u0000":1}}`), wantErr: "filter.lang: contains a NUL"},
@@ -117,11 +117,11 @@ func TestParseRequest(t *testing.T) {
 		{name: "NUL in tenant", values: valid("tenant", "ac\x00me"), wantErr: "tenant: contains a NUL"},
 		{name: "tenant not utf8", values: valid("tenant", "\xff"), wantErr: "tenant: not valid UTF-8"},
 		{name: "NUL in query", values: valid("query", "a\x00b"), wantErr: "query: contains a NUL"},
-		// Issue 11: sizes bounded before parsing.
+		// Sizes are bounded before parsing.
 		{name: "filter too big", values: valid("filter", `{"lang":"`+strings.Repeat("x", 4096)+`"}`), wantErr: "over the limit of 4096 (max_filter_bytes)"},
 		{name: "request too big", values: valid("junk", strings.Repeat("x", 20000)), wantErr: "request: 200"},
 		{name: "trailing data after filter", values: valid("filter", `{"lang":"en"} {}`), wantErr: "data after the object"},
-		// Issue 11: numbers stay exact through the cache key.
+		// Numbers stay exact through the cache key.
 		{name: "big filter numbers kept exact", values: valid("filter", `{"lang":9007199254740993}`), check: func(t *testing.T, r request) {
 			require.Equal(t, `{"lang":9007199254740993}`, r.FilterJSON)
 			require.Equal(t, json.Number("9007199254740993"), r.Filter["lang"])

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Near-duplicate reuse (issue 3). A chunk row may carry a vector computed
+-- Near-duplicate reuse. A chunk row may carry a vector computed
 -- from another, near-identical text: vector_hash is the content hash of the
 -- text the vector was computed from (its "origin", a key of
 -- embedding_cache). NULL on rows written before this migration means

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Issue 10: document ids are injective. Existing ids are rewritten where
+-- Document ids are injective: two (table, key) pairs never share an id. Existing ids are rewritten where
 -- the new encoding differs, so a running index keeps its documents instead
 -- of re-creating them under new ids beside the old rows.
 

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Where a backfill (issue 12) stands, per index and source table, so that
+-- Where a backfill stands, per index and source table, so that
 -- `ragsync backfill --resume` continues after Ctrl-C or SIGKILL. last_key is
 -- the keyset position (the id columns' values as text, in key order) of the
 -- last row whose page the sink has committed; position is the WAL position

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- The monitor's state (issue 14). Nothing on the write path reads these
+-- The monitor's state. Nothing on the write path reads these
 -- tables; the monitor writes them from its own goroutine.
 
 -- Canary probes: fixed texts embedded when the monitor first meets an index,

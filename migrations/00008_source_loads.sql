@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Initial loads of the Postgres source (issue 13), by replication slot.
+-- Initial loads of the Postgres source, by replication slot.
 -- done_at is set once every loaded row is in the index; until then a start
 -- loads again, from progress_table/progress_key (the last primary key whose
 -- row is in the index) when set, so a crash in the middle of a long load

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Blue/green re-indexing (issue 12). An alias names the index that queries
+-- Blue/green re-indexing. An alias names the index that queries
 -- and serve use; `ragsync index promote` moves it to another index of the
 -- family and `ragsync index rollback` moves it back to previous. An alias
 -- may carry the name of an index (the one a user started with): the alias

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- Full text is optional (issue 15): the generated tsvector and its GIN
+-- Full text is optional: the generated tsvector and its GIN
 -- index cost about a quarter more Postgres CPU per chunk, and only the
 -- front door's degraded full-text answers read them. The column becomes a
 -- plain one, written by the sink when full text is on for the index (NULL

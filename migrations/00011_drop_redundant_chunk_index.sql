@@ -3,7 +3,7 @@
 -- chunks_doc_idx (index_name, doc_id) repeats the leading columns of the
 -- unique constraint chunks_doc_position_key (index_name, doc_id, position),
 -- which serves every lookup by document as well; each chunk insert paid for
--- both (issue 15). Dropping an index is quick whatever the table's size.
+-- both. Dropping an index is quick whatever the table's size.
 DROP INDEX IF EXISTS chunks_doc_idx;
 
 -- +goose Down

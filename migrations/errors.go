@@ -54,7 +54,7 @@ func Interrupted(err error) bool {
 // RetryInterrupted runs fn, a step that is safe to repeat, again while it
 // fails only because the server ended its connection (Interrupted: a
 // terminated backend, a restart), for up to 2 minutes with backoff, as Up
-// does for the migrations (issue 10). Any other error, or ctx ending,
+// does for the migrations. Any other error, or ctx ending,
 // returns at once. what names the step in the warning logged per retry;
 // logger nil logs nothing.
 func RetryInterrupted(ctx context.Context, logger *slog.Logger, what string, fn func() error) error {

@@ -14,7 +14,7 @@ import (
 )
 
 // TestInjectiveIDsMigration: migration 00003 rewrites the ids of an index
-// written before issue 10 where the new encoding differs (tables holding
+// written with the old ids where the new encoding differs (tables holding
 // '%' or '/', MongoDB string ids that read as another type), moves their
 // chunks along, and leaves every other id as it was.
 func TestInjectiveIDsMigration(t *testing.T) {

@@ -2,9 +2,9 @@
 // what the model would say now, and fuses those signals with the service's
 // metrics, logs and traces into one versioned event.
 //
-// Context fidelity: canary probes (canary.go) and a weighted sample of stored
-// vectors (sample.go) are re-embedded with the live embedder and compared
-// with what the index holds (distance.go); `ragsync repair` (repair.go)
+// Context fidelity: canary probes (probes.go, probes.txt) and a weighted
+// sample of stored vectors (store.go) are re-embedded with the live embedder
+// and compared with what the index holds (fidelity.go, distance.go); `ragsync repair` (repair.go)
 // re-embeds the chunks measured past the bound. Drift (drift.go, stats.go):
 // a persisted reference window and a sliding current window of chunk
 // vectors, compared by centroid distance, PSI and two-sample KS on 1-D
@@ -17,8 +17,8 @@
 // TakeBaselines, never by a read-only check; each records who took it.
 //
 // The monitor must not block the write path: it reads the index on its own
-// schedule, through sink.MonitorState (it runs no SQL of its own on the
-// index tables, except repair's writes), spends at most
+// schedule, through sink.MonitorState (it runs no SQL of its own; repair
+// writes through sink.Store.RewriteVectors), spends at most
 // monitor.max_tokens_per_hour on re-embedding, and a failed check is logged
 // and retried at the next interval.
 package monitor

@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor metrics: %w", err)
 	}
 	// The windows are read at start-up, when a restarting Postgres or a
-	// terminated backend must not stop serve (issue 10's rule for every
+	// terminated backend must not stop serve (the rule for every
 	// start-up read); loading them again is harmless.
 	if err := migrations.RetryInterrupted(ctx, m.logger, "loading the drift windows", func() error { return m.loadWindows(ctx) }); err != nil {
 		return nil, err

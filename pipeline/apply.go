@@ -17,7 +17,7 @@ import (
 func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 	op := string(ch.Op)
 	// Changes not built by the decoder (a backfill) may leave the version's
-	// commit time and snapshot flag to SourceTS and Snapshot (issue 10).
+	// commit time and snapshot flag to SourceTS and Snapshot.
 	ch.Version = ch.FenceVersion()
 	switch ch.Op {
 	case cdc.OpMessage:
@@ -308,7 +308,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 	// nothing already paid for (the sink takes cached vectors by hash).
 	// A document that fits one slice keeps its vectors on the chunks, and
 	// the sink caches them inside the document's own transaction: one
-	// round trip and one transaction fewer per document (issue 15). Its
+	// round trip and one transaction fewer per document. Its
 	// price is that a crash between the embedding and the commit re-embeds
 	// at most one slice; a failed transaction caches them (see upsert).
 	sliced := p.st.Cache != nil && len(texts) > p.cfg.EmbedSliceChunks

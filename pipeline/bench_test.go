@@ -84,7 +84,7 @@ func largeDoc(seed, n int) string {
 // live heap it took, in MiB and as a multiple of the document's size.
 // "sliced" is the default path (embed_slice_chunks, vectors cached as they
 // come); "whole" embeds every chunk in one call and carries the vectors to
-// the sink, as before issue 10, as the baseline of the same run. "over
+// the sink, as the pipeline once did, as the baseline of the same run. "over
 // limit" is a document over max_document_bytes, dead-lettered before
 // chunking.
 func BenchmarkLargeDocument(b *testing.B) {

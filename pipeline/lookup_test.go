@@ -12,7 +12,7 @@ import (
 
 // TestSmallDocumentVectorsSurviveFailedTransaction: a document of one
 // slice carries its new vectors into its own transaction instead of caching
-// them ahead of it (issue 15); when that transaction fails, the pipeline
+// them ahead of it (a round trip fewer); when that transaction fails, the pipeline
 // caches them anyway, so the replay embeds nothing again.
 func TestSmallDocumentVectorsSurviveFailedTransaction(t *testing.T) {
 	b := setup(t)

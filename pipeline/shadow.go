@@ -12,8 +12,8 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// Shadow is another index of the primary's family (blue/green re-index,
-// issue 12): every change the primary applied is applied to it too, with
+// Shadow is another index of the primary's family (blue/green
+// re-index): every change the primary applied is applied to it too, with
 // its own embedder (its model and dimensions) and its own cache, so that an
 // index being built never falls behind and a retired one stays ready for a
 // rollback.

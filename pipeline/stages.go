@@ -36,7 +36,7 @@ type Embedder interface {
 
 // CountingEmbedder is an Embedder that takes the chunker's token count of
 // every text (tokens[i] counts texts[i]) instead of counting again, which
-// was most of the CPU of a load (issue 15). The pipeline uses it when its
+// was most of the CPU of a load. The pipeline uses it when its
 // Embedder has it; Lanes' live lane passes it through.
 type CountingEmbedder interface {
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
@@ -45,7 +45,7 @@ type CountingEmbedder interface {
 // Sink stores documents and their chunks. ChunkStore is part of it, not a
 // capability discovered by type assertion: a decorator that wraps the sink
 // (serve's front door wrapper) once hid it and silently turned off
-// near-duplicate reuse and edit measurement (issue 11).
+// near-duplicate reuse and edit measurement.
 type Sink interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
@@ -74,7 +74,7 @@ type VectorCache interface {
 // document before embedding it: the stored document, its stored chunks
 // and which content hashes have a cached vector (sink.Store.Lookup), which
 // Sink.Document, ChunkStore.StoredChunks and VectorCache.Cached read in
-// three (issue 15).
+// three round trips.
 type DocumentLookup interface {
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 }

@@ -138,7 +138,7 @@ func TestStallSummarySaysReadyzFailsPastStallAfter(t *testing.T) {
 
 // TestReplayCountsNoCachedChunks: replaying changes that are already
 // applied (duplicates) or older than what is stored (stale) saves nothing,
-// so chunks_cached and chunks_reused stay zero; before issue 16 a replay
+// so chunks_cached and chunks_reused stay zero; a replay once
 // that applied nothing reported chunks_cached for every chunk.
 func TestReplayCountsNoCachedChunks(t *testing.T) {
 	b := setup(t)

@@ -43,7 +43,7 @@ func (p *Pipeline) recordTrace(span trace.Span, start time.Time, failed bool) {
 func tracer() trace.Tracer { return otel.Tracer("github.com/ragsync/ragsync/pipeline") }
 
 // withTraceParent continues the W3C trace the producer started (the Kafka
-// "traceparent" header, DESIGN.md rule 6); ctx is returned as is without one.
+// "traceparent" header); ctx is returned as is without one.
 func withTraceParent(ctx context.Context, traceparent string) context.Context {
 	if traceparent == "" {
 		return ctx

@@ -17,8 +17,8 @@ import (
 // Bulk loads documents into an index that was empty when it began: the
 // index's HNSW index is dropped, buffered documents are written with COPY at
 // each Flush, and Finish builds the HNSW index once over every row, which
-// is several times faster than maintaining it insert by insert (issue 12;
-// `make bench-bulk`). Upsert only buffers: the caller must Flush before it
+// is several times faster than maintaining it insert by insert
+// (`make bench-bulk`). Upsert only buffers: the caller must Flush before it
 // acknowledges the work. A document that exists when it is flushed (a
 // streamed change got there first) goes through the normal, version-fenced
 // Upsert instead. Safe for concurrent use.

@@ -93,7 +93,7 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 //
 // Versions are compared in Go with cdc.Version.Compare: across kinds the
 // order goes by commit time, which the stored text does not sort by. The
-// table's document rows are locked (as the UPDATE before issue 10 did) and
+// table's document rows are locked (as the former single UPDATE did) and
 // read once, a page at a time.
 func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
 	if table == "" || v.IsZero() {

@@ -103,7 +103,7 @@ type Outcome struct {
 // DocID is the document id the sink stores: table + "/" + key. Table is a
 // cdc.TableName, which escapes "/" (and keeps "schema.table" unambiguous),
 // so the first "/" ends the table and two (table, key) pairs never share an
-// id (issue 10); the key may hold "/" (composite keys escape theirs).
+// id; the key may hold "/" (composite keys escape theirs).
 func DocID(table, key string) string { return table + "/" + key }
 
 // badTable reports a table name that would make DocID ambiguous.

@@ -61,7 +61,7 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 
 // ensureVectorRetryFor bounds how long OpenPool keeps retrying the
 // extension check over connections the server ended under it, as
-// migrations.Up does for its own (issue 10).
+// migrations.Up does for its own.
 const ensureVectorRetryFor = 2 * time.Minute
 
 // ensureVector creates the vector extension over a plain connection. A

@@ -30,7 +30,7 @@ type docState struct {
 // embedding cache. Errors wrap the document id; transient ones satisfy
 // Retryable, malformed documents ErrInvalidDocument or ErrMissingVector.
 //
-// The transaction costs two round trips (issue 15): one batch opens it
+// The transaction costs two round trips: one batch opens it
 // and reads everything the plan needs under the row lock, the other
 // writes the plan and commits (a stale or duplicate change rolls back
 // instead).
@@ -289,7 +289,7 @@ func (s *Store) lockDoc(ctx context.Context, tx pgx.Tx, id string) (docState, er
 	return st, nil
 }
 
-// storedVersion parses a stored version. Versions written before issue 10
+// storedVersion parses a stored version. Versions written in the old text form
 // carry no commit time; the row's source_ts is that time, and without it a
 // cross-kind comparison could only go by rank (see cdc.Version).
 func storedVersion(text string, sourceTS *time.Time) (cdc.Version, error) {
@@ -352,7 +352,7 @@ func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
 // for keys it skipped) so a concurrent Purge cannot remove it before
 // commit. The vectors are not read: queuePlan inserts such chunks with a
 // join on the cache, so a large document's vectors never all sit in memory
-// at once (issue 10).
+// at once.
 func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk, rd upsertRead) error {
 	have := rd.cached
 	var late []string

@@ -11,7 +11,7 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// Issue 10, finding 1: versions of different kinds must not poison a
+// Versions of different kinds must not poison a
 // document, and ties must not drop an edit.
 
 const t0 = uint64(1700000000000)
@@ -31,7 +31,7 @@ func docAt(key string, v cdc.Version, hashes ...string) sink.Document {
 	return d
 }
 
-// TestPositionlessChangeDoesNotFreeze: before issue 10 a "ts" version
+// TestPositionlessChangeDoesNotFreeze: in the old text form a "ts" version
 // sorted after every "pg" one ("pg" < "ts"), so after one change without
 // an LSN every later Postgres change was Stale, forever.
 func TestPositionlessChangeDoesNotFreeze(t *testing.T) {
@@ -45,7 +45,7 @@ func TestPositionlessChangeDoesNotFreeze(t *testing.T) {
 	}{
 		{pgAt(100, t0), "a", sink.Outcome{Applied: true, Inserted: 1}},
 		{tsAt(t0 + 10), "b", sink.Outcome{Applied: true, Inserted: 1, Removed: 1}},    // no LSN: by time
-		{pgAt(200, t0+20), "c", sink.Outcome{Applied: true, Inserted: 1, Removed: 1}}, // was Stale before issue 10
+		{pgAt(200, t0+20), "c", sink.Outcome{Applied: true, Inserted: 1, Removed: 1}}, // was Stale when versions compared as text
 		{tsAt(t0 + 15), "old", sink.Outcome{Stale: true}},                             // committed before the stored change
 		{pgAt(150, t0+5), "old", sink.Outcome{Stale: true}},
 		{tsAt(t0 + 20), "tie", sink.Outcome{Stale: true}}, // same ms as a position: the position wins
@@ -166,10 +166,10 @@ func TestTruncateAcrossKinds(t *testing.T) {
 	require.True(t, out.Applied)
 }
 
-// TestStoredVersionBeforeIssue10: a version stored in the old text form
+// TestStoredVersionWithoutCommitTime: a version stored in the old text form
 // (no commit time) takes the row's source_ts as its time, so a later
 // change without a position still applies.
-func TestStoredVersionBeforeIssue10(t *testing.T) {
+func TestStoredVersionWithoutCommitTime(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := t.Context()

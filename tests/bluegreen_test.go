@@ -25,7 +25,7 @@ import (
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
-// TestBlueGreenReindex is issue 12's re-index proof. A writer keeps
+// TestBlueGreenReindex proves a re-index under load. A writer keeps
 // appending changes (updates, deletes, re-creates) to the file serve
 // follows while `reindex` builds articles_v2 (64 dimensions) beside
 // articles (256), then `index promote` moves the alias, then `index

@@ -24,7 +24,7 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// The convergence property of issue 3: after any history of changes —
+// The convergence property: after any history of changes —
 // creates, one-paragraph edits, one-word edits (near-duplicate reuse),
 // whitespace-only edits, deletes, re-creates, documents copied from others,
 // rare truncates, replays of old events, and delivery out of order across
@@ -34,7 +34,7 @@ import (
 // for a reused vector, of an origin text within the debt bound.
 
 const (
-	convSeeds   = 12 // each seed is a 200-change history; 12 exercise reuse and replays (issue 10: suite time)
+	convSeeds   = 12 // each seed is a 200-change history; 12 exercise reuse and replays within the suite's time
 	convChanges = 200
 	convDocs    = 20
 	convDims    = 32

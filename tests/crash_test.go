@@ -287,7 +287,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Parallel() // own schemas, cluster and group; mostly waits (session timeouts, sleeps)
 	// 2,600 events keep every kill mid-stream on a loaded machine (10 of 10
-	// with 5,200) at half the cost (issue 10: suite time).
+	// with 5,200) at half the suite time.
 	events := faultHistory(4, 200, 2600)
 	want := cleanRunIndex(t, events)
 

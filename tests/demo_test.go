@@ -23,7 +23,7 @@ func TestDemo(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, strings.Count(string(out), "<- expected"), "every sample query finds its document first")
 	require.Regexp(t, `phase 2, edits and deletes:[\s\S]*unchanged \(kept, not re-embedded\) [1-9]`, string(out))
-	// Issue 16: unchanged chunks are not counted a second time as "reused".
+	// Unchanged chunks are not counted a second time as "reused".
 	require.Regexp(t, `phase 2, edits and deletes:[\s\S]*no call for the [1-9][0-9]* unchanged and [0-9]+ moved chunks, nor for [0-9]+ new chunks`, string(out))
 	require.Contains(t, string(out), "Scores around 0.2 are normal here")
 }

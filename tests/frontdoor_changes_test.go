@@ -15,7 +15,7 @@ import (
 )
 
 // TestServeFrontDoorKeepsReuseAndDropsDeletes runs serve with the front door
-// on (issue 11):
+// on:
 //   - near-duplicate reuse and edit measurement still work: the front door's
 //     sink wrapper once hid the store's StoredChunks, so an edit was never
 //     measured (edit_similarity stayed NULL) with frontdoor.enabled;

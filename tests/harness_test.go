@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	// make test builds the binary before starting the tests: a cold -race
 	// build of every dependency takes minutes on a busy machine, and inside
-	// TestMain it counts against the package's -timeout (issue 10).
+	// TestMain it counts against the package's -timeout.
 	if b := os.Getenv("E2E_RAGSYNC_BIN"); b != "" {
 		bin = b
 		os.Exit(m.Run())

@@ -13,12 +13,12 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 )
 
-// The version-order property of issue 10: whatever the interleaving of
+// The version-order property: whatever the interleaving of
 // streamed Postgres changes (with an LSN), position-less changes (no LSN:
 // ordered by commit time only), snapshot reads with and without a position
 // (an initial snapshot at the snapshot's LSN, an incremental snapshot) and
 // replays of any of them, the index converges to the last committed state
-// of every document: its text, or its absence. Before issue 10 one
+// of every document: its text, or its absence. When versions compared as text one
 // position-less change froze a document ("pg" < "ts") and two in one
 // millisecond lost the second.
 

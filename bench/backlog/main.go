@@ -1,4 +1,4 @@
-// Command backlog measures ragsync's memory bound (issue 4, scenario 6): it
+// Command backlog measures ragsync's memory bound under a Kafka backlog: it
 // puts a backlog of Debezium events on an in-process Kafka (kfake), drains it
 // with `ragsync serve --once` as a separate process, samples the process's
 // peak RSS (VmHWM in /proc/<pid>/status) and reports events/s. It fails when

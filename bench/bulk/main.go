@@ -1,4 +1,4 @@
-// Command bulk measures issue 12's bulk path: the same load of chunks into
+// Command bulk measures the bulk path: the same load of chunks into
 // an empty index, once through the streaming path (Store.Upsert with the
 // HNSW index maintained row by row) and once through sink.Bulk (COPY, then
 // one HNSW build), in one run, and prints both rates and their ratio.

@@ -1,5 +1,5 @@
 // Command incremental measures what ragsync pays to keep an index in sync
-// with a real edit history (issue 3, "Measure it"): it replays the edits-C
+// with a real edit history: it replays the edits-C
 // and edits-A histories as Debezium PostgreSQL change events through the
 // real pipeline (decoder, chunker, OpenAI-compatible embedder against an
 // in-process test server that counts tokens, pgvector sink), and compares

@@ -1,4 +1,4 @@
-// Command pgsource compares the two ways changes reach ragsync (issue 13):
+// Command pgsource compares the two ways changes reach ragsync:
 // straight from a Postgres replication slot (source.kind postgres) and as
 // Debezium events on Kafka (an in-process kfake). The same changes — inserts
 // and updates of -docs documents, committed -tx to a transaction — go

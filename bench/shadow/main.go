@@ -1,4 +1,4 @@
-// Command shadow measures the cost of blue/green dual-writing (issue 12):
+// Command shadow measures the cost of blue/green dual-writing:
 // the same changes applied by the pipeline to one index, and to that index
 // plus a shadow of another model (pipeline.Shadow, as serve does while
 // `ragsync reindex` builds a new index), in one run, alternating, with the

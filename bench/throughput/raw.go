@@ -154,7 +154,7 @@ func execAll(ctx context.Context, db *database, stmts ...string) error {
 }
 
 // writeCosts prices, per chunk, what the chunks table writes beyond the
-// HNSW index (issue 15 item 4): each variant loads the same documents, one
+// HNSW index: each variant loads the same documents, one
 // transaction per document, into fresh tables shaped like the migrations'
 // (chunks without tsv, + the generated tsvector and its GIN index, + an
 // embedding_cache row per chunk, + the documents row with the source JSON).

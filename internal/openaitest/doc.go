@@ -4,5 +4,6 @@
 // Retry-After, 5xx, slow replies, dropped connections, wrong dimensions,
 // too many inputs) including misbehaviour: one vector of the wrong length,
 // answers short, long or padded, and huge bodies. It is the only fake the
-// project's tests use for a remote service.
+// project's tests use for a remote service. It must not be imported by the
+// service's own code: only tests and benchmarks use it.
 package openaitest

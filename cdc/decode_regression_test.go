@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Regression tests of issue 10 (change events: no silent loss, no silent
+// Regression tests of decoding change events (no silent loss, no silent
 // corruption), with inputs written by hand from Debezium's documentation
 // in testdata/strict-*.json and testdata/mongo-{id,tx}-*.json.
 
@@ -199,7 +199,7 @@ func TestMongoTransactionOrder(t *testing.T) {
 }
 
 // TestTableNameInjective: schema "sales" + table "eu.orders" and schema
-// "sales.eu" + table "orders" are different tables (issue 10).
+// "sales.eu" + table "orders" are different tables.
 func TestTableNameInjective(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ ns, table, want string }{
