@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -72,17 +71,17 @@ func main() {
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
-			log.Fatal(err)
+			fatalf("%v", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
+			fatalf("%v", err)
 		}
 		defer pprof.StopCPUProfile()
 	}
 	for _, r := range strings.Split(rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
 		if err != nil || v <= 0 {
-			log.Fatalf("-rates: %q is not a positive number", r)
+			fatalf("-rates: %q is not a positive number", r)
 		}
 		o.rates = append(o.rates, v)
 	}
@@ -92,7 +91,7 @@ func main() {
 	for _, rate := range o.rates {
 		r, err := run(context.Background(), o, rate)
 		if err != nil {
-			log.Printf("rate %g: %v", rate, err)
+			warnf("rate %g: %v", rate, err)
 			return
 		}
 		fmt.Println(r)
@@ -258,7 +257,7 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 		})
 		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: value}, func(_ *kgo.Record, err error) {
 			if err != nil {
-				log.Printf("produce: %v", err)
+				warnf("produce: %v", err)
 			}
 		})
 		if now.After(measureFrom) {
@@ -288,4 +287,16 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 	res.applied = float64(len(lat)) / o.duration.Seconds()
 	_ = offered
 	return res, nil
+}
+
+// fatalf prints a bench failure and exits 1; warnf prints a problem the run
+// goes on after. Benchmarks print to stderr, like the other benches, not
+// through the log package (the redaction test forbids it everywhere).
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-freshness: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func warnf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-freshness: "+format+"\n", args...)
 }
