@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,13 +125,48 @@ func runMeasured(t *testing.T, e *env, args ...string) (string, int64, error) {
 	cmd := exec.CommandContext(ctx, bin, append(args, "--config", e.cfg)...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "serve did not drain: %s", buf.String())
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss << 10 // KiB on Linux
+	require.NoError(t, cmd.Start())
+	// The child's own high-water mark (VmHWM), read while it runs: the
+	// rusage of a finished child is no good here, because Go starts it with
+	// vfork and Linux keeps the parent's high-water mark across that exec,
+	// so a large test binary would be charged to serve.
+	var peak atomic.Int64
+	exited, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		path := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+		for {
+			if hwm := readVmHWM(path); hwm > peak.Load() {
+				peak.Store(hwm)
+			}
+			select {
+			case <-exited:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(exited)
+	<-done
+	require.NotErrorIs(t, context.Cause(ctx), context.DeadlineExceeded, "serve did not drain: %s", buf.String())
+	return buf.String(), peak.Load(), err
+}
+
+// readVmHWM returns the VmHWM line of a /proc/PID/status file in bytes, 0
+// when the process is gone.
+func readVmHWM(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
 	}
-	return buf.String(), rss, err
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // storedDocs lists the live documents of schema's index.
