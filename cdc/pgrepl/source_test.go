@@ -424,6 +424,12 @@ func TestDropSlot(t *testing.T) {
 	require.Equal(t, []string{b.table()}, rec.Loaded)
 	require.Empty(t, rec.Pending)
 
+	// The source starts streaming from the slot on its own after the load:
+	// wait until the server says so, not for a fixed time.
+	require.Eventually(t, func() bool {
+		st, err := pgrepl.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
+		return err == nil && st.Active
+	}, 30*time.Second, 50*time.Millisecond, "the source never streamed from its slot")
 	_, err = pgrepl.Drop(t.Context(), cfg, false)
 	require.ErrorContains(t, err, "stop `ragsync serve` first")
 	s.Close()
