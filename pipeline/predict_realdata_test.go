@@ -107,10 +107,10 @@ func TestPredictorCalibration(t *testing.T) {
 	for _, set := range []string{"edits-C", "edits-A"} {
 		t.Run(set, func(t *testing.T) {
 			t.Parallel()
+			// The full sample even under -race: a third of it (once used
+			// to save time there) trained the predictor on too few pairs,
+			// and edits-A's held-out p99 went past the bound.
 			updates := 1500
-			if raceEnabled {
-				updates = 500
-			}
 			pairs := historyPairs(t, set, 0.8, updates)
 			require.Greater(t, len(pairs), 200, "too few reuse candidates to calibrate on")
 			half := len(pairs) / 2
