@@ -102,7 +102,7 @@ type PostgresConfig struct {
 	Schema string `yaml:"schema"`
 	// FullText writes each chunk's tsvector (and so its GIN index entry),
 	// which only the front door's degraded full-text answers read; off,
-	// those answers fail with "full text is off" instead (issue 15).
+	// those answers fail with "full text is off" instead.
 	// Switching it on fills the missing values at the next start.
 	// Defaults to frontdoor.enabled.
 	FullText *bool `yaml:"full_text"`

@@ -7,7 +7,7 @@ import (
 	"github.com/ragsync/ragsync/backfill"
 )
 
-// BackfillConfig is the backfill section of ragsync.yaml (issue 12).
+// BackfillConfig is the backfill section of ragsync.yaml.
 type BackfillConfig struct {
 	// SourceURL is the document database a backfill reads. Defaults to
 	// source.postgres.url.

@@ -8,7 +8,7 @@ import (
 	"github.com/ragsync/ragsync/pipeline"
 )
 
-// PipelineLimits are the pipeline's guards (issue 10), inlined in
+// PipelineLimits are the pipeline's guards, inlined in
 // `pipeline:`. Zero means the default.
 type PipelineLimits struct {
 	// DeadLetterWindow is how many of the latest messages the dead-letter

@@ -22,7 +22,7 @@ import (
 var errPrimaryDropped = errors.New("the index serve writes to was dropped (ragsync index drop); restart serve: it then writes to the alias's target")
 
 // family keeps a running serve in step with the aliases and index states
-// (blue/green re-index, issue 12): every index_poll it hands the pipeline
+// (blue/green re-index): every index_poll it hands the pipeline
 // the shadows to dual-write (the other indexes that follow the configured
 // name) and points the front door at the alias's current target.
 type family struct {

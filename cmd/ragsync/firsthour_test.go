@@ -187,8 +187,8 @@ func countDocs(t testing.TB, schema string) int {
 }
 
 // TestServeDoesNotTurnLaterSignalsIntoExit: once serve returned, a SIGINT
-// to the process is none of its business any more (issue 10, finding 10:
-// a leftover goroutine exited 130 on it).
+// to the process is none of its business any more (a leftover goroutine
+// once exited 130 on it).
 func TestServeDoesNotTurnLaterSignalsIntoExit(t *testing.T) {
 	w := newFileWorld(t, eventLines(t, article("c", 1, 10, bodyA)), "")
 	_, _, err := runCtx(t.Context(), "serve", "--once", "--config", w.cfg)

@@ -54,7 +54,7 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
 		SilenceUsage: true,
 		// Errors and logs go through the redactor: a library error may quote
-		// a URL or DSN with its password (issue 10).
+		// a URL or DSN with its password.
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			root := cmd.Root()
 			g.stderrTTY = isTerminal(root.ErrOrStderr())

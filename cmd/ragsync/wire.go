@@ -87,7 +87,7 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	}
 	var st *sink.Store
 	// Like the migrations, registering the index survives a backend
-	// terminated under it (issue 10); a registry can take the metrics once.
+	// terminated under it; a registry can take the metrics once.
 	err = migrations.RetryInterrupted(ctx, logger, "opening the index", func() error {
 		var err error
 		st, err = sink.New(ctx, pool, sink.Config{
@@ -95,7 +95,7 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 			Index:      cfg.Index,
 			Model:      emb.Model(),
 			Dimensions: emb.Dimensions(),
-			// Full text only where something reads it (issue 15).
+			// Full text only where something reads it.
 			SkipFullText: !cfg.fullText(),
 			Logger:       logger,
 			Registerer:   reg,
