@@ -352,6 +352,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		f.acknowledge(stopAcks)
 	}()
 	eof := p.fetchLoop(f)
+	acksStopped := false
 	if eof && f.failure() == nil {
 		// A finite source is exhausted: wait for the rest to be applied
 		// and acknowledged.
@@ -362,11 +363,27 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
+		// The last batches leave their lanes when the acknowledging
+		// goroutine takes them, before their commit is done: let it finish
+		// with a live context, then acknowledge anything still ready, so
+		// that the end of a finite source is committed before Run returns
+		// (cancelling first lost the last commits, and the next run
+		// replayed them).
+		close(stopAcks)
+		<-ackDone
+		acksStopped = true
+		if f.failure() == nil && f.ctx.Err() == nil {
+			if err := f.ackReady(f.ctx, true); err != nil && f.ctx.Err() == nil {
+				f.fail(err)
+			}
+		}
 	}
 	f.cancel(nil)
 	f.runners.Wait()
-	close(stopAcks)
-	<-ackDone
+	if !acksStopped {
+		close(stopAcks)
+		<-ackDone
+	}
 	// What was applied before the stop is acknowledged, without the
 	// cancelled context: a restart then replays less.
 	if ctx.Err() != nil || f.failure() != nil {
