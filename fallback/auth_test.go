@@ -70,10 +70,16 @@ func serveAndAskTwice(t *testing.T, b *bundle, rdb *redis.Client) *FrontDoor {
 	run(t, fd)
 	c := NewClient(rdb, b.prefix)
 	t.Cleanup(func() { _ = c.Close() })
-	for _, source := range []string{SourceSearch, SourceCache} {
+	for i, source := range []string{SourceSearch, SourceCache} {
 		res, err := c.Search(t.Context(), Query{Text: "redis streams workers", K: 2, Tenant: "acme"})
 		require.NoError(t, err)
 		require.Equal(t, StatusOK, res.Status)
+		if i == 0 && res.Source == SourceShared {
+			// On a loaded machine the client's retry of a slow first
+			// request joins the search already running for it: still a
+			// search, not the cache.
+			source = SourceShared
+		}
 		require.Equal(t, source, res.Source)
 		require.NotEmpty(t, res.Hits)
 	}
