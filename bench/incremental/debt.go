@@ -8,9 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgvector/pgvector-go"
-
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -56,7 +53,7 @@ type debtResult struct {
 // Interval while there is debt, up to the next event). Fidelity is checked
 // every checkEvery segments on a uniform sample of stored vectors.
 func replayRepaying(ctx context.Context, cfg config, evs []event, first int, split pipeline.Splitter, emb pipeline.Embedder,
-	store *opSink, st *sink.Store, pool *pgxpool.Pool, schema string, probe pipeline.Embedder, logger *slog.Logger) (pipeline.Snapshot, *debtResult, error) {
+	store *opSink, st *sink.Store, probe pipeline.Embedder, logger *slog.Logger) (pipeline.Snapshot, *debtResult, error) {
 	if cfg.RepayWindow <= 0 {
 		cfg.RepayWindow = 5 * time.Minute
 	}
@@ -138,7 +135,7 @@ func replayRepaying(ctx context.Context, cfg config, evs []event, first int, spl
 			}
 		}
 		if res.Segments%cfg.CheckEvery == 0 {
-			share, err := uniformShareOver(ctx, pool, schema, probe, rng, 64)
+			share, err := uniformShareOver(ctx, st, probe, rng, 64)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -161,13 +158,12 @@ func replayRepaying(ctx context.Context, cfg config, evs []event, first int, spl
 
 // finishWindow runs the repayment for one more window after the replay
 // and measures every stored vector against a fresh embedding.
-func finishWindow(ctx context.Context, cfg config, st *sink.Store, pool *pgxpool.Pool, schema string, emb, probe pipeline.Embedder, res *debtResult, logger *slog.Logger) error {
+func finishWindow(ctx context.Context, cfg config, st *sink.Store, emb, probe pipeline.Embedder, res *debtResult, logger *slog.Logger) error {
 	if cfg.RepayWindow <= 0 {
 		cfg.RepayWindow = 5 * time.Minute
 	}
 	if cfg.Repay {
-		var last time.Time
-		err := pool.QueryRow(ctx, "SELECT coalesce(max(debt_since), now()) FROM "+schema+".chunks").Scan(&last)
+		last, err := st.NewestDebt(ctx)
 		if err != nil {
 			return err
 		}
@@ -191,7 +187,7 @@ func finishWindow(ctx context.Context, cfg config, st *sink.Store, pool *pgxpool
 		return err
 	}
 	res.FinalDebt = sum.Vectors
-	dists, err := allDistances(ctx, pool, schema, probe)
+	dists, err := distances(ctx, st, nil, probe)
 	if err != nil {
 		return err
 	}
@@ -208,27 +204,16 @@ func finishWindow(ctx context.Context, cfg config, st *sink.Store, pool *pgxpool
 // uniformShareOver re-embeds n uniformly drawn stored chunks and returns
 // the share whose stored vector is past the monitor's default bound: the
 // monitor's fidelity alarm fires past 0.1.
-func uniformShareOver(ctx context.Context, pool *pgxpool.Pool, schema string, probe pipeline.Embedder, rng *rand.Rand, n int) (float64, error) {
-	var ids []int64
-	rows, err := pool.Query(ctx, "SELECT id FROM "+schema+".chunks")
-	if err != nil {
-		return 0, err
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return 0, err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil || len(ids) == 0 {
+func uniformShareOver(ctx context.Context, st *sink.Store, probe pipeline.Embedder, rng *rand.Rand, n int) (float64, error) {
+	ids, err := st.ChunkIDs(ctx)
+	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
 	pick := make([]int64, 0, n)
 	for range n {
 		pick = append(pick, ids[rng.IntN(len(ids))])
 	}
-	dists, err := distances(ctx, pool, "SELECT text, embedding FROM "+schema+".chunks WHERE id = ANY($1)", probe, pick)
+	dists, err := distances(ctx, st, pick, probe)
 	if err != nil {
 		return 0, err
 	}
@@ -241,27 +226,17 @@ func uniformShareOver(ctx context.Context, pool *pgxpool.Pool, schema string, pr
 	return float64(over) / float64(max(len(dists), 1)), nil
 }
 
-func allDistances(ctx context.Context, pool *pgxpool.Pool, schema string, probe pipeline.Embedder) ([]float64, error) {
-	return distances(ctx, pool, "SELECT text, embedding FROM "+schema+".chunks", probe)
-}
-
-func distances(ctx context.Context, pool *pgxpool.Pool, sql string, probe pipeline.Embedder, args ...any) ([]float64, error) {
-	rows, err := pool.Query(ctx, sql, args...)
+// distances re-embeds the chunks with the given ids (every chunk when
+// nil) and returns each stored vector's cosine distance from the fresh one.
+func distances(ctx context.Context, st *sink.Store, ids []int64, probe pipeline.Embedder) ([]float64, error) {
+	stored, err := st.ChunkVectors(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	var texts []string
-	var vecs [][]float32
-	for rows.Next() {
-		var t string
-		var v pgvector.Vector
-		if err := rows.Scan(&t, &v); err != nil {
-			return nil, err
-		}
-		texts, vecs = append(texts, t), append(vecs, v.Slice())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	texts := make([]string, len(stored))
+	vecs := make([][]float32, len(stored))
+	for i, c := range stored {
+		texts[i], vecs[i] = c.Text, c.Vector
 	}
 	fresh, err := embedAll(ctx, probe, texts)
 	if err != nil {

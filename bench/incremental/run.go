@@ -143,7 +143,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 		} else {
 			// The updates run in segments of source time with the
 			// repayment of reuse debt between them.
-			snap, res.Debt, err = replayRepaying(ctx, cfg, updEvs, nInit, split, emb, ops, mainStore, mainPool, mainSchema, probeSrv.Embedder, logger)
+			snap, res.Debt, err = replayRepaying(ctx, cfg, updEvs, nInit, split, emb, ops, mainStore, probeSrv.Embedder, logger)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", phaseNames[i], err)
@@ -227,7 +227,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	// window; then every stored vector is measured.
 	t = time.Now()
 	res.Debt.RecallBeforeRepay = res.Recall.Ragsync
-	if err := finishWindow(ctx, cfg, mainStore, mainPool, mainSchema, emb, probeSrv.Embedder, res.Debt, logger); err != nil {
+	if err := finishWindow(ctx, cfg, mainStore, emb, probeSrv.Embedder, res.Debt, logger); err != nil {
 		return nil, fmt.Errorf("final repayment: %w", err)
 	}
 	lap("final_window", t)
