@@ -25,6 +25,15 @@ type CoalesceConfig struct {
 	// client's Config does. Default to 256 and 250000.
 	MaxBatchInputs int
 	MaxBatchTokens int
+	// Keep, when set, receives every answered request's distinct texts and
+	// their vectors before the callers do and before the request's slot is
+	// freed. A backfill keeps them in the embedding cache this way: the
+	// answers a crash can lose are then at most the MaxInFlight requests
+	// being sent or kept, however long the documents that asked for them
+	// wait for the index afterwards. Its error is not the callers': they
+	// get their vectors regardless (their own write caches them too), and
+	// the failure is counted in CoalesceStats.KeepFailures.
+	Keep func(ctx context.Context, texts []string, vecs [][]float32) error
 }
 
 func (c CoalesceConfig) withDefaults() CoalesceConfig {
@@ -73,7 +82,7 @@ type Coalescer struct {
 	queue  []*part
 	closed bool
 
-	calls, requests, inputs, shared atomic.Int64
+	calls, requests, inputs, shared, keepFailures atomic.Int64
 }
 
 // part is a run of one call's texts that fits one request alone.
@@ -324,6 +333,11 @@ func (co *Coalescer) send(batch []*part) {
 	if err == nil && len(vecs) != len(texts) {
 		err = &ResponseError{Model: co.client.Model(), Reason: fmt.Sprintf("%d vectors for %s", len(vecs), inputs(len(texts)))}
 	}
+	if err == nil && co.cfg.Keep != nil {
+		if kerr := co.cfg.Keep(ctx, texts, vecs); kerr != nil {
+			co.keepFailures.Add(1)
+		}
+	}
 	if err == nil {
 		handed := make([]bool, len(texts))
 		for k, p := range batch {
@@ -398,9 +412,11 @@ type CoalesceStats struct {
 	// Shared counts texts that did not need an input of their own: the
 	// same text was already in the request for another call.
 	Shared int64
+	// KeepFailures counts answered requests whose Keep returned an error.
+	KeepFailures int64
 }
 
 // Stats returns a snapshot of the counters.
 func (co *Coalescer) Stats() CoalesceStats {
-	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load(), Shared: co.shared.Load()}
+	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load(), Shared: co.shared.Load(), KeepFailures: co.keepFailures.Load()}
 }

@@ -394,3 +394,59 @@ func TestCoalescerInputErrorOutsideTheRequest(t *testing.T) {
 	}
 	require.LessOrEqual(t, c.calls.Load(), int32(2), "one request, or two if the calls did not meet")
 }
+
+// TestCoalescerKeepsAnswersBeforeFreeingTheSlot pins what a crash can cost
+// when every answer is kept (CoalesceConfig.Keep): the answer reaches Keep
+// before any caller, and the request's slot stays taken until Keep has
+// returned, so answers that are neither kept nor in flight cannot pile up
+// however slowly the callers go on. A Keep that fails is counted and does
+// not fail the callers.
+func TestCoalescerKeepsAnswersBeforeFreeingTheSlot(t *testing.T) {
+	t.Parallel()
+	keepIn := make(chan []string, 8)
+	release := make(chan struct{})
+	var fail atomic.Bool
+	var kept sync.Map
+	keep := func(_ context.Context, texts []string, vecs [][]float32) error {
+		keepIn <- texts
+		<-release
+		for i, t := range texts {
+			kept.Store(t, vecs[i])
+		}
+		if fail.Load() {
+			return errors.New("cache unavailable")
+		}
+		return nil
+	}
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 1, MaxBatchInputs: 4, Linger: time.Millisecond, Keep: keep}, nil)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // runs before the coalescer's Close, which waits for Keep
+
+	first, second := docTexts(1, 4), docTexts(2, 4)
+	got := make(chan callResult, 2)
+	go func() { v, err := co.Embed(t.Context(), first); got <- callResult{doc: 1, vecs: v, err: err} }()
+	require.Equal(t, first, <-keepIn, "the answer goes to Keep")
+	go func() { v, err := co.Embed(t.Context(), second); got <- callResult{doc: 2, vecs: v, err: err} }()
+	require.Eventually(t, func() bool { return co.Stats().Calls == 2 }, 10*time.Second, time.Millisecond)
+	// While Keep holds the only slot, no caller has its vectors and no
+	// second request has gone out.
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, got, "no caller is answered before its answer is kept")
+	require.Equal(t, []int{4}, b.srv.BatchSizes(), "the slot is not freed while Keep runs")
+
+	fail.Store(true)
+	free()
+	for range 2 {
+		r := <-got
+		require.NoError(t, r.err, "a failed Keep does not fail the callers")
+		texts := map[int][]string{1: first, 2: second}[r.doc]
+		requireOwnVectors(t, texts, r.vecs)
+		for i, text := range texts {
+			v, ok := kept.Load(text)
+			require.True(t, ok, "every answered text was kept")
+			require.Equal(t, r.vecs[i], v)
+		}
+	}
+	require.Equal(t, int64(2), co.Stats().KeepFailures)
+}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragsync/ragsync/chunker"
 )
 
 // cacheEntry is one vector for the embedding cache: the key it is cached
@@ -90,6 +92,19 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 		return fmt.Errorf("cache %d vectors: %w", len(hashes), classify(err, s.cfg.Schema))
 	}
 	return nil
+}
+
+// CacheTexts is CacheVectors keyed by the texts themselves: each vector is
+// cached under chunker.Hash of its text, the content hash the chunker gives
+// a chunk of that text. It is for a writer that sees embedded texts without
+// their chunks, such as a request coalescer keeping every answer as it
+// arrives (see embedder.CoalesceConfig.Keep).
+func (s *Store) CacheTexts(ctx context.Context, texts []string, vecs [][]float32) error {
+	hashes := make([]string, len(texts))
+	for i, t := range texts {
+		hashes[i] = chunker.Hash(t)
+	}
+	return s.CacheVectors(ctx, hashes, texts, vecs)
 }
 
 // Cached reports which of hashes have a vector in the embedding cache for

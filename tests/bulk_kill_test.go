@@ -19,18 +19,11 @@ import (
 // TestBulkBackfillKilledMidPagePaysOnlyInFlight SIGKILLs a bulk backfill of
 // 3,000 rows in the middle of its first page (pages of 500 rows: nothing is
 // flushed or checkpointed yet), resumes it, and counts the embedding inputs
-// against a clean run's. The bulk path caches each document's vectors as
-// it is embedded, so the resumed run re-embeds only what was in flight at
-// the kill: at most max_requests_in_flight × max_batch_inputs inputs, and
+// against a clean run's. Every answered embedding request is cached before
+// its slot is freed, so the resumed run re-embeds only what was in flight
+// at the kill, however many documents were still waiting for the index: at most max_requests_in_flight × max_batch_inputs inputs, and
 // at most 5% more than a clean run.
 func TestBulkBackfillKilledMidPagePaysOnlyInFlight(t *testing.T) {
-	// KNOWN REGRESSION, skipped so the rest of the suite gates: with the
-	// continuous pipeline, a bulk backfill killed mid-page re-embeds every
-	// input it had sent (about 510 extra of 9,000 against the 256 in
-	// flight allowed): the vectors answered before the kill are not found
-	// by the resumed run. The promise "a re-read page costs no embedding
-	// calls" does not hold until this passes again.
-	t.Skip("known regression: a killed bulk backfill re-embeds what it had sent; see the comment above")
 	const rows, inFlight, batchInputs = 3000, 4, 64
 	w := newBackfillWorld(t, rows)
 	// Slow answers, so that the kill lands with requests in flight.

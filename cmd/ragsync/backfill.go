@@ -182,15 +182,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
 	// The store is the vector cache (except for the dry run, which writes
-	// nothing): each slice of new vectors is cached as soon as it is
-	// embedded, so a kill loses no embedding of the pages read ahead of the
-	// last checkpoint; the bulk sink takes them from the cache.
+	// nothing): every answered request's vectors are cached as they arrive,
+	// before the request's slot is freed, so a kill loses at most the
+	// requests in flight, however many documents wait for the index (a
+	// page of rows outruns the index writes when the provider is fast);
+	// the resumed run and the bulk sink take them from the cache.
 	var store *sink.Store
 	if !f.dryRun {
 		store = ix.st
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
-		co, stop, err := pipelineEmbedder(cfg, emb, nil)
+		co, stop, err := pipelineEmbedder(cfg, emb, nil, ix.st.CacheTexts)
 		if err != nil {
 			return err
 		}

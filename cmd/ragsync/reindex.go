@@ -205,8 +205,10 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 	if err != nil {
 		return 0, nil, err
 	}
-	// Documents share embedding requests, as serve's changes do.
-	emb, stopEmb, err := pipelineEmbedder(cfg, ix.emb, nil)
+	// Documents share embedding requests, as serve's changes do, and every
+	// answer is cached as it arrives, so a killed reindex pays again for
+	// at most the requests in flight.
+	emb, stopEmb, err := pipelineEmbedder(cfg, ix.emb, nil, ix.st.CacheTexts)
 	if err != nil {
 		return 0, nil, err
 	}

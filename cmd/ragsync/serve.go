@@ -198,7 +198,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		logger.Info("front door bloom filters rebuilt", "documents", n)
 		snk = frontDoorSink{Sink: st, changes: fd.fd.Changes()}
 	}
-	pemb, stopEmb, err := pipelineEmbedder(cfg, emb, reg)
+	pemb, stopEmb, err := pipelineEmbedder(cfg, emb, reg, nil)
 	if err != nil {
 		return err
 	}
