@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 // ReplayPath is the file `ragsync dlq replay` moves the dead letters of
@@ -47,7 +48,7 @@ func (s *Source) replay(ctx context.Context) error {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		m := cdc.ParseLine(sc.Bytes(), line)
+		m := file.ParseLine(sc.Bytes(), line)
 		dec := json.NewDecoder(bytes.NewReader(m.Value))
 		dec.UseNumber()
 		var ch cdc.Change

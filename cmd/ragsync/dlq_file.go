@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 )
 
@@ -35,7 +35,7 @@ func fileDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error {
 		if cfg.Source.File.Path == "" {
 			return errors.New("dlq replay: source.file.path is empty; set it to the file to replay into")
 		}
-		n, err := cdc.FileDLQReplay(path, cfg.Source.File.Path)
+		n, err := file.DLQReplay(path, cfg.Source.File.Path)
 		if err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func postgresDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) err
 		return listFileDLQ(cmd, path, f)
 	case "replay":
 		to := pgrepl.ReplayPath(path)
-		n, err := cdc.FileDLQReplay(path, to)
+		n, err := file.DLQReplay(path, to)
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func postgresDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) err
 
 // purgeFileDLQ empties a dead-letter file.
 func purgeFileDLQ(cmd *cobra.Command, path string) error {
-	n, err := cdc.FileDLQPurge(path)
+	n, err := file.DLQPurge(path)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func purgeFileDLQ(cmd *cobra.Command, path string) error {
 func listFileDLQ(cmd *cobra.Command, path string, f *dlqFlags) error {
 	out := cmd.OutOrStdout()
 	{ // one block, so the list reads as it did inside fileDLQ's switch
-		dls, err := cdc.FileDLQList(path, f.n)
+		dls, err := file.DLQList(path, f.n)
 		if err != nil {
 			return err
 		}

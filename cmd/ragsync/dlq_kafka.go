@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 )
 
 // kafkaDLQ works on the CDC dead-letter topic(s): dlq.topic, or
@@ -22,7 +22,7 @@ func kafkaDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error 
 	if cfg.DLQ.Topic == "" {
 		topics = topics[:0]
 		for _, t := range k.Topics {
-			topics = append(topics, t+cdc.DLQSuffix)
+			topics = append(topics, t+kafka.DLQSuffix)
 		}
 	}
 	if len(topics) == 0 {
@@ -39,7 +39,7 @@ func kafkaDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error 
 	for _, t := range topics {
 		switch action {
 		case "list":
-			dls, err := cdc.DLQList(ctx, cl, t, f.n)
+			dls, err := kafka.DLQList(ctx, cl, t, f.n)
 			if err != nil {
 				return err
 			}
@@ -63,13 +63,13 @@ func kafkaDLQ(cmd *cobra.Command, cfg Config, f *dlqFlags, action string) error 
 					d.OrigTopic, d.OrigPartition, d.OrigOffset, d.ErrorClass, d.ErrorMessage)
 			}
 		case "replay":
-			n, err := cdc.DLQReplay(ctx, cl, t, "")
+			n, err := kafka.DLQReplay(ctx, cl, t, "")
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "%s: replayed %d record(s) to their original topics\n", t, n)
 		case "purge":
-			n, err := cdc.DLQPurge(ctx, cl, t)
+			n, err := kafka.DLQPurge(ctx, cl, t)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package cdc
+package file
 
 import (
 	"bufio"
@@ -10,34 +10,34 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/ragsync/ragsync/cdc"
 )
 
-// FileDLQList returns up to n dead letters of the file source's dead-letter
+// DLQList returns up to n dead letters of the file source's dead-letter
 // file (n <= 0: all), oldest first. A DeadLetter's Offset is its line in
 // that file and Timestamp the __connect.errors.timestamp header. A file that
 // does not exist holds no dead letters.
-func FileDLQList(path string, n int) ([]DeadLetter, error) {
-	var out []DeadLetter
-	err := readDLQFile(path, func(m Message) bool {
+func DLQList(path string, n int) ([]cdc.DeadLetter, error) {
+	var out []cdc.DeadLetter
+	err := readDLQFile(path, func(m cdc.Message) bool {
 		out = append(out, fileDeadLetter(m))
 		return n <= 0 || len(out) < n
 	})
 	return out, err
 }
 
-// FileDLQReplay appends every dead letter of dlqPath to the source file
+// DLQReplay appends every dead letter of dlqPath to the source file
 // toPath without the reason headers — the message as it was read — and then
 // empties dlqPath, so a second replay adds nothing. A serve following toPath
 // picks them up; serve --once replays the whole file, where version fencing
 // makes the lines applied before no-ops. It returns how many it replayed.
-func FileDLQReplay(dlqPath, toPath string) (int, error) {
+func DLQReplay(dlqPath, toPath string) (int, error) {
 	var lines [][]byte
 	var encErr error
-	err := readDLQFile(dlqPath, func(m Message) bool {
-		var hs []Header
+	err := readDLQFile(dlqPath, func(m cdc.Message) bool {
+		var hs []cdc.Header
 		for _, h := range m.Headers {
-			if !isReasonHeader(h.Key) {
+			if !cdc.IsReasonHeader(h.Key) {
 				hs = append(hs, h)
 			}
 		}
@@ -61,11 +61,11 @@ func FileDLQReplay(dlqPath, toPath string) (int, error) {
 	return len(lines), nil
 }
 
-// FileDLQPurge empties the dead-letter file and returns how many dead
+// DLQPurge empties the dead-letter file and returns how many dead
 // letters it held.
-func FileDLQPurge(path string) (int, error) {
+func DLQPurge(path string) (int, error) {
 	n := 0
-	if err := readDLQFile(path, func(Message) bool { n++; return true }); err != nil || n == 0 {
+	if err := readDLQFile(path, func(cdc.Message) bool { n++; return true }); err != nil || n == 0 {
 		return 0, err
 	}
 	if err := os.Truncate(path, 0); err != nil {
@@ -76,7 +76,7 @@ func FileDLQPurge(path string) (int, error) {
 
 // readDLQFile calls fn with each line's message, in order, until fn
 // returns false. A missing file has no lines.
-func readDLQFile(path string, fn func(Message) bool) error {
+func readDLQFile(path string, fn func(cdc.Message) bool) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -108,14 +108,10 @@ func readDLQFile(path string, fn func(Message) bool) error {
 }
 
 // fileDeadLetter parses the reason headers of one dead-letter line.
-func fileDeadLetter(m Message) DeadLetter {
-	r := &kgo.Record{Partition: 0, Offset: m.Offset, Key: m.Key, Value: m.Value}
+func fileDeadLetter(m cdc.Message) cdc.DeadLetter {
+	d := cdc.NewDeadLetter(cdc.Message{Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: m.Headers})
 	for _, h := range m.Headers {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	d := deadLetterOf(r)
-	for _, h := range m.Headers {
-		if h.Key == HeaderErrTimestamp {
+		if h.Key == cdc.HeaderErrTimestamp {
 			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
 				d.Timestamp = time.UnixMilli(ms)
 			}

@@ -1,17 +1,16 @@
-package cdc
+package kafka
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // DLQReplayGroup is the consumer group whose committed offsets on a
@@ -19,67 +18,19 @@ import (
 // re-inject what the first one did.
 const DLQReplayGroup = "ragsync-dlq-replay"
 
-// DeadLetter is one record of a Kafka dead-letter topic, with the reason
-// headers (Kafka Connect's __connect.errors.*) parsed out.
-type DeadLetter struct {
-	Partition int32
-	Offset    int64
-	Timestamp time.Time
-	Key       []byte
-	Value     []byte
-	// Headers are all of the record's headers, reason headers included.
-	Headers []Header
-	// OrigTopic, OrigPartition and OrigOffset say where the message came
-	// from; OrigPartition and OrigOffset are -1 when the headers lack them.
-	OrigTopic     string
-	OrigPartition int32
-	OrigOffset    int64
-	ErrorClass    string
-	ErrorMessage  string
-}
-
-func deadLetterOf(r *kgo.Record) DeadLetter {
-	d := DeadLetter{Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value,
-		OrigPartition: -1, OrigOffset: -1}
-	for _, h := range r.Headers {
-		d.Headers = append(d.Headers, Header{Key: h.Key, Value: h.Value})
-		v := string(h.Value)
-		switch h.Key {
-		case HeaderErrTopic:
-			d.OrigTopic = v
-		case HeaderErrPartition:
-			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
-				d.OrigPartition = int32(p)
-			}
-		case HeaderErrOffset:
-			if o, err := strconv.ParseInt(v, 10, 64); err == nil {
-				d.OrigOffset = o
-			}
-		case HeaderErrClass:
-			d.ErrorClass = v
-		case HeaderErrMessage:
-			d.ErrorMessage = v
-		}
-	}
-	return d
-}
-
-// isReasonHeader reports the headers ragsync (or Kafka Connect) added when
-// dead-lettering; replay strips them so the message is what was consumed.
-func isReasonHeader(k string) bool {
-	return strings.HasPrefix(k, "__connect.errors.") || k == HeaderVersion
-}
+// deadLetterOf reads a record of a dead-letter topic.
+func deadLetterOf(r *kgo.Record) cdc.DeadLetter { return cdc.NewDeadLetter(messageOf(r)) }
 
 // DLQList returns up to n dead letters of topic from its start (n <= 0: all),
 // ordered by partition then offset. cl must be a plain client (no consumer
 // group or consume options): a sibling reader is built from its options.
-func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]DeadLetter, error) {
+func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]cdc.DeadLetter, error) {
 	adm := kadm.NewClient(cl)
 	starts, ends, err := dlqBounds(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
-	var out []DeadLetter
+	var out []cdc.DeadLetter
 	err = readRange(ctx, cl, topic, starts, ends, func(rs []*kgo.Record) (bool, error) {
 		for _, r := range rs {
 			out = append(out, deadLetterOf(r))
@@ -134,11 +85,11 @@ func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (i
 				to = deadLetterOf(r).OrigTopic
 			}
 			if to == "" {
-				return false, fmt.Errorf("replay %s/%d@%d: no %s header; pass the topic to replay to", dlqTopic, r.Partition, r.Offset, HeaderErrTopic)
+				return false, fmt.Errorf("replay %s/%d@%d: no %s header; pass the topic to replay to", dlqTopic, r.Partition, r.Offset, cdc.HeaderErrTopic)
 			}
 			nr := &kgo.Record{Topic: to, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 			for _, h := range r.Headers {
-				if !isReasonHeader(h.Key) {
+				if !cdc.IsReasonHeader(h.Key) {
 					nr.Headers = append(nr.Headers, h)
 				}
 			}
