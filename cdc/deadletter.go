@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -114,4 +115,22 @@ func NewDeadLetter(m Message) DeadLetter {
 // dead-lettering; replay strips them so the message is what was consumed.
 func IsReasonHeader(k string) bool {
 	return strings.HasPrefix(k, "__connect.errors.") || k == HeaderVersion
+}
+
+// DeadLetterStore is where one transport keeps its dead letters for the
+// operator: a Kafka dead-letter topic, the file source's dead-letter file,
+// the Postgres source's. `ragsync dlq` picks the store from the
+// configuration and drives it; each transport implements it in its room.
+type DeadLetterStore interface {
+	// List returns up to n dead letters (n <= 0: all), oldest first (for
+	// a topic, by partition then offset). A store that does not exist yet
+	// may hold none, or be an error, as the transport decides.
+	List(ctx context.Context, n int) ([]DeadLetter, error)
+	// Replay hands every dead letter not replayed before back to the
+	// transport once, as it was consumed (the reason headers removed),
+	// and returns how many it replayed.
+	Replay(ctx context.Context) (int, error)
+	// Purge deletes every dead letter and returns how many it deleted.
+	// What is purged cannot be replayed.
+	Purge(ctx context.Context) (int64, error)
 }

@@ -198,7 +198,7 @@ func TestPoisonMessages(t *testing.T) {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	letters, err := kafka.DLQList(ctx, adm, faultTopic+kafka.DLQSuffix, 0)
+	letters, err := kafka.NewDeadLetterTopic(adm, faultTopic+kafka.DLQSuffix, "").List(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, letters, len(poison))
 	for i, d := range letters {

@@ -98,7 +98,7 @@ func TestMisbehavingProvider(t *testing.T) {
 			}
 			require.Equal(t, wantApplied, storedDocs(t, e.schema))
 			var dead []string
-			letters, err := file.DLQList(events+".dlq.jsonl", 0)
+			letters, err := file.NewDeadLetterFile(events+".dlq.jsonl", "").List(t.Context(), 0)
 			require.NoError(t, err)
 			for _, d := range letters {
 				dead = append(dead, string(d.Key))

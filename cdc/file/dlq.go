@@ -3,6 +3,7 @@ package file
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,11 +14,33 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 )
 
-// DLQList returns up to n dead letters of the file source's dead-letter
-// file (n <= 0: all), oldest first. A DeadLetter's Offset is its line in
-// that file and Timestamp the __connect.errors.timestamp header. A file that
-// does not exist holds no dead letters.
-func DLQList(path string, n int) ([]cdc.DeadLetter, error) {
+// DeadLetterFile is a dead-letter file (what DeadLetters writes) as a
+// cdc.DeadLetterStore.
+type DeadLetterFile struct {
+	path, replayTo string
+}
+
+var _ cdc.DeadLetterStore = (*DeadLetterFile)(nil)
+
+// NewDeadLetterFile works on the dead-letter file path. Replay appends its
+// dead letters to replayTo: the file source's file, or a queue another
+// transport reads (the Postgres source's, see cdc/pgrepl).
+func NewDeadLetterFile(path, replayTo string) *DeadLetterFile {
+	return &DeadLetterFile{path: path, replayTo: replayTo}
+}
+
+// Path is the dead-letter file.
+func (d *DeadLetterFile) Path() string { return d.path }
+
+// ReplayTo is the file Replay appends to.
+func (d *DeadLetterFile) ReplayTo() string { return d.replayTo }
+
+// List returns up to n dead letters of the file (n <= 0: all), oldest
+// first. A DeadLetter's Offset is its line in that file and Timestamp the
+// __connect.errors.timestamp header. A file that does not exist holds no
+// dead letters.
+func (d *DeadLetterFile) List(_ context.Context, n int) ([]cdc.DeadLetter, error) {
+	path := d.path
 	var out []cdc.DeadLetter
 	err := readDLQFile(path, func(m cdc.Message) bool {
 		out = append(out, fileDeadLetter(m))
@@ -26,12 +49,17 @@ func DLQList(path string, n int) ([]cdc.DeadLetter, error) {
 	return out, err
 }
 
-// DLQReplay appends every dead letter of dlqPath to the source file
-// toPath without the reason headers — the message as it was read — and then
-// empties dlqPath, so a second replay adds nothing. A serve following toPath
-// picks them up; serve --once replays the whole file, where version fencing
-// makes the lines applied before no-ops. It returns how many it replayed.
-func DLQReplay(dlqPath, toPath string) (int, error) {
+// Replay appends every dead letter of the file to the replay file without
+// the reason headers — the message as it was read — and then empties the
+// dead-letter file, so a second replay adds nothing. A serve following the
+// replay file picks them up; serve --once replays the whole file, where
+// version fencing makes the lines applied before no-ops. It returns how
+// many it replayed.
+func (d *DeadLetterFile) Replay(_ context.Context) (int, error) {
+	dlqPath, toPath := d.path, d.replayTo
+	if toPath == "" {
+		return 0, fmt.Errorf("replay %s: no file to replay into", dlqPath)
+	}
 	var lines [][]byte
 	var encErr error
 	err := readDLQFile(dlqPath, func(m cdc.Message) bool {
@@ -61,10 +89,11 @@ func DLQReplay(dlqPath, toPath string) (int, error) {
 	return len(lines), nil
 }
 
-// DLQPurge empties the dead-letter file and returns how many dead
-// letters it held.
-func DLQPurge(path string) (int, error) {
-	n := 0
+// Purge empties the dead-letter file and returns how many dead letters it
+// held.
+func (d *DeadLetterFile) Purge(_ context.Context) (int64, error) {
+	path := d.path
+	var n int64
 	if err := readDLQFile(path, func(cdc.Message) bool { n++; return true }); err != nil || n == 0 {
 		return 0, err
 	}

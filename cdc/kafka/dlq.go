@@ -14,17 +14,45 @@ import (
 )
 
 // DLQReplayGroup is the consumer group whose committed offsets on a
-// dead-letter topic mark how far DLQReplay got, so a second replay does not
+// dead-letter topic mark how far DeadLetterTopic.Replay got, so a second replay does not
 // re-inject what the first one did.
 const DLQReplayGroup = "ragsync-dlq-replay"
 
 // deadLetterOf reads a record of a dead-letter topic.
 func deadLetterOf(r *kgo.Record) cdc.DeadLetter { return cdc.NewDeadLetter(messageOf(r)) }
 
-// DLQList returns up to n dead letters of topic from its start (n <= 0: all),
-// ordered by partition then offset. cl must be a plain client (no consumer
-// group or consume options): a sibling reader is built from its options.
-func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]cdc.DeadLetter, error) {
+// Dial connects a plain client to brokers (no consumer group or consume
+// options), the kind a DeadLetterTopic needs. Close it when done.
+func Dial(brokers []string) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(brokers...))
+}
+
+// DeadLetterTopic is a dead-letter topic as a cdc.DeadLetterStore.
+type DeadLetterTopic struct {
+	cl       *kgo.Client
+	topic    string
+	replayTo string
+}
+
+var _ cdc.DeadLetterStore = (*DeadLetterTopic)(nil)
+
+// NewDeadLetterTopic works on the dead-letter topic topic through cl, which
+// must be a plain client (no consumer group or consume options, see Dial):
+// readers are built from its options. Replay re-produces to replayTo, or,
+// when it is empty, to each record's original topic (its
+// __connect.errors.topic header).
+func NewDeadLetterTopic(cl *kgo.Client, topic, replayTo string) *DeadLetterTopic {
+	return &DeadLetterTopic{cl: cl, topic: topic, replayTo: replayTo}
+}
+
+// Topic is the dead-letter topic.
+func (d *DeadLetterTopic) Topic() string { return d.topic }
+
+// List returns up to n dead letters of the topic from its start (n <= 0:
+// all), ordered by partition then offset. A topic that does not exist is
+// an error.
+func (d *DeadLetterTopic) List(ctx context.Context, n int) ([]cdc.DeadLetter, error) {
+	cl, topic := d.cl, d.topic
 	adm := kadm.NewClient(cl)
 	starts, ends, err := dlqBounds(ctx, adm, topic)
 	if err != nil {
@@ -52,15 +80,16 @@ func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]cdc.De
 	return out, nil
 }
 
-// DLQReplay re-produces every dead letter of dlqTopic not replayed before to
-// toTopic (empty: each record's original topic, from its
+// Replay re-produces every dead letter of the topic not replayed before to
+// the replay topic (empty: each record's original topic, from its
 // __connect.errors.topic header) with its original key, value and headers,
 // the reason headers removed. After each produced batch it commits the
-// DLQReplayGroup offsets on dlqTopic, so a replay that is interrupted or run
-// twice never re-injects a record twice (at-least-once for a batch cut by a
-// crash; the version-fenced apply makes that harmless). It returns how many
-// records were replayed. cl must be a plain client, as for DLQList.
-func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (int, error) {
+// DLQReplayGroup offsets on the dead-letter topic, so a replay that is
+// interrupted or run twice never re-injects a record twice (at-least-once
+// for a batch cut by a crash; the version-fenced apply makes that
+// harmless). It returns how many records were replayed.
+func (d *DeadLetterTopic) Replay(ctx context.Context) (int, error) {
+	cl, dlqTopic, toTopic := d.cl, d.topic, d.replayTo
 	adm := kadm.NewClient(cl)
 	starts, ends, err := dlqBounds(ctx, adm, dlqTopic)
 	if err != nil {
@@ -110,10 +139,11 @@ func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (i
 	return replayed, err
 }
 
-// DLQPurge deletes every record of topic up to its current end (Kafka
+// Purge deletes every record of the topic up to its current end (Kafka
 // DeleteRecords) and returns how many it deleted. The topic itself stays.
-func DLQPurge(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
-	adm := kadm.NewClient(cl)
+func (d *DeadLetterTopic) Purge(ctx context.Context) (int64, error) {
+	topic := d.topic
+	adm := kadm.NewClient(d.cl)
 	starts, ends, err := dlqBounds(ctx, adm, topic)
 	if err != nil {
 		return 0, err

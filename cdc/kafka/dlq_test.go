@@ -59,7 +59,7 @@ func consumeAll(t *testing.T, cl *kgo.Client, topic string, want int) []*kgo.Rec
 
 func TestDLQList(t *testing.T) {
 	cl, topic, dlq := dlqSetup(t, 5)
-	all, err := kafka.DLQList(t.Context(), cl, dlq, 0)
+	all, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Len(t, all, 5)
 	for _, d := range all {
@@ -69,20 +69,20 @@ func TestDLQList(t *testing.T) {
 		require.GreaterOrEqual(t, d.OrigOffset, int64(100))
 		require.Contains(t, string(d.Value), `{"bad":`)
 	}
-	two, err := kafka.DLQList(t.Context(), cl, dlq, 2)
+	two, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 2)
 	require.NoError(t, err)
 	require.Len(t, two, 2)
 
 	plain, err := kgo.NewClient(kgo.SeedBrokers(cl.OptValue(kgo.SeedBrokers).([]string)...))
 	require.NoError(t, err)
 	defer plain.Close()
-	_, err = kafka.DLQList(t.Context(), plain, "no-such-topic", 0)
+	_, err = kafka.NewDeadLetterTopic(plain, "no-such-topic", "").List(t.Context(), 0)
 	require.Error(t, err, "a missing topic is an error, not an empty list")
 }
 
 func TestDLQReplayOnceThenNothing(t *testing.T) {
 	cl, topic, dlq := dlqSetup(t, 4)
-	n, err := kafka.DLQReplay(t.Context(), cl, dlq, "")
+	n, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 
@@ -95,7 +95,7 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 	}
 
 	// The replay group's offsets make a second replay a no-op…
-	n, err = kafka.DLQReplay(t.Context(), cl, dlq, "")
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n)
 
@@ -104,7 +104,7 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 	require.NoError(t, dl.Put(t.Context(), cdc.Message{Topic: topic, Value: []byte("late")}, errors.New("boom")))
 	other := "replay-target"
 	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: other, Value: []byte("seed")}).FirstErr())
-	n, err = kafka.DLQReplay(t.Context(), cl, dlq, other)
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, other).Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	got := consumeAll(t, cl, other, 2)
@@ -115,23 +115,23 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 func TestDLQReplayWithoutOriginTopicFails(t *testing.T) {
 	cl, _, dlq := dlqSetup(t, 0)
 	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: dlq, Value: []byte("x")}).FirstErr())
-	_, err := kafka.DLQReplay(t.Context(), cl, dlq, "")
+	_, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.ErrorContains(t, err, cdc.HeaderErrTopic)
 }
 
 func TestDLQPurge(t *testing.T) {
 	cl, _, dlq := dlqSetup(t, 3)
-	n, err := kafka.DLQPurge(t.Context(), cl, dlq)
+	n, err := kafka.NewDeadLetterTopic(cl, dlq, "").Purge(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
-	left, err := kafka.DLQList(t.Context(), cl, dlq, 0)
+	left, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Empty(t, left)
 	// Purging an empty topic deletes nothing, and replay after purge has nothing.
-	n, err = kafka.DLQPurge(t.Context(), cl, dlq)
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, "").Purge(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n)
-	replayed, err := kafka.DLQReplay(t.Context(), cl, dlq, "")
+	replayed, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, replayed)
 }

@@ -349,7 +349,7 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(ctx, batch.Messages[0], fmt.Errorf("embed: down")))
 	require.NoError(t, batch.Ack(ctx))
 	s.Close()
-	dls, err := file.DLQList(dlq, 0)
+	dls, err := pgrepl.DeadLetterFile(dlq).List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, "embed: down", dls[0].ErrorMessage)
@@ -359,7 +359,7 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 
 	// Replay reads the row again as it is now, at the dead letter's version.
 	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'one, edited' WHERE id = 1`, b.table()))
-	n, err := file.DLQReplay(dlq, pgrepl.ReplayPath(dlq))
+	n, err := pgrepl.DeadLetterFile(dlq).Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	s = b.source(t, cfg)
