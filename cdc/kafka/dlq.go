@@ -14,8 +14,8 @@ import (
 )
 
 // DLQReplayGroup is the consumer group whose committed offsets on a
-// dead-letter topic mark how far DeadLetterTopic.Replay got, so a second replay does not
-// re-inject what the first one did.
+// dead-letter topic mark how far DeadLetterTopic.Replay got, so a second
+// replay does not re-inject what the first one did.
 const DLQReplayGroup = "ragsync-dlq-replay"
 
 // deadLetterOf reads a record of a dead-letter topic.
@@ -44,9 +44,6 @@ var _ cdc.DeadLetterStore = (*DeadLetterTopic)(nil)
 func NewDeadLetterTopic(cl *kgo.Client, topic, replayTo string) *DeadLetterTopic {
 	return &DeadLetterTopic{cl: cl, topic: topic, replayTo: replayTo}
 }
-
-// Topic is the dead-letter topic.
-func (d *DeadLetterTopic) Topic() string { return d.topic }
 
 // List returns up to n dead letters of the topic from its start (n <= 0:
 // all), ordered by partition then offset. A topic that does not exist is
