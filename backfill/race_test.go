@@ -17,12 +17,13 @@ import (
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/embedder"
 )
 
 // stream is the writer's change events as the connector would have
 // produced them, appended in commit order to a JSON Lines file that serve
-// (a pipeline over a following cdc.FileSource) consumes.
+// (a pipeline over a following file.Source) consumes.
 type stream struct {
 	t      *testing.T
 	w      *world
@@ -165,7 +166,7 @@ func raceOnce(t *testing.T, seed uint64) {
 	straddleLSN := change(t, straddle, "UPDATE "+tbl+" SET body = $2, title = $3 WHERE id = $1",
 		straddleID, body(straddleID, rev[straddleID]), fmt.Sprintf("Title %d r%d", straddleID, rev[straddleID]))
 
-	serveSrc, err := cdc.NewFileSource(cdc.FileConfig{Path: s.f.Name(), Follow: true, PollInterval: 10 * time.Millisecond})
+	serveSrc, err := file.NewSource(file.Config{Path: s.f.Name(), Follow: true, PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	defer serveSrc.Close()
 	serve := w.pipeline(serveSrc, emb, st)

@@ -11,12 +11,17 @@
 // changes, heartbeats) come back as a *SkipError; malformed ones as a
 // *DecodeError, which is permanent and names the message's coordinates.
 //
-// Sources hand over batches of messages with an acknowledgement: a Kafka
-// consumer group and a JSON Lines file, whose Debezium messages the Decoder
-// reads, and transports in rooms of their own (cdc/pgrepl streams a
-// Postgres logical replication slot) that build Changes themselves with
-// LookupTable, RowKey, TableName and ParseJSON, so their documents get the
-// ids and values Debezium's events would give them.
+// Sources hand over batches of messages (Batch) with an acknowledgement.
+// Each transport is a room of its own: cdc/kafka (a consumer group) and
+// cdc/file (a JSON Lines file) hand over Debezium messages, which the
+// Decoder reads; cdc/pgrepl streams a Postgres logical replication slot and
+// builds Changes itself with LookupTable, RowKey, TableName and ParseJSON,
+// so its documents get the ids and values Debezium's events would give them.
+//
+// A message that cannot be decoded or applied becomes a dead letter: the
+// original bytes with Kafka Connect's reason headers (DeadLetterHeaders),
+// read back as a DeadLetter. Each transport stores its dead letters where
+// it can replay them from.
 //
 // The package must not know about chunks, embeddings or vectors: it stops at
 // the row. What a document's text is, and whether to embed it, is decided

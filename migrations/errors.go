@@ -2,16 +2,11 @@ package migrations
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ragsync/ragsync/internal/fault"
 )
 
 // ErrVectorUnavailable means the Postgres server has no pgvector extension
@@ -21,38 +16,8 @@ var ErrVectorUnavailable = errors.New("the pgvector extension is not available o
 // ErrBadSchema means a schema name is not a plain lower-case identifier.
 var ErrBadSchema = errors.New("schema name must match [a-z_][a-z0-9_]{0,62}")
 
-// Interrupted reports whether err means the connection was lost under a
-// migration rather than that the migration is wrong: the backend was
-// terminated (57P01) or the server is shutting down or starting (57P02,
-// 57P03), a connection exception (class 08), or a reset, refused or closed
-// connection. Such a run can simply be tried again.
-func Interrupted(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if pgconn.SafeToRetry(err) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57P01", "57P02", "57P03":
-			return true
-		}
-		return len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		// goose talks through database/sql, which reports a connection the
-		// server closed under it as these.
-		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
-}
-
 // RetryInterrupted runs fn, a step that is safe to repeat, again while it
-// fails only because the server ended its connection (Interrupted: a
+// fails only because the server ended its connection (fault.Lost: a
 // terminated backend, a restart), for up to 2 minutes with backoff, as Up
 // does for the migrations. Any other error, or ctx ending,
 // returns at once. what names the step in the warning logged per retry;
@@ -61,7 +26,7 @@ func RetryInterrupted(ctx context.Context, logger *slog.Logger, what string, fn 
 	start, wait := time.Now(), 200*time.Millisecond
 	for {
 		err := fn()
-		if err == nil || !Interrupted(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
+		if err == nil || !fault.Lost(err) || time.Since(start) > 2*time.Minute || ctx.Err() != nil {
 			return err
 		}
 		if logger != nil {

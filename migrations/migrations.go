@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/ragsync/ragsync/internal/fault"
 )
 
 // FS holds the goose SQL migrations, applied in file-name order.
@@ -70,7 +72,7 @@ func apply(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.
 		case unreachableSince.IsZero():
 			unreachableSince = time.Now()
 		}
-		if err == nil || !Interrupted(err) || ctx.Err() != nil ||
+		if err == nil || !fault.Lost(err) || ctx.Err() != nil ||
 			(!unreachableSince.IsZero() && time.Since(unreachableSince) > retryFor) {
 			return total, err
 		}

@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"strings"
@@ -17,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/pgtest"
@@ -102,21 +97,4 @@ func TestUpRetriesAfterBackendTerminated(t *testing.T) {
 
 	require.NoError(t, <-done)
 	require.Equal(t, allTables, tables(t, pool, schema))
-}
-
-func TestInterrupted(t *testing.T) {
-	for _, err := range []error{
-		fmt.Errorf("check if table exists: %w; %w", driver.ErrBadConn, sql.ErrConnDone),
-		fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P01"}),
-		fmt.Errorf("x: %w", &pgconn.PgError{Code: "08006"}),
-	} {
-		require.True(t, migrations.Interrupted(err), "%v", err)
-	}
-	for _, err := range []error{
-		fmt.Errorf("x: %w", &pgconn.PgError{Code: "42601"}), // a syntax error is the migration's fault
-		context.Canceled,
-		errors.New("other"),
-	} {
-		require.False(t, migrations.Interrupted(err), "%v", err)
-	}
 }

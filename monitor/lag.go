@@ -8,7 +8,7 @@ import (
 )
 
 // LagSource reports the records behind per topic and partition for the
-// partitions this member is assigned (cdc.KafkaSource.Lag), and the total
+// partitions this member is assigned (Lag of cdc/kafka's Source), and the total
 // partition count of the topics it consumes.
 type LagSource interface {
 	Lag(ctx context.Context) (map[string]map[int32]int64, error)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/monitor"
@@ -97,7 +98,7 @@ func TestEventsNameWorstTraces(t *testing.T) {
 	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
 
 	m := b.monitor(t, monitor.Config{SampleSize: -1, Interval: time.Hour})
-	src, err := cdc.NewKafkaSource(cdc.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "g", StopAtEnd: true})
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "g", StopAtEnd: true})
 	require.NoError(t, err)
 	t.Cleanup(src.Close)
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -71,7 +73,7 @@ func TestSlowDocumentHoldsOnlyItsPartitionsPosition(t *testing.T) {
 		produce(1, id, fmt.Sprintf("Partition one document %d about orchards and their bees.", id))
 	}
 
-	src, err := cdc.NewKafkaSource(cdc.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "slow", MaxPollRecords: 1})
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "slow", MaxPollRecords: 1})
 	require.NoError(t, err)
 	t.Cleanup(src.Close)
 	b := setup(t)
@@ -325,7 +327,7 @@ func TestSourceDecodedMessagesNeedNoPipelineDecoder(t *testing.T) {
 	bad := `{"op":"c","source":{"connector":"postgresql"`
 	line := fmt.Sprintf(`{"key":%s,"value":%s}`, good.Key, good.Value)
 	require.NoError(t, os.WriteFile(path, []byte(line+"\n"+bad+"\n"), 0o600))
-	src, err := cdc.NewFileSource(cdc.FileConfig{Path: path, Decoder: cdc.NewDecoder(cdc.DecoderConfig{})})
+	src, err := file.NewSource(file.Config{Path: path, Decoder: cdc.NewDecoder(cdc.DecoderConfig{})})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.Close() })
 	dlq := &msgDLQ{}

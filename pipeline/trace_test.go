@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/pipeline"
 )
@@ -59,7 +60,7 @@ func TestTracesContinueKafkaTraceparent(t *testing.T) {
 		&kgo.Record{Topic: topic, Key: []byte(`{"id":2}`), Value: []byte(`{not json`),
 			Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + badTID + "-b7ad6b7169203331-01")}}},
 	).FirstErr())
-	src, err := cdc.NewKafkaSource(cdc.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "g", StopAtEnd: true})
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "g", StopAtEnd: true})
 	require.NoError(t, err)
 	t.Cleanup(src.Close)
 

@@ -3,10 +3,8 @@ package sink
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ragsync/ragsync/internal/fault"
 )
 
 // permanentError marks failures that retrying cannot fix: callers find them
@@ -40,39 +38,16 @@ var (
 	ErrInvalidQuery error = &permanentError{"invalid query"}
 )
 
-// Retryable reports whether err is a transient Postgres failure after which
-// the same call may succeed: pgx says nothing reached the server, a
-// serialization failure (40001), a deadlock (40P01), a lock timeout
-// (55P03), a server shutting down or out of connections, or a broken or
-// refused connection. Context cancellation is not retryable.
+// Retryable reports whether err is a transient failure of the index's
+// Postgres after which the same call may succeed: a lost connection or a
+// server that said "not now" (fault.Connection: a serialization failure, a
+// deadlock, a lock timeout, a shutdown, too many connections, a broken or
+// refused connection), or ErrOriginGone. Context cancellation is not
+// retryable.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if errors.Is(err, ErrOriginGone) {
+	if fault.Connection(err) {
 		return true
 	}
-	if pgconn.SafeToRetry(err) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "40001", "40P01", "55P03",
-			"57P01", "57P02", "57P03", // admin/crash shutdown, cannot connect now
-			"53300": // too many connections
-			return true
-		}
-		// Class 08: connection exceptions.
-		return len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+	// Cancellation wins over ErrOriginGone as it does in fault.Connection.
+	return errors.Is(err, ErrOriginGone) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +25,14 @@ func TestRetryable(t *testing.T) {
 		{"lock not available", pg("55P03"), true},
 		{"connection failure", pg("08006"), true},
 		{"admin shutdown", pg("57P01"), true},
+		{"server starting", pg("57P03"), true},
+		{"too many connections", pg("53300"), true},
+		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{"origin gone", fmt.Errorf("chunk 3: %w", ErrOriginGone), true},
+		{"origin gone, but cancelled", errors.Join(ErrOriginGone, context.Canceled), false},
+		{"deadlock, but cancelled", errors.Join(pg("40P01"), context.Canceled), false},
+		{"fatal schema error", fmt.Errorf("x: %w", classify(pg("42P01"), "s")), false},
+		{"data error", fmt.Errorf("x: %w", classify(pg("22021"), "s")), false},
 		{"unique violation", pg("23505"), false},
 		{"undefined table", pg("42P01"), false},
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgxvector "github.com/pgvector/pgvector-go/pgx"
 
+	"github.com/ragsync/ragsync/internal/fault"
 	"github.com/ragsync/ragsync/internal/redact"
 	"github.com/ragsync/ragsync/migrations"
 )
@@ -75,7 +76,7 @@ func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
 		conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 		if err != nil {
 			// Once retrying, a server that is restarting refuses for a while.
-			if !retrying || !migrations.Interrupted(err) || time.Since(start) > ensureVectorRetryFor {
+			if !retrying || !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor {
 				return connectError(safe, cc.Database, err)
 			}
 		} else {
@@ -84,7 +85,7 @@ func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
 			if err == nil {
 				return nil
 			}
-			if !migrations.Interrupted(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
+			if !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
 				return fmt.Errorf("open postgres %s: %w", safe, err)
 			}
 		}

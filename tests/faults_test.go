@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/internal/openaitest"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
@@ -198,7 +198,7 @@ func TestPoisonMessages(t *testing.T) {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	letters, err := cdc.DLQList(ctx, adm, faultTopic+cdc.DLQSuffix, 0)
+	letters, err := kafka.NewDeadLetterTopic(adm, faultTopic+kafka.DLQSuffix, "").List(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, letters, len(poison))
 	for i, d := range letters {

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/internal/openaitest"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
@@ -98,7 +98,7 @@ func TestMisbehavingProvider(t *testing.T) {
 			}
 			require.Equal(t, wantApplied, storedDocs(t, e.schema))
 			var dead []string
-			letters, err := cdc.FileDLQList(events+".dlq.jsonl", 0)
+			letters, err := file.NewDeadLetterFile(events+".dlq.jsonl", "").List(t.Context(), 0)
 			require.NoError(t, err)
 			for _, d := range letters {
 				dead = append(dead, string(d.Key))

@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/openaitest"
@@ -215,7 +216,7 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 		return res, err
 	}
 	defer prod.Close()
-	src, err := cdc.NewKafkaSource(cdc.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
 	if err != nil {
 		return res, err
 	}

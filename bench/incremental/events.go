@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 // event is one line of an edits-* events.jsonl (see the data set's README):
@@ -229,7 +230,7 @@ func (s *memSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	end := min(s.next+s.batch, len(s.lines))
 	msgs := make([]cdc.Message, 0, end-s.next)
 	for i := s.next; i < end; i++ {
-		msgs = append(msgs, cdc.ParseLine(s.lines[i], int64(i+1)))
+		msgs = append(msgs, file.ParseLine(s.lines[i], int64(i+1)))
 	}
 	s.next = end
 	return cdc.Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil

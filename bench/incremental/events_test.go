@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 func strp(s string) *string { return &s }
@@ -68,7 +69,7 @@ func TestToLinesDecode(t *testing.T) {
 	var changes []cdc.Change
 	skipped := 0
 	for i, line := range append(append([][]byte{}, initLines...), updLines...) {
-		ch, err := dec.Decode(cdc.ParseLine(line, int64(i+1)))
+		ch, err := dec.Decode(file.ParseLine(line, int64(i+1)))
 		if errors.Is(err, cdc.ErrSkip) {
 			skipped++
 			continue

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
@@ -345,10 +346,10 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	defer cancel()
 	batch, err := s.Fetch(ctx)
 	require.NoError(t, err)
-	require.NoError(t, cdc.NewFileDeadLetters(dlq, "test").Put(ctx, batch.Messages[0], fmt.Errorf("embed: down")))
+	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(ctx, batch.Messages[0], fmt.Errorf("embed: down")))
 	require.NoError(t, batch.Ack(ctx))
 	s.Close()
-	dls, err := cdc.FileDLQList(dlq, 0)
+	dls, err := pgrepl.DeadLetterFile(dlq).List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, "embed: down", dls[0].ErrorMessage)
@@ -358,7 +359,7 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 
 	// Replay reads the row again as it is now, at the dead letter's version.
 	b.r.Exec(t, fmt.Sprintf(`UPDATE %s SET title = 'one, edited' WHERE id = 1`, b.table()))
-	n, err := cdc.FileDLQReplay(dlq, pgrepl.ReplayPath(dlq))
+	n, err := pgrepl.DeadLetterFile(dlq).Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	s = b.source(t, cfg)

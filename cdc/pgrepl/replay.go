@@ -15,11 +15,22 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 // ReplayPath is the file `ragsync dlq replay` moves the dead letters of
 // dlqPath to, and which the source applies at start.
 func ReplayPath(dlqPath string) string { return dlqPath + ".replay" }
+
+// DeadLetterFile is the Postgres source's dead-letter store: the JSON Lines
+// file dlqPath, each line a change as JSON in the file transport's shape.
+// Its Replay moves the dead letters to ReplayPath(dlqPath), which the
+// source applies when it next starts (each change read again at its own
+// version, so one that a later change superseded is skipped), and then
+// empties.
+func DeadLetterFile(dlqPath string) *file.DeadLetterFile {
+	return file.NewDeadLetterFile(dlqPath, ReplayPath(dlqPath))
+}
 
 // replay hands over the changes queued in ReplayPath(DLQPath) in one batch
 // whose Ack empties the file. Each is the row as the source holds it now,
@@ -47,7 +58,7 @@ func (s *Source) replay(ctx context.Context) error {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		m := cdc.ParseLine(sc.Bytes(), line)
+		m := file.ParseLine(sc.Bytes(), line)
 		dec := json.NewDecoder(bytes.NewReader(m.Value))
 		dec.UseNumber()
 		var ch cdc.Change

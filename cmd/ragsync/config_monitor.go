@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/monitor"
@@ -63,7 +63,7 @@ func (w *monitorWiring) Close() {
 
 // kafkaLag adapts the Kafka source to monitor.LagSource.
 type kafkaLag struct {
-	src    *cdc.KafkaSource
+	src    *kafka.Source
 	topics []string
 }
 
@@ -103,7 +103,7 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 	if o, ok := ix.emb.(*embedder.OpenAI); ok {
 		deps.ModelVersion = o.ReportedModel
 	}
-	if ks, ok := src.(*cdc.KafkaSource); ok {
+	if ks, ok := src.(*kafka.Source); ok {
 		deps.Lag = kafkaLag{src: ks, topics: cfg.Source.Kafka.Topics}
 	}
 	if publish {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/fallback"
 )
 
@@ -96,13 +98,21 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 		return err
 	}
 	if !f.frontdoor {
+		var stores []dlqStore
+		var closeStores func()
 		switch cfg.Source.Kind {
 		case "file":
-			return fileDLQ(cmd, cfg, f, action)
+			stores, closeStores, err = fileDLQ(cfg, action)
 		case "postgres":
-			return postgresDLQ(cmd, cfg, f, action)
+			stores, closeStores, err = postgresDLQ(cfg)
+		default:
+			stores, closeStores, err = kafkaDLQ(cfg)
 		}
-		return kafkaDLQ(cmd, cfg, f, action)
+		if err != nil {
+			return err
+		}
+		defer closeStores()
+		return driveDLQ(cmd, stores, f, action)
 	}
 	ctx := cmd.Context()
 	fcfg := cfg.frontDoorConfig()
@@ -152,6 +162,70 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 		fmt.Fprintf(out, "purged %d dead letter(s)\n", n)
 	default:
 		return errors.New("unknown dlq action " + action)
+	}
+	return nil
+}
+
+// dlqStore is one dead-letter store of the configured source (a topic, a
+// file) and how the dlq command prints what it finds there.
+type dlqStore struct {
+	cdc.DeadLetterStore
+	// name is the topic or file, which starts every line printed.
+	name string
+	// text renders a dead letter for list (without the final newline);
+	// where gives the fields that say where it sits, for list --json.
+	text  func(d cdc.DeadLetter) string
+	where func(d cdc.DeadLetter) map[string]any
+	// replayed says what replay did with n dead letters.
+	replayed func(n int) string
+}
+
+// driveDLQ runs action on each store in turn, printing as it goes.
+func driveDLQ(cmd *cobra.Command, stores []dlqStore, f *dlqFlags, action string) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	for _, s := range stores {
+		switch action {
+		case "list":
+			dls, err := s.List(ctx, f.n)
+			if err != nil {
+				return err
+			}
+			if len(dls) == 0 && !f.asJSON {
+				fmt.Fprintf(out, "%s: no dead letters\n", s.name)
+			}
+			for _, d := range dls {
+				if !f.asJSON {
+					fmt.Fprintln(out, s.text(d))
+					continue
+				}
+				fields := map[string]any{
+					"timestamp": d.Timestamp, "original_topic": d.OrigTopic, "original_partition": d.OrigPartition,
+					"original_offset": d.OrigOffset, "error_class": d.ErrorClass, "error": d.ErrorMessage,
+					"key": string(d.Key), "value_bytes": len(d.Value),
+				}
+				maps.Copy(fields, s.where(d))
+				b, err := json.Marshal(fields)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, string(b))
+			}
+		case "replay":
+			n, err := s.Replay(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, s.replayed(n))
+		case "purge":
+			n, err := s.Purge(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: purged %d record(s)\n", s.name, n)
+		default:
+			return errors.New("unknown dlq action " + action)
+		}
 	}
 	return nil
 }

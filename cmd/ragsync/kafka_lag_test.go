@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/monitor"
@@ -50,7 +50,7 @@ func TestKafkaLagFeedsMonitor(t *testing.T) {
 	}
 	produce(backlog)
 
-	src, err := cdc.NewKafkaSource(cdc.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "lag", MaxPollRecords: 1})
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "lag", MaxPollRecords: 1})
 	require.NoError(t, err)
 	t.Cleanup(src.Close)
 	// One fetch joins the group and takes every partition; nothing is

@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/monitor"
@@ -167,8 +167,8 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return err
 	}
 	defer closeSrc()
-	if ks, ok := src.(*cdc.KafkaSource); ok {
-		reg.MustRegister(cdc.NewLagCollector(ks))
+	if ks, ok := src.(*kafka.Source); ok {
+		reg.MustRegister(kafka.NewLagCollector(ks))
 	}
 	mon, err := startMonitor(ctx, cfg, ix, src, reg, logs, logger, once && !monitorOnce)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -34,7 +34,7 @@ func newPostgresSource(ctx context.Context, cfg Config, once bool, pool *pgxpool
 	if err != nil {
 		return nil, nil, err
 	}
-	return src, cdc.NewFileDeadLetters(postgresDLQPath(cfg), version), nil
+	return src, file.NewDeadLetters(postgresDLQPath(cfg), version), nil
 }
 
 // postgresDLQPath is where the Postgres source's dead letters go: dlq.path,

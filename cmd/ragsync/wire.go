@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/migrations"
@@ -26,10 +28,10 @@ var (
 	_ pipeline.Sink        = (*sink.Store)(nil)
 	_ pipeline.Splitter    = (*chunker.Chunker)(nil)
 	_ pipeline.Decoder     = (*cdc.Decoder)(nil)
-	_ pipeline.Source      = (*cdc.FileSource)(nil)
-	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
-	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
-	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+	_ pipeline.Source      = (*file.Source)(nil)
+	_ pipeline.Source      = (*kafka.Source)(nil)
+	_ pipeline.DeadLetters = (*file.DeadLetters)(nil)
+	_ pipeline.DeadLetters = (*kafka.DeadLetters)(nil)
 	_ pipeline.VectorCache = (*sink.Store)(nil)
 	_ pipeline.Committer   = (*sink.Bulk)(nil)
 )
@@ -179,15 +181,15 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 	case "file":
 		// The source decodes each line (the pipeline's decoder then only
 		// serves messages handed over as bytes).
-		src, err := cdc.NewFileSource(cdc.FileConfig{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once,
+		src, err := file.NewSource(file.Config{Path: cfg.Source.File.Path, Follow: cfg.Source.File.Follow && !once,
 			Decoder: cdc.NewDecoder(cfg.decoderConfig())})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return src, cdc.NewFileDeadLetters(fileDLQPath(cfg), version), func() { src.Close() }, nil
+		return src, file.NewDeadLetters(fileDLQPath(cfg), version), func() { src.Close() }, nil
 	case "kafka":
 		k := cfg.Source.Kafka
-		src, err := cdc.NewKafkaSource(cdc.KafkaConfig{
+		src, err := kafka.NewSource(kafka.Config{
 			Brokers:        k.Brokers,
 			Topics:         k.Topics,
 			Group:          k.Group,
@@ -203,7 +205,7 @@ func newSource(cfg Config, once bool, logger *slog.Logger) (pipeline.Source, pip
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return src, cdc.NewKafkaDeadLetters(src.Client(), cfg.DLQ.Topic, version), src.Close, nil
+		return src, kafka.NewDeadLetters(src.Client(), cfg.DLQ.Topic, version), src.Close, nil
 	default:
 		return nil, nil, nil, fmt.Errorf("source.kind: %q is not one of kafka, file", cfg.Source.Kind)
 	}

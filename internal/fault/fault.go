@@ -117,14 +117,34 @@ func IsPermanent(err error) bool { k := Of(err); return k == Permanent || k == I
 func IsFatal(err error) bool { return Of(err) == Fatal }
 
 // Connection reports whether err means the connection to a dependency was
-// lost or never made, or the server said "not now", so that the same call
-// may succeed later: pgx says nothing reached the server; Postgres reports
-// a serialization failure (40001), a deadlock (40P01), a lock timeout
-// (55P03), a shutdown or start-up (57P01–57P03), too many connections
-// (53300) or a connection exception (class 08); a socket was reset,
-// refused or closed; database/sql (used by the migrations) lost its
-// connection. A cancelled context is not a lost connection.
+// lost or never made (Lost), or the server said "not now", so that the same
+// call may succeed later: Postgres reports a serialization failure (40001),
+// a deadlock (40P01), a lock timeout (55P03) or too many connections
+// (53300). A cancelled context is not a lost connection.
 func Connection(err error) bool {
+	if Lost(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		switch pgErr.Code {
+		case "40001", "40P01", "55P03", "53300":
+			return true
+		}
+	}
+	return false
+}
+
+// Lost reports whether err means the connection was lost under the work,
+// or never made, rather than that the work is wrong: pgx says nothing
+// reached the server; Postgres terminated the backend or is shutting down
+// or starting (57P01–57P03), or reports a connection exception (class 08);
+// a socket was reset, refused or closed; database/sql (used by the
+// migrations) lost its connection. Work that is safe to repeat can simply
+// be tried again. Unlike Connection, a server that answered "not now" (a
+// deadlock, a lock timeout, too many connections) is not a lost
+// connection. A cancelled context is neither.
+func Lost(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
@@ -134,7 +154,7 @@ func Connection(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300":
+		case "57P01", "57P02", "57P03":
 			return true
 		}
 		return len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
@@ -144,5 +164,7 @@ func Connection(err error) bool {
 	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		// database/sql reports a connection the server closed under it
+		// as these.
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }

@@ -2,6 +2,8 @@ package fault_test
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -71,4 +73,44 @@ func TestPredicates(t *testing.T) {
 	require.True(t, fault.IsFatal(marked{fatal: true}))
 	require.True(t, fault.IsTransient(&pgconn.PgError{Code: "53300"}))
 	require.Equal(t, "fatal", fault.Fatal.String())
+}
+
+// TestLostAndConnection: Lost is a connection lost under the work or never
+// made (what the migrations retry); Connection adds a server that answered
+// "not now" (what the index's writes retry). Neither reads cancellation
+// as a dependency's failure.
+func TestLostAndConnection(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return fmt.Errorf("x: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		name             string
+		err              error
+		lost, connection bool
+	}{
+		{"nil", nil, false, false},
+		{"database/sql lost its connection", fmt.Errorf("check if table exists: %w; %w", driver.ErrBadConn, sql.ErrConnDone), true, true},
+		{"backend terminated", pg("57P01"), true, true},
+		{"server shutting down", pg("57P02"), true, true},
+		{"server starting", pg("57P03"), true, true},
+		{"connection exception class", pg("08006"), true, true},
+		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true, true},
+		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true, true},
+		{"closed", fmt.Errorf("write: %w", net.ErrClosed), true, true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true, true},
+		{"serialization failure", pg("40001"), false, true},
+		{"deadlock", pg("40P01"), false, true},
+		{"lock timeout", pg("55P03"), false, true},
+		{"too many connections", pg("53300"), false, true},
+		{"syntax error is the work's own fault", pg("42601"), false, false},
+		{"unique violation", pg("23505"), false, false},
+		{"cancelled", context.Canceled, false, false},
+		{"cancelled while deadlocked", errors.Join(context.Canceled, &pgconn.PgError{Code: "40P01"}), false, false},
+		{"deadline while restarting", errors.Join(context.DeadlineExceeded, &pgconn.PgError{Code: "57P03"}), false, false},
+		{"plain", errors.New("other"), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.lost, fault.Lost(tc.err), "Lost(%v)", tc.err)
+			require.Equal(t, tc.connection, fault.Connection(tc.err), "Connection(%v)", tc.err)
+		})
+	}
 }

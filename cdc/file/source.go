@@ -1,4 +1,4 @@
-package cdc
+package file
 
 import (
 	"bufio"
@@ -14,10 +14,12 @@ import (
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
-// FileConfig configures the JSON Lines source.
-type FileConfig struct {
+// Config configures the JSON Lines source.
+type Config struct {
 	// Path is the file to read: one Debezium message a line, as a bare value,
 	// as {"topic":…,"key":…,"value":…,"headers":…}, or as kcat's -J envelope
 	// (key and payload as strings), so `kcat -C -J` dumps replay as they are.
@@ -32,22 +34,22 @@ type FileConfig struct {
 	// Decoder, when set, decodes each line's Debezium value as it is
 	// handed over (Message.Change, or Message.Err with the reason). Nil
 	// hands the bytes to the pipeline's decoder.
-	Decoder *Decoder
+	Decoder *cdc.Decoder
 }
 
-// FileSource replays a JSON Lines file of Debezium messages. Positions are
+// Source replays a JSON Lines file of Debezium messages. Positions are
 // line numbers (1-based) in Message.Offset. Acknowledgement keeps nothing: a
 // restart replays the file, and version fencing makes the replay a no-op.
-type FileSource struct {
-	cfg  FileConfig
+type Source struct {
+	cfg  Config
 	f    *os.File
 	r    *bufio.Reader
 	line int64
 	tail []byte // a partial last line while following
 }
 
-// NewFileSource opens the file.
-func NewFileSource(cfg FileConfig) (*FileSource, error) {
+// NewSource opens the file.
+func NewSource(cfg Config) (*Source, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
 	}
@@ -58,19 +60,19 @@ func NewFileSource(cfg FileConfig) (*FileSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open source.file.path: %w", err)
 	}
-	return &FileSource{cfg: cfg, f: f, r: bufio.NewReaderSize(f, 1<<20)}, nil
+	return &Source{cfg: cfg, f: f, r: bufio.NewReaderSize(f, 1<<20)}, nil
 }
 
 // Close closes the file.
-func (s *FileSource) Close() error { return s.f.Close() }
+func (s *Source) Close() error { return s.f.Close() }
 
 // Fetch returns the next lines. At the end of the file it returns io.EOF, or,
 // when following, waits for more.
-func (s *FileSource) Fetch(ctx context.Context) (Batch, error) {
-	var msgs []Message
+func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
+	var msgs []cdc.Message
 	for len(msgs) < s.cfg.BatchSize {
 		if err := ctx.Err(); err != nil {
-			return Batch{}, err
+			return cdc.Batch{}, err
 		}
 		b, err := s.r.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
@@ -86,17 +88,17 @@ func (s *FileSource) Fetch(ctx context.Context) (Batch, error) {
 					s.tail = nil
 					break
 				}
-				return Batch{}, io.EOF
+				return cdc.Batch{}, io.EOF
 			}
 			select {
 			case <-ctx.Done():
-				return Batch{}, ctx.Err()
+				return cdc.Batch{}, ctx.Err()
 			case <-time.After(s.cfg.PollInterval):
 			}
 			continue
 		}
 		if err != nil {
-			return Batch{}, fmt.Errorf("read %s: %w", s.cfg.Path, err)
+			return cdc.Batch{}, fmt.Errorf("read %s: %w", s.cfg.Path, err)
 		}
 		if len(s.tail) > 0 {
 			b = append(s.tail, b...)
@@ -109,9 +111,9 @@ func (s *FileSource) Fetch(ctx context.Context) (Batch, error) {
 		msgs = append(msgs, ParseLine(b, s.line))
 	}
 	for i := range msgs {
-		msgs[i] = Decode(s.cfg.Decoder, msgs[i])
+		msgs[i] = cdc.Decode(s.cfg.Decoder, msgs[i])
 	}
-	return Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil
+	return cdc.Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil
 }
 
 // envelope covers the two wrapped line shapes.
@@ -124,7 +126,7 @@ type envelope struct {
 	Payload   json.RawMessage `json:"payload"` // kcat -J: the value as a string
 	Headers   json.RawMessage `json:"headers"`
 	TS        int64           `json:"ts"`
-	// Written by FileDeadLetters for bytes that are not UTF-8.
+	// Written by DeadLetters for bytes that are not UTF-8.
 	KeyB64     []byte   `json:"key_base64"`
 	PayloadB64 []byte   `json:"payload_base64"`
 	HeadersB64 []string `json:"headers_base64"`
@@ -144,9 +146,9 @@ var wrapperKeys = map[string]bool{
 // A line that is not valid UTF-8 is always a bare value: encoding/json would
 // read its strings with U+FFFD in place of the bad bytes, and the decoder
 // must see (and dead-letter) the bytes as they are.
-func ParseLine(line []byte, lineNo int64) Message {
+func ParseLine(line []byte, lineNo int64) cdc.Message {
 	line = bytes.TrimRight(line, "\r\n")
-	m := Message{Offset: lineNo, Value: line}
+	m := cdc.Message{Offset: lineNo, Value: line}
 	if !utf8.Valid(line) {
 		return m
 	}
@@ -169,7 +171,7 @@ func ParseLine(line []byte, lineNo int64) Message {
 	if json.Unmarshal(line, &env) != nil {
 		return m
 	}
-	w := Message{Offset: lineNo, Partition: env.Partition}
+	w := cdc.Message{Offset: lineNo, Partition: env.Partition}
 	if env.Topic != nil {
 		w.Topic = *env.Topic
 	}
@@ -195,9 +197,9 @@ func ParseLine(line []byte, lineNo int64) Message {
 		for i := 0; i+1 < len(env.HeadersB64); i += 2 {
 			v, err := base64.StdEncoding.DecodeString(env.HeadersB64[i+1])
 			if err != nil {
-				return m // not what FileDeadLetters wrote: let the decoder say so
+				return m // not what DeadLetters wrote: let the decoder say so
 			}
-			w.Headers = append(w.Headers, Header{Key: env.HeadersB64[i], Value: v})
+			w.Headers = append(w.Headers, cdc.Header{Key: env.HeadersB64[i], Value: v})
 		}
 	}
 	return w
@@ -224,15 +226,15 @@ func stringOrRaw(b json.RawMessage) []byte {
 
 // parseHeaders accepts kcat's ["k","v",…] list, a {"k":"v"} object, or a
 // [{"key":…,"value":…}] list.
-func parseHeaders(b json.RawMessage) []Header {
+func parseHeaders(b json.RawMessage) []cdc.Header {
 	if len(b) == 0 || string(b) == "null" {
 		return nil
 	}
 	var flat []string
 	if json.Unmarshal(b, &flat) == nil {
-		var hs []Header
+		var hs []cdc.Header
 		for i := 0; i+1 < len(flat); i += 2 {
-			hs = append(hs, Header{Key: flat[i], Value: []byte(flat[i+1])})
+			hs = append(hs, cdc.Header{Key: flat[i], Value: []byte(flat[i+1])})
 		}
 		return hs
 	}
@@ -240,9 +242,9 @@ func parseHeaders(b json.RawMessage) []Header {
 	if json.Unmarshal(b, &obj) == nil {
 		// Sorted: a JSON object has no order, and the same line must give
 		// the same message every time (dead letters, replays, goldens).
-		var hs []Header
+		var hs []cdc.Header
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			hs = append(hs, Header{Key: k, Value: []byte(obj[k])})
+			hs = append(hs, cdc.Header{Key: k, Value: []byte(obj[k])})
 		}
 		return hs
 	}
@@ -251,9 +253,9 @@ func parseHeaders(b json.RawMessage) []Header {
 		Value string `json:"value"`
 	}
 	if json.Unmarshal(b, &list) == nil {
-		var hs []Header
+		var hs []cdc.Header
 		for _, h := range list {
-			hs = append(hs, Header{Key: h.Key, Value: []byte(h.Value)})
+			hs = append(hs, cdc.Header{Key: h.Key, Value: []byte(h.Value)})
 		}
 		return hs
 	}

@@ -1,4 +1,4 @@
-package cdc_test
+package kafka_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 )
 
 // dlqSetup starts a kfake cluster with the source topic, and dead-letters n
@@ -26,14 +27,14 @@ func dlqSetup(t *testing.T, n int) (*kgo.Client, string, string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation())
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
-	dl := cdc.NewKafkaDeadLetters(cl, "", "test")
+	dl := kafka.NewDeadLetters(cl, "", "test")
 	for i := range n {
 		m := cdc.Message{Topic: topic, Partition: int32(i % 2), Offset: int64(100 + i), Key: []byte(fmt.Sprintf(`{"id":%d}`, i)),
 			Value: []byte(fmt.Sprintf(`{"bad":%d`, i)), Timestamp: time.UnixMilli(1700000000000),
 			Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-abc-def-01")}}}
 		require.NoError(t, dl.Put(t.Context(), m, &cdc.DecodeError{Coord: cdc.Coord{Topic: topic, Offset: m.Offset}, Reason: "invalid JSON"}))
 	}
-	return cl, topic, topic + cdc.DLQSuffix
+	return cl, topic, topic + kafka.DLQSuffix
 }
 
 func consumeAll(t *testing.T, cl *kgo.Client, topic string, want int) []*kgo.Record {
@@ -58,7 +59,7 @@ func consumeAll(t *testing.T, cl *kgo.Client, topic string, want int) []*kgo.Rec
 
 func TestDLQList(t *testing.T) {
 	cl, topic, dlq := dlqSetup(t, 5)
-	all, err := cdc.DLQList(t.Context(), cl, dlq, 0)
+	all, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Len(t, all, 5)
 	for _, d := range all {
@@ -68,20 +69,20 @@ func TestDLQList(t *testing.T) {
 		require.GreaterOrEqual(t, d.OrigOffset, int64(100))
 		require.Contains(t, string(d.Value), `{"bad":`)
 	}
-	two, err := cdc.DLQList(t.Context(), cl, dlq, 2)
+	two, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 2)
 	require.NoError(t, err)
 	require.Len(t, two, 2)
 
 	plain, err := kgo.NewClient(kgo.SeedBrokers(cl.OptValue(kgo.SeedBrokers).([]string)...))
 	require.NoError(t, err)
 	defer plain.Close()
-	_, err = cdc.DLQList(t.Context(), plain, "no-such-topic", 0)
+	_, err = kafka.NewDeadLetterTopic(plain, "no-such-topic", "").List(t.Context(), 0)
 	require.Error(t, err, "a missing topic is an error, not an empty list")
 }
 
 func TestDLQReplayOnceThenNothing(t *testing.T) {
 	cl, topic, dlq := dlqSetup(t, 4)
-	n, err := cdc.DLQReplay(t.Context(), cl, dlq, "")
+	n, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 
@@ -94,16 +95,16 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 	}
 
 	// The replay group's offsets make a second replay a no-op…
-	n, err = cdc.DLQReplay(t.Context(), cl, dlq, "")
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n)
 
 	// …while new dead letters are replayed, to an explicit topic this time.
-	dl := cdc.NewKafkaDeadLetters(cl, dlq, "test")
+	dl := kafka.NewDeadLetters(cl, dlq, "test")
 	require.NoError(t, dl.Put(t.Context(), cdc.Message{Topic: topic, Value: []byte("late")}, errors.New("boom")))
 	other := "replay-target"
 	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: other, Value: []byte("seed")}).FirstErr())
-	n, err = cdc.DLQReplay(t.Context(), cl, dlq, other)
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, other).Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	got := consumeAll(t, cl, other, 2)
@@ -114,23 +115,23 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 func TestDLQReplayWithoutOriginTopicFails(t *testing.T) {
 	cl, _, dlq := dlqSetup(t, 0)
 	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: dlq, Value: []byte("x")}).FirstErr())
-	_, err := cdc.DLQReplay(t.Context(), cl, dlq, "")
+	_, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.ErrorContains(t, err, cdc.HeaderErrTopic)
 }
 
 func TestDLQPurge(t *testing.T) {
 	cl, _, dlq := dlqSetup(t, 3)
-	n, err := cdc.DLQPurge(t.Context(), cl, dlq)
+	n, err := kafka.NewDeadLetterTopic(cl, dlq, "").Purge(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
-	left, err := cdc.DLQList(t.Context(), cl, dlq, 0)
+	left, err := kafka.NewDeadLetterTopic(cl, dlq, "").List(t.Context(), 0)
 	require.NoError(t, err)
 	require.Empty(t, left)
 	// Purging an empty topic deletes nothing, and replay after purge has nothing.
-	n, err = cdc.DLQPurge(t.Context(), cl, dlq)
+	n, err = kafka.NewDeadLetterTopic(cl, dlq, "").Purge(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n)
-	replayed, err := cdc.DLQReplay(t.Context(), cl, dlq, "")
+	replayed, err := kafka.NewDeadLetterTopic(cl, dlq, "").Replay(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, replayed)
 }

@@ -1,4 +1,4 @@
-package cdc
+package kafka
 
 import (
 	"context"
@@ -21,14 +21,14 @@ var lagDesc = prometheus.NewDesc("ragsync_kafka_consumer_lag_records",
 // member reports only its own partitions, so summing over pods gives the
 // group's lag without double counting.
 type LagCollector struct {
-	src     *KafkaSource
+	src     *Source
 	timeout time.Duration
 }
 
 // NewLagCollector returns a collector for src; register it on serve's
 // registry. A scrape asks the brokers for end offsets, bounded by 5s; on
 // failure it reports nothing rather than a stale value.
-func NewLagCollector(src *KafkaSource) *LagCollector {
+func NewLagCollector(src *Source) *LagCollector {
 	return &LagCollector{src: src, timeout: 5 * time.Second}
 }
 
@@ -52,7 +52,7 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Lag returns, per partition assigned to this member, the end offset minus
 // the committed offset (minus the start offset when nothing is committed).
-func (s *KafkaSource) Lag(ctx context.Context) (map[string]map[int32]int64, error) {
+func (s *Source) Lag(ctx context.Context) (map[string]map[int32]int64, error) {
 	assigned := s.assigned.snapshot()
 	if len(assigned) == 0 {
 		return map[string]map[int32]int64{}, nil

@@ -1,4 +1,4 @@
-package cdc_test
+package kafka_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/kafka"
 )
 
 type kafkaBundle struct {
@@ -47,13 +48,13 @@ func kafkaSetup(t *testing.T, parts, n, size int) *kafkaBundle {
 	return &kafkaBundle{brokers: c.ListenAddrs(), topic: topic, cl: cl, adm: kadm.NewClient(cl)}
 }
 
-func (b *kafkaBundle) source(t *testing.T, cfg cdc.KafkaConfig) *cdc.KafkaSource {
+func (b *kafkaBundle) source(t *testing.T, cfg kafka.Config) *kafka.Source {
 	t.Helper()
 	cfg.Brokers, cfg.Topics = b.brokers, []string{b.topic}
 	if cfg.Group == "" {
 		cfg.Group = "g"
 	}
-	s, err := cdc.NewKafkaSource(cfg)
+	s, err := kafka.NewSource(cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s
@@ -83,7 +84,7 @@ func offsets(msgs []cdc.Message) []int64 {
 
 func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 	b := kafkaSetup(t, 1, 10, 100)
-	src := b.source(t, cdc.KafkaConfig{MaxPollBytes: 250})
+	src := b.source(t, kafka.Config{MaxPollBytes: 250})
 	ctx := t.Context()
 
 	// Wait for the first records (the group join takes a moment).
@@ -119,7 +120,7 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{6, 7}, offsets(b4.Messages))
 	src.Close()
-	again := b.source(t, cdc.KafkaConfig{MaxPollBytes: 250})
+	again := b.source(t, kafka.Config{MaxPollBytes: 250})
 	var b5 cdc.Batch
 	for len(b5.Messages) == 0 {
 		b5, err = again.Fetch(ctx)
@@ -133,7 +134,7 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 // that partition only.
 func TestKafkaSourceLanesArePartitions(t *testing.T) {
 	b := kafkaSetup(t, 3, 30, 10)
-	src := b.source(t, cdc.KafkaConfig{MaxPollRecords: 100})
+	src := b.source(t, kafka.Config{MaxPollRecords: 100})
 	ctx := t.Context()
 	byLane := map[string]cdc.Batch{}
 	for len(byLane) < 3 {
@@ -157,7 +158,7 @@ func TestKafkaSourceLanesArePartitions(t *testing.T) {
 
 func TestKafkaSourceOversizedRecordIsItsOwnBatch(t *testing.T) {
 	b := kafkaSetup(t, 1, 3, 1000)
-	src := b.source(t, cdc.KafkaConfig{MaxPollBytes: 10})
+	src := b.source(t, kafka.Config{MaxPollBytes: 10})
 	var got [][]int64
 	for len(got) < 3 {
 		bt, err := src.Fetch(t.Context())
@@ -172,9 +173,9 @@ func TestKafkaSourceOversizedRecordIsItsOwnBatch(t *testing.T) {
 
 func TestKafkaLagCollector(t *testing.T) {
 	b := kafkaSetup(t, 2, 20, 10)
-	src := b.source(t, cdc.KafkaConfig{MaxPollRecords: 4})
+	src := b.source(t, kafka.Config{MaxPollRecords: 4})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(cdc.NewLagCollector(src))
+	reg.MustRegister(kafka.NewLagCollector(src))
 	bt, err := src.Fetch(t.Context())
 	for err == nil && len(bt.Messages) == 0 {
 		bt, err = src.Fetch(t.Context())
@@ -204,7 +205,7 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	fast := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)} // rebalance promptly
-	a := b.source(t, cdc.KafkaConfig{Group: "rb", MaxPollRecords: 50, Opts: fast})
+	a := b.source(t, kafka.Config{Group: "rb", MaxPollRecords: 50, Opts: fast})
 
 	dctx, stop := context.WithCancel(ctx) // ends the drains once all is seen
 	defer stop()
@@ -239,9 +240,9 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 		lanes[bt.Lane] = true
 	}
 
-	bsrc := b.source(t, cdc.KafkaConfig{Group: "rb", MaxPollRecords: 50, Opts: fast})
+	bsrc := b.source(t, kafka.Config{Group: "rb", MaxPollRecords: 50, Opts: fast})
 	var wg sync.WaitGroup
-	drain := func(s *cdc.KafkaSource) {
+	drain := func(s *kafka.Source) {
 		defer wg.Done()
 		for !done() && dctx.Err() == nil {
 			bt, err := s.Fetch(dctx)
@@ -292,7 +293,7 @@ func TestKafkaRevokeTimeoutLetsGoAndLateAckCommitsNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	fast := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
-	a := b.source(t, cdc.KafkaConfig{Group: "rt", MaxPollRecords: 5, RevokeTimeout: 500 * time.Millisecond, Opts: fast})
+	a := b.source(t, kafka.Config{Group: "rt", MaxPollRecords: 5, RevokeTimeout: 500 * time.Millisecond, Opts: fast})
 	held := map[string]cdc.Batch{}
 	for len(held) < 2 {
 		bt, err := a.Fetch(ctx)
@@ -301,7 +302,7 @@ func TestKafkaRevokeTimeoutLetsGoAndLateAckCommitsNothing(t *testing.T) {
 			held[bt.Lane] = bt
 		}
 	}
-	bsrc := b.source(t, cdc.KafkaConfig{Group: "rt", MaxPollRecords: 5, Opts: fast})
+	bsrc := b.source(t, kafka.Config{Group: "rt", MaxPollRecords: 5, Opts: fast})
 	go func() {
 		for ctx.Err() == nil {
 			if _, err := bsrc.Fetch(ctx); err != nil {

@@ -1,85 +1,61 @@
-package cdc
+package kafka
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // DLQReplayGroup is the consumer group whose committed offsets on a
-// dead-letter topic mark how far DLQReplay got, so a second replay does not
-// re-inject what the first one did.
+// dead-letter topic mark how far DeadLetterTopic.Replay got, so a second
+// replay does not re-inject what the first one did.
 const DLQReplayGroup = "ragsync-dlq-replay"
 
-// DeadLetter is one record of a Kafka dead-letter topic, with the reason
-// headers (Kafka Connect's __connect.errors.*) parsed out.
-type DeadLetter struct {
-	Partition int32
-	Offset    int64
-	Timestamp time.Time
-	Key       []byte
-	Value     []byte
-	// Headers are all of the record's headers, reason headers included.
-	Headers []Header
-	// OrigTopic, OrigPartition and OrigOffset say where the message came
-	// from; OrigPartition and OrigOffset are -1 when the headers lack them.
-	OrigTopic     string
-	OrigPartition int32
-	OrigOffset    int64
-	ErrorClass    string
-	ErrorMessage  string
+// deadLetterOf reads a record of a dead-letter topic.
+func deadLetterOf(r *kgo.Record) cdc.DeadLetter { return cdc.NewDeadLetter(messageOf(r)) }
+
+// Dial connects a plain client to brokers (no consumer group or consume
+// options), the kind a DeadLetterTopic needs. Close it when done.
+func Dial(brokers []string) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(brokers...))
 }
 
-func deadLetterOf(r *kgo.Record) DeadLetter {
-	d := DeadLetter{Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value,
-		OrigPartition: -1, OrigOffset: -1}
-	for _, h := range r.Headers {
-		d.Headers = append(d.Headers, Header{Key: h.Key, Value: h.Value})
-		v := string(h.Value)
-		switch h.Key {
-		case HeaderErrTopic:
-			d.OrigTopic = v
-		case HeaderErrPartition:
-			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
-				d.OrigPartition = int32(p)
-			}
-		case HeaderErrOffset:
-			if o, err := strconv.ParseInt(v, 10, 64); err == nil {
-				d.OrigOffset = o
-			}
-		case HeaderErrClass:
-			d.ErrorClass = v
-		case HeaderErrMessage:
-			d.ErrorMessage = v
-		}
-	}
-	return d
+// DeadLetterTopic is a dead-letter topic as a cdc.DeadLetterStore.
+type DeadLetterTopic struct {
+	cl       *kgo.Client
+	topic    string
+	replayTo string
 }
 
-// isReasonHeader reports the headers ragsync (or Kafka Connect) added when
-// dead-lettering; replay strips them so the message is what was consumed.
-func isReasonHeader(k string) bool {
-	return strings.HasPrefix(k, "__connect.errors.") || k == HeaderVersion
+var _ cdc.DeadLetterStore = (*DeadLetterTopic)(nil)
+
+// NewDeadLetterTopic works on the dead-letter topic topic through cl, which
+// must be a plain client (no consumer group or consume options, see Dial):
+// readers are built from its options. Replay re-produces to replayTo, or,
+// when it is empty, to each record's original topic (its
+// __connect.errors.topic header).
+func NewDeadLetterTopic(cl *kgo.Client, topic, replayTo string) *DeadLetterTopic {
+	return &DeadLetterTopic{cl: cl, topic: topic, replayTo: replayTo}
 }
 
-// DLQList returns up to n dead letters of topic from its start (n <= 0: all),
-// ordered by partition then offset. cl must be a plain client (no consumer
-// group or consume options): a sibling reader is built from its options.
-func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]DeadLetter, error) {
+// List returns up to n dead letters of the topic from its start (n <= 0:
+// all), ordered by partition then offset. A topic that does not exist is
+// an error.
+func (d *DeadLetterTopic) List(ctx context.Context, n int) ([]cdc.DeadLetter, error) {
+	cl, topic := d.cl, d.topic
 	adm := kadm.NewClient(cl)
 	starts, ends, err := dlqBounds(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
-	var out []DeadLetter
+	var out []cdc.DeadLetter
 	err = readRange(ctx, cl, topic, starts, ends, func(rs []*kgo.Record) (bool, error) {
 		for _, r := range rs {
 			out = append(out, deadLetterOf(r))
@@ -101,15 +77,16 @@ func DLQList(ctx context.Context, cl *kgo.Client, topic string, n int) ([]DeadLe
 	return out, nil
 }
 
-// DLQReplay re-produces every dead letter of dlqTopic not replayed before to
-// toTopic (empty: each record's original topic, from its
+// Replay re-produces every dead letter of the topic not replayed before to
+// the replay topic (empty: each record's original topic, from its
 // __connect.errors.topic header) with its original key, value and headers,
 // the reason headers removed. After each produced batch it commits the
-// DLQReplayGroup offsets on dlqTopic, so a replay that is interrupted or run
-// twice never re-injects a record twice (at-least-once for a batch cut by a
-// crash; the version-fenced apply makes that harmless). It returns how many
-// records were replayed. cl must be a plain client, as for DLQList.
-func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (int, error) {
+// DLQReplayGroup offsets on the dead-letter topic, so a replay that is
+// interrupted or run twice never re-injects a record twice (at-least-once
+// for a batch cut by a crash; the version-fenced apply makes that
+// harmless). It returns how many records were replayed.
+func (d *DeadLetterTopic) Replay(ctx context.Context) (int, error) {
+	cl, dlqTopic, toTopic := d.cl, d.topic, d.replayTo
 	adm := kadm.NewClient(cl)
 	starts, ends, err := dlqBounds(ctx, adm, dlqTopic)
 	if err != nil {
@@ -134,11 +111,11 @@ func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (i
 				to = deadLetterOf(r).OrigTopic
 			}
 			if to == "" {
-				return false, fmt.Errorf("replay %s/%d@%d: no %s header; pass the topic to replay to", dlqTopic, r.Partition, r.Offset, HeaderErrTopic)
+				return false, fmt.Errorf("replay %s/%d@%d: no %s header; pass the topic to replay to", dlqTopic, r.Partition, r.Offset, cdc.HeaderErrTopic)
 			}
 			nr := &kgo.Record{Topic: to, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 			for _, h := range r.Headers {
-				if !isReasonHeader(h.Key) {
+				if !cdc.IsReasonHeader(h.Key) {
 					nr.Headers = append(nr.Headers, h)
 				}
 			}
@@ -159,10 +136,11 @@ func DLQReplay(ctx context.Context, cl *kgo.Client, dlqTopic, toTopic string) (i
 	return replayed, err
 }
 
-// DLQPurge deletes every record of topic up to its current end (Kafka
+// Purge deletes every record of the topic up to its current end (Kafka
 // DeleteRecords) and returns how many it deleted. The topic itself stays.
-func DLQPurge(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
-	adm := kadm.NewClient(cl)
+func (d *DeadLetterTopic) Purge(ctx context.Context) (int64, error) {
+	topic := d.topic
+	adm := kadm.NewClient(d.cl)
 	starts, ends, err := dlqBounds(ctx, adm, topic)
 	if err != nil {
 		return 0, err

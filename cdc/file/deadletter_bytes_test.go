@@ -1,8 +1,7 @@
-package cdc_test
+package file_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -11,10 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 // A message that is not UTF-8 is a decode error, and its dead
@@ -43,7 +41,7 @@ func TestFileDeadLetterRoundTripsBytes(t *testing.T) {
 	cause := decodeErrOf(t, m)
 
 	path := filepath.Join(t.TempDir(), "dead.jsonl")
-	dl := cdc.NewFileDeadLetters(path, "test")
+	dl := file.NewDeadLetters(path, "test")
 	require.NoError(t, dl.Put(t.Context(), m, cause))
 	// A plain text dead letter keeps kcat's shape.
 	text := cdc.Message{Topic: "t", Offset: 43, Key: []byte(`{"id":2}`), Value: []byte(`{"op":`)}
@@ -53,7 +51,7 @@ func TestFileDeadLetterRoundTripsBytes(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "\ufffd", "no replacement character in the file")
 
-	src, err := cdc.NewFileSource(cdc.FileConfig{Path: path})
+	src, err := file.NewSource(file.Config{Path: path})
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
 	var got []cdc.Message
@@ -86,42 +84,7 @@ func TestFileDeadLetterRoundTripsBytes(t *testing.T) {
 func TestFileSourceKeepsNonUTF8LineBytes(t *testing.T) {
 	t.Parallel()
 	line := []byte("{\"topic\":\"t\",\"key\":\"{}\",\"payload\":\"{\\\"x\\\":\\\"\xff\\\"}\"}")
-	m := cdc.ParseLine(append(line, '\n'), 3)
+	m := file.ParseLine(append(line, '\n'), 3)
 	require.True(t, bytes.Equal(line, m.Value))
 	_ = decodeErrOf(t, m)
-}
-
-// TestKafkaDeadLetterRoundTripsBytes: the Kafka dead-letter topic holds the
-// original key, value and headers byte for byte.
-func TestKafkaDeadLetterRoundTripsBytes(t *testing.T) {
-	t.Parallel()
-	const topic = "dbserver1.public.articles"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-
-	m := cdc.Message{Topic: topic, Offset: 7, Key: []byte("{\"id\":\"\xfe\"}"), Value: notUTF8,
-		Headers: []cdc.Header{{Key: "bin", Value: []byte{0, 0xff}}}, Timestamp: time.UnixMilli(1700000000000)}
-	require.NoError(t, cdc.NewKafkaDeadLetters(cl, "", "test").Put(t.Context(), m, decodeErrOf(t, m)))
-
-	rd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic+cdc.DLQSuffix),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	t.Cleanup(rd.Close)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	var recs []*kgo.Record
-	for len(recs) == 0 {
-		fs := rd.PollFetches(ctx)
-		require.NoError(t, ctx.Err())
-		recs = append(recs, fs.Records()...)
-	}
-	r := recs[0]
-	require.True(t, bytes.Equal(m.Value, r.Value), "value bytes")
-	require.True(t, bytes.Equal(m.Key, r.Key), "key bytes")
-	require.Equal(t, "bin", r.Headers[0].Key)
-	require.Equal(t, []byte{0, 0xff}, r.Headers[0].Value)
 }

@@ -1,4 +1,4 @@
-package cdc
+package kafka
 
 import (
 	"context"
@@ -13,10 +13,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
-// KafkaConfig configures the Kafka consumer-group source.
-type KafkaConfig struct {
+// Config configures the Kafka consumer-group source.
+type Config struct {
 	// Brokers are the seed brokers, host:port.
 	Brokers []string
 	// Topics are the Debezium topics to consume, e.g. dbserver1.public.articles.
@@ -52,7 +54,7 @@ type KafkaConfig struct {
 	// Decoder, when set, decodes each record's Debezium value as it is
 	// handed over (Message.Change, or Message.Err with the reason). Nil
 	// hands the bytes to the pipeline's decoder.
-	Decoder *Decoder
+	Decoder *cdc.Decoder
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
 	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
@@ -63,7 +65,7 @@ type KafkaConfig struct {
 	Opts []kgo.Opt
 }
 
-// KafkaSource consumes Debezium topics in a consumer group. It hands out
+// Source consumes Debezium topics in a consumer group. It hands out
 // one partition's records per batch (Batch.Lane names the partition), keeps
 // handing out batches while earlier ones are applied, and commits a
 // partition's offset only in a batch's Ack, which the pipeline calls once
@@ -78,14 +80,14 @@ type KafkaConfig struct {
 // are dropped, and an Ack that comes after its partition was revoked
 // commits nothing (the next owner replays from the committed offset, and
 // version fencing makes the replay a no-op).
-type KafkaSource struct {
+type Source struct {
 	cl       *kgo.Client
 	topics   []string
 	assigned *assignment
 	maxPoll  int
 	maxBytes int
 	revokeTO time.Duration
-	decoder  *Decoder
+	decoder  *cdc.Decoder
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -113,8 +115,8 @@ type tp struct {
 
 func (t tp) String() string { return t.topic + "/" + strconv.Itoa(int(t.part)) }
 
-// NewKafkaSource connects the consumer.
-func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
+// NewSource connects the consumer.
+func NewSource(cfg Config) (*Source, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("source.kafka.brokers: list at least one broker, e.g. [localhost:9092]")
 	}
@@ -168,7 +170,7 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 		opts = append(opts, kgo.WithLogger(kgoLogger{cfg.Logger}))
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
-	s := &KafkaSource{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
+	s := &Source{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
 		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	opts = append(opts,
@@ -201,7 +203,7 @@ func NewKafkaSource(cfg KafkaConfig) (*KafkaSource, error) {
 
 // loadTargets records the end offsets to stop at and the group's committed
 // offsets to start from.
-func (s *KafkaSource) loadTargets(cfg KafkaConfig) error {
+func (s *Source) loadTargets(cfg Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(s.cl)
@@ -249,7 +251,7 @@ func setOffset(m map[string]map[int32]int64, topic string, p int32, off int64) {
 
 // atEnd reports whether every partition was handed out up to its target.
 // Called with mu held.
-func (s *KafkaSource) atEnd() bool {
+func (s *Source) atEnd() bool {
 	for t, parts := range s.targets {
 		for p, end := range parts {
 			if s.consumed[t][p] < end {
@@ -265,23 +267,23 @@ func (s *KafkaSource) atEnd() bool {
 // partition. It may be called again before earlier batches are
 // acknowledged; their Acks must be called in fetch order within a lane.
 // A batch's Ack commits the partition's offset after its last record.
-func (s *KafkaSource) Fetch(ctx context.Context) (Batch, error) {
+func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if b, ok := s.next(); ok {
 		return b, nil
 	}
 	if err := s.poll(ctx); err != nil {
-		return Batch{}, err
+		return cdc.Batch{}, err
 	}
 	if b, ok := s.next(); ok {
 		return b, nil
 	}
 	// Nothing arrived (a short StopAtEnd round, or only fetch errors).
-	return Batch{}, nil
+	return cdc.Batch{}, nil
 }
 
 // next cuts the next batch off the pending records, taking partitions in
 // turn so that one busy partition does not starve the others.
-func (s *KafkaSource) next() (Batch, bool) {
+func (s *Source) next() (cdc.Batch, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.order) > 0 {
@@ -313,19 +315,19 @@ func (s *KafkaSource) next() (Batch, bool) {
 			setOffset(s.consumed, p.topic, p.part, last.Offset+1)
 		}
 		s.out[p]++
-		msgs := make([]Message, len(batch))
+		msgs := make([]cdc.Message, len(batch))
 		for i, r := range batch {
-			msgs[i] = Decode(s.decoder, messageOf(r))
+			msgs[i] = cdc.Decode(s.decoder, messageOf(r))
 		}
-		return Batch{Messages: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
+		return cdc.Batch{Messages: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
 	}
-	return Batch{}, false
+	return cdc.Batch{}, false
 }
 
 // ackFunc commits the offset after last, unless the partition was revoked
 // since the batch was handed out. It keeps only what the commit needs of
 // the last record, not the batch's values.
-func (s *KafkaSource) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Context) error {
+func (s *Source) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Context) error {
 	mark := &kgo.Record{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset, LeaderEpoch: last.LeaderEpoch}
 	return func(ctx context.Context) error {
 		s.mu.Lock()
@@ -355,7 +357,7 @@ func (s *KafkaSource) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Co
 // owner then starts right after this member's applied prefix. Acks that
 // come later commit nothing. Runs in the group's callback, while the
 // pipeline keeps applying and acknowledging.
-func (s *KafkaSource) revoke(m map[string][]int32, wait bool) {
+func (s *Source) revoke(m map[string][]int32, wait bool) {
 	var parts []tp
 	for t, ps := range m {
 		for _, p := range ps {
@@ -387,7 +389,7 @@ func (s *KafkaSource) revoke(m map[string][]int32, wait bool) {
 
 // outstanding reports whether a batch of parts is handed out and not yet
 // acknowledged. Called with mu held.
-func (s *KafkaSource) outstanding(parts []tp) bool {
+func (s *Source) outstanding(parts []tp) bool {
 	for _, p := range parts {
 		if s.out[p] > 0 {
 			return true
@@ -398,7 +400,7 @@ func (s *KafkaSource) outstanding(parts []tp) bool {
 
 // poll adds the next records to pending; io.EOF means done (StopAtEnd
 // reached, or the client closed).
-func (s *KafkaSource) poll(ctx context.Context) error {
+func (s *Source) poll(ctx context.Context) error {
 	pollCtx := ctx
 	if s.targets != nil {
 		s.mu.Lock()
@@ -451,7 +453,7 @@ func (s *KafkaSource) poll(ctx context.Context) error {
 
 // Close leaves the group and closes the client. Uncommitted records are
 // redelivered to whoever takes the partitions.
-func (s *KafkaSource) Close() {
+func (s *Source) Close() {
 	// Leaving the group revokes everything: nothing will acknowledge the
 	// batches still out, so the revoke must not wait for them.
 	s.mu.Lock()
@@ -464,10 +466,10 @@ func (s *KafkaSource) Close() {
 }
 
 // Client exposes the underlying client, for the dead-letter producer and lag metrics.
-func (s *KafkaSource) Client() *kgo.Client { return s.cl }
+func (s *Source) Client() *kgo.Client { return s.cl }
 
-func messageOf(r *kgo.Record) Message {
-	m := Message{
+func messageOf(r *kgo.Record) cdc.Message {
+	m := cdc.Message{
 		Topic:     r.Topic,
 		Partition: r.Partition,
 		Offset:    r.Offset,
@@ -476,7 +478,7 @@ func messageOf(r *kgo.Record) Message {
 		Timestamp: r.Timestamp,
 	}
 	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+		m.Headers = append(m.Headers, cdc.Header{Key: h.Key, Value: h.Value})
 	}
 	return m
 }

@@ -1,4 +1,4 @@
-package cdc_test
+package file_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 func TestParseLine(t *testing.T) {
@@ -36,7 +37,7 @@ func TestParseLine(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := cdc.ParseLine([]byte(tc.line+"\n"), 7)
+			m := file.ParseLine([]byte(tc.line+"\n"), 7)
 			require.EqualValues(t, 7, m.Offset)
 			require.Equal(t, tc.wantTopic, m.Topic)
 			require.Equal(t, tc.wantKey, string(m.Key))
@@ -50,7 +51,7 @@ func TestFileSourceReadsEveryLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "events.jsonl")
 	// Blank lines are skipped; a last line without a newline still counts.
 	require.NoError(t, os.WriteFile(path, []byte("{\"op\":\"c\"}\n\n{\"op\":\"u\"}\n{\"op\":\"d\"}"), 0o644))
-	src, err := cdc.NewFileSource(cdc.FileConfig{Path: path, BatchSize: 2})
+	src, err := file.NewSource(file.Config{Path: path, BatchSize: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
 	var got []int64
@@ -67,6 +68,6 @@ func TestFileSourceReadsEveryLine(t *testing.T) {
 	}
 	require.Equal(t, []int64{1, 3, 4}, got, "offsets are line numbers")
 
-	_, err = cdc.NewFileSource(cdc.FileConfig{Path: filepath.Join(t.TempDir(), "missing.jsonl")})
+	_, err = file.NewSource(file.Config{Path: filepath.Join(t.TempDir(), "missing.jsonl")})
 	require.ErrorContains(t, err, "source.file.path")
 }
