@@ -139,10 +139,20 @@ func (b *Bulk) StoredChunks(ctx context.Context, id string) ([]StoredChunk, erro
 // Flush writes the buffered documents, their chunks and new cache entries
 // in one transaction with COPY.
 func (b *Bulk) Flush(ctx context.Context) error {
+	// The flush works on its own copy of the buffered vectors its
+	// documents use: the pipeline goes on buffering documents (and their
+	// vectors) while a flush runs.
 	b.mu.Lock()
 	docs := b.buf
 	b.buf = nil
-	vecs := b.vecs
+	vecs := map[string][]float32{}
+	for _, d := range docs {
+		for _, c := range d.Chunks {
+			if v, ok := b.vecs[c.vectorKey()]; ok {
+				vecs[c.vectorKey()] = v
+			}
+		}
+	}
 	b.mu.Unlock()
 	if len(docs) == 0 {
 		return nil

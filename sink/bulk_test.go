@@ -2,8 +2,11 @@ package sink_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/sink"
@@ -89,4 +92,48 @@ func stripXmin(rows []chunkRow) []chunkRow {
 		rows[i].Xmin = ""
 	}
 	return rows
+}
+
+// TestBulkFlushesWhileDocumentsArrive: the continuous pipeline goes on
+// buffering documents while a page is flushed, so a flush must not read
+// the buffer that Upsert writes (the race detector checks it) and every
+// document must be written by some flush.
+func TestBulkFlushesWhileDocumentsArrive(t *testing.T) {
+	s, _ := setup(t)
+	ctx := context.Background()
+	bulk, err := s.BeginBulk(ctx)
+	require.NoError(t, err)
+	const writers, each = 4, 50
+	const docs = writers * each
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := w * each; i < (w+1)*each; i++ {
+				// The second chunk repeats the first document's, whose
+				// vector it does not carry: known from this load.
+				cs := chunks(fmt.Sprintf("p%d", i), fmt.Sprintf("q%d", w*each))
+				if i > w*each {
+					cs[1].Vector = nil
+				}
+				_, err := bulk.Upsert(ctx, doc(fmt.Sprint(i), 10, cs))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for flushing := true; flushing; {
+		select {
+		case <-done:
+			flushing = false
+		default:
+		}
+		require.NoError(t, bulk.Flush(ctx))
+	}
+	require.NoError(t, bulk.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1}))
+	for i := range docs {
+		_, found, err := s.Document(ctx, sink.DocID("public.articles", fmt.Sprint(i)))
+		require.NoError(t, err)
+		require.True(t, found, "document %d was flushed", i)
+	}
 }
