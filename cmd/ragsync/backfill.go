@@ -262,8 +262,14 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		if f.dryRun {
 			verb = "would be deleted"
 		}
-		fmt.Fprintf(out, "reconcile: %d documents whose rows are gone %s (%d left alone: versions or keys not of this table's rows; %d tables not reconciled: --where or resumed)\n",
-			pr.Reconciled, verb, pr.LeftAlone, pr.Unreconciled)
+		line := fmt.Sprintf("reconcile: %d documents whose rows are gone %s", pr.Reconciled, verb)
+		if pr.LeftAlone > 0 {
+			line += fmt.Sprintf("; %d older documents left alone (versions not of this database, or keys not of the table's id columns)", pr.LeftAlone)
+		}
+		if pr.Unreconciled > 0 {
+			line += fmt.Sprintf("; %d table(s) not reconciled (--where, or resumed from an earlier snapshot)", pr.Unreconciled)
+		}
+		fmt.Fprintln(out, line)
 	}
 	switch {
 	case bulk != nil && buildErr == nil:
