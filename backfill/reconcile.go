@@ -28,10 +28,10 @@ type Index = cdc.LiveIndex
 //   - A transaction that wrote before P and committed after the snapshot
 //     (snapshot.go's straddling transaction) carries an LSN below P - 1:
 //     its document looks outdated, and a delete at P - 1 would fence its
-//     change out. The run first waits for every transaction that was
-//     running just after P was read to end (waitWriters), then asks the
-//     table: a row such a transaction created or changed exists now, and
-//     is left to the stream.
+//     change out. The run first waits for every transaction that held a
+//     write lock on the table just after P was read to end (waitWriters),
+//     then asks the table: a row such a transaction created or changed
+//     exists now, and is left to the stream.
 //   - Any later change has an LSN of at least P, above the delete's
 //     version: the sink's fence keeps it, whichever is applied first.
 //

@@ -37,18 +37,18 @@ import (
 type snapshot struct {
 	tx       pgx.Tx
 	conn     *pgxpool.Conn
-	position uint64 // WAL insert position read inside the snapshot
-	name     string // pg_export_snapshot(), for logs and parallel readers
+	position uint64   // WAL insert position read inside the snapshot
+	name     string   // pg_export_snapshot(), for logs and parallel readers
+	tables   []uint32 // oids of the tables to reconcile
 	// writers are the transactions that held a write lock on one of
-	// tables (oids) just after the position was read: every transaction
-	// that may have written a row of them before the position and commit
-	// after the snapshot is among them (reconcile.go).
-	tables  []uint32
+	// tables just after the position was read: every transaction that may
+	// have written a row of them before the position and commit after the
+	// snapshot is among them (reconcile.go).
 	writers []string
 }
 
-// begin opens the snapshot transaction on a connection of its own, for
-// reading tables (oids).
+// begin opens the snapshot transaction on a connection of its own, and
+// notes the writers of tables, the oids of those to reconcile.
 func begin(ctx context.Context, pool *pgxpool.Pool, tables []uint32) (*snapshot, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -74,16 +74,19 @@ func begin(ctx context.Context, pool *pgxpool.Pool, tables []uint32) (*snapshot,
 	}
 	// On the other connection, after the position was read: a transaction
 	// that takes its write lock later writes after the position.
-	if s.writers, err = writers(ctx, pool, tables, nil); err != nil {
-		s.close(ctx)
-		return nil, err
+	if len(tables) > 0 {
+		if s.writers, err = writers(ctx, pool, tables, nil); err != nil {
+			s.close(ctx)
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
-// writers returns the transactions holding a write lock on one of tables
-// (only those of among, if not nil). A transaction holds it from its first write to
-// one of them until it ends.
+// writers returns the (virtual) transactions holding a write lock on one
+// of tables, only those of among if it is not nil. A transaction holds it
+// from its first write to the table until it ends; pg_locks is readable
+// by every user.
 func writers(ctx context.Context, pool *pgxpool.Pool, tables []uint32, among []string) ([]string, error) {
 	var out []string
 	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks

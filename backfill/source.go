@@ -324,9 +324,11 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 		return cdc.Batch{}, io.EOF
 	}
 	if s.snap == nil {
-		oids := make([]uint32, len(s.tables))
-		for i, t := range s.tables {
-			oids[i] = t.oid
+		var oids []uint32
+		for _, t := range s.tables {
+			if t.whole && s.cfg.Reconcile != nil {
+				oids = append(oids, t.oid)
+			}
 		}
 		snap, err := begin(ctx, s.pool, oids)
 		if err != nil {

@@ -64,10 +64,10 @@ refuses a checkpoint of other key columns or another --where), and
 re-reading a page costs no embedding calls (vectors are cached as they are
 embedded). A table read whole in this run's snapshot (no --where, not
 resumed) is then reconciled: its documents whose rows are gone are deleted,
-at the snapshot's version, so a change committed after the snapshot is never
-undone; --no-reconcile keeps them. --dry-run reads and chunks without embedding or writing, opens
-the index read-only, and prints what a real run would send to the embedding
-API and how many documents it would delete.`,
+at the snapshot's version, so a change committed after the snapshot is
+never undone; --no-reconcile keeps them. --dry-run reads and chunks without
+embedding or writing, opens the index read-only, and prints what a real run
+would send to the embedding API and how many documents it would delete.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
