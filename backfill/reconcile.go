@@ -111,28 +111,31 @@ func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, error) {
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	}
-	outdated, other, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()))
-	if err != nil {
-		return nil, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
-	}
-	left := int64(other)
-	if len(outdated) == 0 {
-		return nil, left, nil
-	}
+	// Waiting before the listing is as good as after it: what matters is
+	// that the table is asked after the wait.
 	if err := s.waitWriters(ctx); err != nil {
 		return nil, 0, err
 	}
-	var gone []string
-	for len(outdated) > 0 {
-		k := min(len(outdated), 1000)
-		g, unread, err := s.absent(ctx, t, outdated[:k])
-		if err != nil {
-			return nil, 0, err
-		}
-		gone, left = append(gone, g...), left+unread
-		outdated = outdated[k:]
+	var gone, batch []string
+	var left int64
+	check := func() error {
+		g, unread, err := s.absent(ctx, t, batch)
+		gone, left, batch = append(gone, g...), left+unread, batch[:0]
+		return err
 	}
-	return gone, left, nil
+	other, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()), func(key string) error {
+		if batch = append(batch, key); len(batch) == 1000 {
+			return check()
+		}
+		return nil
+	})
+	if err == nil && len(batch) > 0 {
+		err = check()
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
+	}
+	return gone, left + int64(other), nil
 }
 
 // waitWriters waits until none of the transactions that held a write lock
@@ -194,7 +197,7 @@ func (s *Source) absent(ctx context.Context, t *table, keys []string) ([]string,
 		" WHERE NOT EXISTS (SELECT 1 FROM " + t.ident + " t WHERE " + strings.Join(match, " AND ") + ")"
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
+		return nil, 0, fmt.Errorf("look up rows: %w", err)
 	}
 	gone, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
 		var i int64
@@ -210,7 +213,7 @@ func (s *Source) absent(ctx context.Context, t *table, keys []string) ([]string,
 		return nil, unread + int64(len(ok)), nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
+		return nil, 0, fmt.Errorf("look up rows: %w", err)
 	}
 	return gone, unread, nil
 }

@@ -297,7 +297,8 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 		if t == nil {
 			continue
 		}
-		gone, other, err := cdc.Outdated(ctx, s.cfg.Index, name, v)
+		var gone []string
+		other, err := cdc.Outdated(ctx, s.cfg.Index, name, v, func(key string) error { gone = append(gone, key); return nil })
 		if err != nil {
 			return n, fmt.Errorf("reconcile %s: %w", name, err)
 		}
