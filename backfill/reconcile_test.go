@@ -38,18 +38,24 @@ func (w *world) reconciling(pageRows int, st backfill.Index) backfill.Config {
 	return cfg
 }
 
-// hooked runs fn once, after the first page of a backfill is read (its
-// snapshot is taken) and before the pipeline applies it.
-type hooked struct {
+// paused holds a backfill once, after its first page is read (its snapshot
+// is taken) and before the pipeline applies it, until resume is closed.
+type paused struct {
 	pipeline.Source
-	once sync.Once
-	fn   func()
+	once            sync.Once
+	snapped, resume chan struct{}
 }
 
-func (h *hooked) Fetch(ctx context.Context) (cdc.Batch, error) {
-	b, err := h.Source.Fetch(ctx)
+func (p *paused) Fetch(ctx context.Context) (cdc.Batch, error) {
+	b, err := p.Source.Fetch(ctx)
 	if err == nil {
-		h.once.Do(h.fn)
+		p.once.Do(func() {
+			close(p.snapped)
+			select {
+			case <-p.resume:
+			case <-ctx.Done():
+			}
+		})
 	}
 	return b, err
 }
@@ -180,17 +186,24 @@ func TestReconcileNeverUndoesAConcurrentChange(t *testing.T) {
 	src, err := backfill.Open(ctx, w.reconciling(5, st), nil)
 	require.NoError(t, err)
 	defer src.Close()
-	h := &hooked{Source: src, fn: func() {
-		require.Less(t, straddleLSN, src.Position(), "the insert lies before the snapshot")
-		require.NoError(t, straddle.Commit(ctx))
-		s.emit("c", 100, straddleLSN, "Title 100", body(100, 0))
-		// Streamed after the snapshot: row 200 was inserted and deleted,
-		// its delete not streamed yet.
-		s.emit("c", 200, src.Position()+100, "Title 200", body(200, 0))
-		s.apply(emb, st)
-	}}
+	h := &paused{Source: src, snapped: make(chan struct{}), resume: make(chan struct{})}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- w.pipeline(h, emb, st).Run(ctx) }()
+	go func() { done <- w.pipeline(h, emb, st).Run(runCtx) }()
+	select {
+	case <-h.snapped:
+	case err := <-done:
+		t.Fatalf("the backfill ended before its first page: %v", err)
+	}
+	require.Less(t, straddleLSN, src.Position(), "the insert lies before the snapshot")
+	require.NoError(t, straddle.Commit(ctx))
+	s.emit("c", 100, straddleLSN, "Title 100", body(100, 0))
+	// Streamed after the snapshot: row 200 was inserted and deleted, its
+	// delete not streamed yet.
+	s.emit("c", 200, src.Position()+100, "Title 200", body(200, 0))
+	s.apply(emb, st)
+	close(h.resume)
 	require.Eventually(t, func() bool { return src.Progress().Rows == 18 }, 20*time.Second, 10*time.Millisecond)
 	select {
 	case err := <-done:
