@@ -38,17 +38,19 @@ func (w *world) reconciling(pageRows int, st backfill.Index) backfill.Config {
 	return cfg
 }
 
-// paused holds a backfill once, after its first page is read (its snapshot
-// is taken) and before the pipeline applies it, until resume is closed.
+// paused holds a backfill once, when it has fetched the first batch that
+// when accepts (nil: its first page, read once its snapshot is taken) and
+// before the pipeline applies it, until resume is closed.
 type paused struct {
 	pipeline.Source
+	when            func(cdc.Batch) bool
 	once            sync.Once
 	snapped, resume chan struct{}
 }
 
 func (p *paused) Fetch(ctx context.Context) (cdc.Batch, error) {
 	b, err := p.Source.Fetch(ctx)
-	if err == nil {
+	if err == nil && (p.when == nil || p.when(b)) {
 		p.once.Do(func() {
 			close(p.snapped)
 			select {
@@ -221,6 +223,50 @@ func TestReconcileNeverUndoesAConcurrentChange(t *testing.T) {
 	require.True(t, live[w.doc(200)], "a change newer than the snapshot stays")
 	require.True(t, live[w.doc(6)], "a row re-created by a transaction running at the snapshot stays")
 	require.Equal(t, int64(1), src.Progress().Reconciled)
+}
+
+// TestReconcileDeletesAreFencedAtTheSnapshot: a row re-created after the
+// reconciliation found it gone, and streamed before its delete is applied,
+// keeps its document: the delete carries the snapshot's version, older
+// than the change.
+func TestReconcileDeletesAreFencedAtTheSnapshot(t *testing.T) {
+	w := newWorld(t)
+	w.seed(10)
+	ctx := context.Background()
+	emb := embedder.NewHashing(64)
+	st := w.store("articles", emb)
+	w.backfill(w.reconciling(50, st), nil, emb, st)
+	_, err := w.src.Exec(ctx, "DELETE FROM "+w.table()+" WHERE id IN (4, 8)")
+	require.NoError(t, err)
+	s := newStream(t, w)
+
+	src, err := backfill.Open(ctx, w.reconciling(50, st), nil)
+	require.NoError(t, err)
+	defer src.Close()
+	deletes := func(b cdc.Batch) bool { return len(b.Messages) > 0 && b.Messages[0].Change != nil && b.Messages[0].Change.Op == cdc.OpDelete }
+	h := &paused{Source: src, when: deletes, snapped: make(chan struct{}), resume: make(chan struct{})}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.pipeline(h, emb, st).Run(runCtx) }()
+	select {
+	case <-h.snapped:
+	case err := <-done:
+		t.Fatalf("the backfill ended without deleting: %v", err)
+	}
+	tx, err := w.src.Begin(ctx)
+	require.NoError(t, err)
+	lsn := change(t, tx, "INSERT INTO "+w.table()+" VALUES (4, 'Title 4 again', $1)", body(4, 1))
+	require.NoError(t, tx.Commit(ctx))
+	s.emit("c", 4, lsn, "Title 4 again", body(4, 1))
+	s.apply(emb, st)
+	close(h.resume)
+	require.NoError(t, <-done)
+
+	live := w.live("articles")
+	require.True(t, live[w.doc(4)], "re-created after the snapshot: the delete is older")
+	require.False(t, live[w.doc(8)])
+	require.Equal(t, int64(2), src.Progress().Reconciled)
 }
 
 // TestReconcileOnlyWholeTables: a --where run and a resumed run read part
