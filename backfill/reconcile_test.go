@@ -243,7 +243,9 @@ func TestReconcileDeletesAreFencedAtTheSnapshot(t *testing.T) {
 	src, err := backfill.Open(ctx, w.reconciling(50, st), nil)
 	require.NoError(t, err)
 	defer src.Close()
-	deletes := func(b cdc.Batch) bool { return len(b.Messages) > 0 && b.Messages[0].Change != nil && b.Messages[0].Change.Op == cdc.OpDelete }
+	deletes := func(b cdc.Batch) bool {
+		return len(b.Messages) > 0 && b.Messages[0].Change != nil && b.Messages[0].Change.Op == cdc.OpDelete
+	}
 	h := &paused{Source: src, when: deletes, snapped: make(chan struct{}), resume: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
