@@ -38,6 +38,13 @@ type Config struct {
 	// Resume continues each table after its checkpoint instead of starting
 	// over. Defaults to false.
 	Resume bool
+	// Reconcile is the index a table read whole is reconciled with: once
+	// every row of a table read from its start in this run's snapshot
+	// without a Where is applied, the table's documents whose rows are
+	// gone are deleted through the pipeline (reconcile.go). Nil: no
+	// reconciliation. In a dry run the deletes reach the DryRun, which
+	// writes nothing, and Progress counts them.
+	Reconcile Index
 	// Topic is the topic name given to the messages (their Coord), for logs
 	// and dead letters. Defaults to "ragsync-backfill".
 	Topic string

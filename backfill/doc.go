@@ -12,7 +12,10 @@
 // (kept by sink.Checkpoints) lets a killed backfill resume; it names the
 // key columns and --where it belongs to, and a resume against others is
 // refused. --where is checked up front to be one boolean expression that
-// cannot change the paging condition.
+// cannot change the paging condition. A table read whole in the run's
+// snapshot is then reconciled with the index: its documents whose rows are
+// gone are deleted through the pipeline, fenced by the snapshot's version
+// (reconcile.go).
 //
 // It must not chunk, embed, run SQL on the index tables (it reads stored
 // documents for re-indexing through sink), or write to the index itself,

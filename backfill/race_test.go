@@ -77,8 +77,10 @@ func change(t *testing.T, tx pgx.Tx, sql string, args ...any) uint64 {
 // TestBackfillRacesLiveChanges runs a backfill while a writer updates,
 // deletes and inserts rows and serve applies the writer's change events,
 // including a transaction that straddles the snapshot position (written
-// before, committed after). Afterwards the index must equal a fresh
-// backfill of the table's final state.
+// before, committed after). The index also holds documents of rows deleted
+// while nothing streamed, which the backfill's reconciliation must remove
+// without undoing any of the writer's changes. Afterwards the index must
+// equal a fresh backfill of the table's final state.
 func TestBackfillRacesLiveChanges(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed_", seed), func(t *testing.T) { raceOnce(t, seed) })
@@ -154,6 +156,15 @@ func raceOnce(t *testing.T, seed uint64) {
 		write(id, op(id))
 	}
 
+	// Rows deleted while nothing captured them: their documents are in
+	// the index, their rows in no snapshot.
+	var phantomLSN uint64
+	require.NoError(t, w.src.QueryRow(ctx, "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&phantomLSN))
+	phantoms := []int{rows + 30, rows + 31, rows + 32}
+	for _, id := range phantoms {
+		s.emit("c", id, phantomLSN, fmt.Sprintf("Title %d", id), body(id, 0))
+	}
+
 	// The straddling transaction: its change record is before the snapshot
 	// position, its commit after.
 	const straddleID = 7
@@ -175,8 +186,19 @@ func raceOnce(t *testing.T, seed uint64) {
 	wg.Add(1)
 	go func() { defer wg.Done(); serveErr = serve.Run(ctx) }()
 
+	require.Eventually(t, func() bool {
+		live := w.docs("articles")
+		for _, id := range phantoms {
+			if !live[fmt.Sprintf("%s/%d", tbl, id)].Live {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "serve applies the documents of the rows deleted unseen")
+
 	cfg := w.config(10)
 	cfg.Rate = 500
+	cfg.Reconcile = st
 	bsrc, err := backfill.Open(ctx, cfg, nil)
 	require.NoError(t, err)
 	defer bsrc.Close()
@@ -233,7 +255,7 @@ func raceOnce(t *testing.T, seed uint64) {
 	wg.Wait()
 	require.NoError(t, serveErr)
 	pr := bsrc.Progress()
-	t.Logf("seed %d: %d events streamed, backfill read %d rows (%d superseded, %d re-checked) at %s", seed, s.n, pr.Rows, pr.Superseded, pr.Rechecked, pr.Position)
+	t.Logf("seed %d: %d events streamed, backfill read %d rows (%d superseded, %d re-checked, %d documents reconciled away) at %s", seed, s.n, pr.Rows, pr.Superseded, pr.Rechecked, pr.Reconciled, pr.Position)
 
 	// A fresh load of the final state, into another index.
 	fresh := w.store("fresh", emb)
@@ -277,4 +299,5 @@ func raceOnce(t *testing.T, seed uint64) {
 		}
 	}
 	require.GreaterOrEqual(t, pr.Superseded, int64(1), "the straddled row must have been left to the stream")
+	require.GreaterOrEqual(t, pr.Reconciled, int64(len(phantoms)), "the documents of rows deleted unseen are reconciled away")
 }

@@ -37,12 +37,19 @@ import (
 type snapshot struct {
 	tx       pgx.Tx
 	conn     *pgxpool.Conn
-	position uint64 // WAL insert position read inside the snapshot
-	name     string // pg_export_snapshot(), for logs and parallel readers
+	position uint64   // WAL insert position read inside the snapshot
+	name     string   // pg_export_snapshot(), for logs and parallel readers
+	tables   []uint32 // oids of the tables to reconcile
+	// writers are the transactions that held a write lock on one of
+	// tables just after the position was read: every transaction that may
+	// have written a row of them before the position and commit after the
+	// snapshot is among them (reconcile.go).
+	writers []string
 }
 
-// begin opens the snapshot transaction on a connection of its own.
-func begin(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
+// begin opens the snapshot transaction on a connection of its own, and
+// notes the writers of tables, the oids of those to reconcile.
+func begin(ctx context.Context, pool *pgxpool.Pool, tables []uint32) (*snapshot, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect source: %w", err)
@@ -52,7 +59,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 		conn.Release()
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	s := &snapshot{tx: tx, conn: conn}
+	s := &snapshot{tx: tx, conn: conn, tables: tables}
 	// One statement: the snapshot is taken as it starts, the position read
 	// as it runs, so the position is not before the snapshot.
 	var lsn string
@@ -65,7 +72,31 @@ func begin(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 		s.close(ctx)
 		return nil, err
 	}
+	// On the other connection, after the position was read: a transaction
+	// that takes its write lock later writes after the position.
+	if len(tables) > 0 {
+		if s.writers, err = writers(ctx, pool, tables, nil); err != nil {
+			s.close(ctx)
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// writers returns the (virtual) transactions holding a write lock on one
+// of tables, only those of among if it is not nil. A transaction holds it
+// from its first write to the table until it ends; pg_locks is readable
+// by every user.
+func writers(ctx context.Context, pool *pgxpool.Pool, tables []uint32, among []string) ([]string, error) {
+	var out []string
+	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = ANY($1::oid[])
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND ($2::text[] IS NULL OR virtualtransaction = ANY($2))`, tables, among).Scan(&out)
+	if err != nil {
+		return nil, fmt.Errorf("read the tables' writers: %w", err)
+	}
+	return out, nil
 }
 
 func (s *snapshot) close(ctx context.Context) {

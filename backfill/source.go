@@ -23,13 +23,20 @@ import (
 type table struct {
 	Table
 	schema, name string
-	ident        string   // quoted schema.table
+	ident        string // quoted schema.table
+	oid          uint32
 	types        []string // format_type of each id column
 	total        int64    // rows to read: count(*), or pg_class's estimate for huge tables
 	exact        bool     // total is a count, not an estimate
 	lastKey      []string // keyset position: id column values as text
 	done         bool
 	read         int64 // rows read in this table so far, this run and before
+	// whole: read from its start in this run's snapshot, without a Where,
+	// so it is reconciled once read (reconcile.go).
+	whole   bool
+	applied chan struct{} // closed once the table's rows are applied
+	listed  bool          // its documents whose rows are gone are listed
+	gone    []string      // keys of those left to delete
 }
 
 // Source yields the rows of the configured tables as Debezium snapshot-read
@@ -42,6 +49,7 @@ type Source struct {
 	db     string
 	tables []*table
 	cur    int
+	rec    *table // the table being reconciled, if any
 	snap   *snapshot
 	lim    *rate.Limiter
 	// pageRows is the rows one page reads: cfg.PageRows, fewer under a
@@ -62,6 +70,18 @@ type Progress struct {
 	Exact      bool   // Total is a count
 	Position   string // WAL position of the snapshot, "X/Y"
 	Done       bool
+	// Reconciled counts the documents whose rows are gone that
+	// reconciliation handed to the pipeline as deletes (a dry run's sink
+	// only counts them).
+	Reconciled int64
+	// LeftAlone counts documents older than the snapshot that
+	// reconciliation could not judge and kept: versions that are not this
+	// database's WAL positions, or keys that do not read back as the id
+	// columns.
+	LeftAlone int64
+	// Unreconciled counts the tables not reconciled because they are not
+	// read whole in this run's snapshot (a Where, or a resumed table).
+	Unreconciled int
 }
 
 // Open connects to the source, resolves every table's id columns and size,
@@ -152,6 +172,15 @@ func (s *Source) init(ctx context.Context) error {
 		if !t.done {
 			s.prog.Total += max(t.total-t.read, 0)
 		}
+		t.whole = t.Where == "" && t.lastKey == nil && !t.done
+		if s.cfg.Reconcile != nil && !t.whole {
+			s.prog.Unreconciled++
+			why := "--where reads part of the table"
+			if t.Where == "" {
+				why = "resumed: rows before the checkpoint were read in an earlier snapshot"
+			}
+			s.cfg.Logger.InfoContext(ctx, "backfill will not delete the table's documents whose rows are gone", "table", t.Name, "reason", why)
+		}
 	}
 	s.prog.Exact = true
 	for _, t := range s.tables {
@@ -164,10 +193,9 @@ func (s *Source) init(ctx context.Context) error {
 func (s *Source) resolve(ctx context.Context, t Table) (*table, error) {
 	schema, name, _ := splitName(t.Name)
 	tb := &table{Table: t, schema: schema, name: name, ident: pgx.Identifier{schema, name}.Sanitize()}
-	var oid uint32
 	var reltuples float64
 	err := s.pool.QueryRow(ctx, "SELECT c.oid, c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
-		schema, name).Scan(&oid, &reltuples)
+		schema, name).Scan(&tb.oid, &reltuples)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("backfill table %s: no such table in database %s (check --table / tables[].match and --source-url)", t.Name, s.db)
 	}
@@ -177,7 +205,7 @@ func (s *Source) resolve(ctx context.Context, t Table) (*table, error) {
 	if len(t.ID) == 0 {
 		rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
 			FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-			WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)`, oid)
+			WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)`, tb.oid)
 		if err != nil {
 			return nil, fmt.Errorf("backfill table %s: read primary key: %w", t.Name, err)
 		}
@@ -197,7 +225,7 @@ func (s *Source) resolve(ctx context.Context, t Table) (*table, error) {
 	} else {
 		for _, col := range t.ID {
 			var typ string
-			err := s.pool.QueryRow(ctx, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped", oid, col).Scan(&typ)
+			err := s.pool.QueryRow(ctx, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped", tb.oid, col).Scan(&typ)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("backfill table %s: id column %q does not exist (fix tables[].id)", t.Name, col)
 			}
@@ -277,6 +305,11 @@ func (s *Source) Position() uint64 {
 
 // Fetch reads the next page. It returns io.EOF once every table is read.
 func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
+	if s.rec != nil {
+		if b, ok, err := s.reconcileNext(ctx); ok || err != nil {
+			return b, err
+		}
+	}
 	for s.cur < len(s.tables) && s.tables[s.cur].done {
 		s.cur++
 	}
@@ -291,7 +324,13 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 		return cdc.Batch{}, io.EOF
 	}
 	if s.snap == nil {
-		snap, err := begin(ctx, s.pool)
+		var oids []uint32
+		for _, t := range s.tables {
+			if t.whole && s.cfg.Reconcile != nil {
+				oids = append(oids, t.oid)
+			}
+		}
+		snap, err := begin(ctx, s.pool, oids)
 		if err != nil {
 			return cdc.Batch{}, err
 		}
@@ -314,7 +353,11 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 		t.done = true
 		cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: t.lastKey, Position: formatLSN(s.snap.position), Rows: t.read, Done: true}
 		s.cfg.Logger.InfoContext(ctx, "backfill table read", "table", t.Name, "rows", t.read)
-		return cdc.Batch{Ack: s.ack(cp)}, nil
+		ack := s.ack(cp)
+		if t.whole && s.cfg.Reconcile != nil {
+			ack = s.reconcileAfter(t, ack)
+		}
+		return cdc.Batch{Ack: ack}, nil
 	}
 	t.lastKey = last
 	cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}

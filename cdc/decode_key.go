@@ -106,6 +106,27 @@ func joinKey(cols []string, vals, raws []any, text func(any) string) (string, ma
 	return strings.Join(parts, "/"), key, nil
 }
 
+// keyUnescaper is keyEscaper's inverse.
+var keyUnescaper = strings.NewReplacer("%2F", "/", "%25", "%")
+
+// SplitDocKey is the inverse of the DocKey of a relational row with n id
+// columns: each column's text (a string as it is, an integer in plain
+// digits, anything else as compact JSON), in id-column order. It returns
+// false when key does not have n parts.
+func SplitDocKey(key string, n int) ([]string, bool) {
+	if n == 1 {
+		return []string{key}, true
+	}
+	parts := strings.Split(key, "/")
+	if n < 1 || len(parts) != n {
+		return nil, false
+	}
+	for i, p := range parts {
+		parts[i] = keyUnescaper.Replace(p)
+	}
+	return parts, true
+}
+
 // keyText is the canonical text of one key value: strings as they are,
 // integers in plain digits whatever their JSON spelling, anything else as
 // compact JSON (object keys sorted). A relational key column has one SQL

@@ -111,8 +111,9 @@ func (s *SourceState) ForgetCreated(ctx context.Context, kind, database, name st
 
 // LiveVersions calls fn with the key and version of every live (not
 // deleted) document of table in the index, streaming rows. A full load of
-// the Postgres source reconciles with it: documents older than the load
-// whose rows it did not read are gone from the source.
+// the Postgres source, and a backfill of a table read whole, reconcile with
+// it (cdc.Outdated): documents older than the load are ones whose rows it
+// did not read.
 func (s *Store) LiveVersions(ctx context.Context, table string, fn func(key string, v cdc.Version) error) error {
 	rows, err := s.pool.Query(ctx, "SELECT doc_key, version FROM "+s.tDocs+
 		" WHERE index_name = $1 AND source_table = $2 AND deleted_at IS NULL", s.cfg.Index, table)

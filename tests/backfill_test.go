@@ -231,3 +231,42 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	require.GreaterOrEqual(t, sent, cleanInputs)
 	require.LessOrEqual(t, sent, cleanInputs+slack, "re-reading committed pages must cost no embedding calls")
 }
+
+// TestBackfillReconcilesThroughTheCLI: after rows are deleted while nothing
+// streamed their deletes, a --dry-run counts the documents a full backfill
+// would delete and deletes none, --no-reconcile and --where keep them, and
+// a full backfill deletes them. The first run (an empty index: the bulk
+// path) reconciles too, and finds nothing.
+func TestBackfillReconcilesThroughTheCLI(t *testing.T) {
+	w := newBackfillWorld(t, 30)
+	cfg, schema := w.config()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append([]string{"backfill", "--config", cfg, "--page-rows", "8"}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	out := run()
+	require.Contains(t, out, "bulk load")
+	require.Contains(t, out, "reconcile: 0 documents whose rows are gone deleted")
+	require.Len(t, w.documents(schema), 30)
+
+	_, err := w.conn.Exec(context.Background(), "DELETE FROM "+w.src+".articles WHERE id IN (4, 5)")
+	require.NoError(t, err)
+	out = run("--dry-run")
+	require.Contains(t, out, "reconcile: 2 documents whose rows are gone would be deleted")
+	require.Len(t, w.documents(schema), 30, "a dry run deletes nothing")
+	out = run("--no-reconcile")
+	require.Contains(t, out, "reconcile: off (--no-reconcile)")
+	require.Len(t, w.documents(schema), 30)
+	out = run("--where", "id > 0")
+	require.Contains(t, out, "reconcile: 0 documents whose rows are gone deleted; 1 table(s) not reconciled (--where, or resumed from an earlier snapshot)")
+	require.Len(t, w.documents(schema), 30, "--where never reconciles")
+
+	out = run()
+	require.Contains(t, out, "reconcile: 2 documents whose rows are gone deleted")
+	docs := w.documents(schema)
+	require.Len(t, docs, 28)
+	require.NotContains(t, docs, w.src+".articles/4")
+	require.NotContains(t, docs, w.src+".articles/5")
+}

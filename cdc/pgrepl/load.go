@@ -298,14 +298,12 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 			continue
 		}
 		var gone []string
-		err := s.cfg.Index.LiveVersions(ctx, name, func(key string, have cdc.Version) error {
-			if have.Compare(v) < 0 {
-				gone = append(gone, key)
-			}
-			return nil
-		})
+		other, err := cdc.Outdated(ctx, s.cfg.Index, name, v, func(key string) error { gone = append(gone, key); return nil })
 		if err != nil {
 			return n, fmt.Errorf("reconcile %s: %w", name, err)
+		}
+		if other > 0 {
+			s.log.Warn("initial load: documents whose versions are not replication positions left alone (their rows may be gone)", "table", name, "documents", other)
 		}
 		for _, key := range gone {
 			ch := cdc.Change{Op: cdc.OpDelete, Table: name, DocKey: key, Version: v, SourceTS: ts, Snapshot: true,

@@ -40,7 +40,9 @@ type backfillFlags struct {
 	price     float64
 	progress  string
 	bulk      string
-	debezium  debeziumFlags
+	// noReconcile keeps the documents whose rows are gone.
+	noReconcile bool
+	debezium    debeziumFlags
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -60,9 +62,12 @@ A checkpoint per table is kept in the index's schema, naming the key columns
 and --where it belongs to; --resume continues after Ctrl-C or a crash (and
 refuses a checkpoint of other key columns or another --where), and
 re-reading a page costs no embedding calls (vectors are cached as they are
-embedded). --dry-run reads and chunks without embedding or writing, opens
-the index read-only, and prints what a real run would send to the embedding
-API.`,
+embedded). A table read whole in this run's snapshot (no --where, not
+resumed) is then reconciled: its documents whose rows are gone are deleted,
+at the snapshot's version, so a change committed after the snapshot is
+never undone; --no-reconcile keeps them. --dry-run reads and chunks without
+embedding or writing, opens the index read-only, and prints what a real run
+would send to the embedding API and how many documents it would delete.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -109,6 +114,7 @@ API.`,
 	fl.BoolVar(&f.dryRun, "dry-run", false, "read and chunk only; print documents, chunks, tokens to embed after the cache, cost and time")
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
+	fl.BoolVar(&f.noReconcile, "no-reconcile", false, "keep the documents whose rows are gone (default: a table read whole deletes them)")
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
@@ -139,6 +145,11 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !f.dryRun {
 		cp = sink.NewCheckpoints(ix.pool, cfg.Postgres.Schema, ix.name)
+	}
+	if !f.noReconcile {
+		// A dry run's deletes go to the dry run's sink, which writes
+		// nothing, like its upserts.
+		bc.Reconcile = ix.st
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
@@ -246,6 +257,22 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
+	if f.noReconcile {
+		fmt.Fprintln(out, "reconcile: off (--no-reconcile), documents whose rows are gone were kept")
+	} else {
+		verb := "deleted"
+		if f.dryRun {
+			verb = "would be deleted"
+		}
+		line := fmt.Sprintf("reconcile: %d documents whose rows are gone %s", pr.Reconciled, verb)
+		if pr.LeftAlone > 0 {
+			line += fmt.Sprintf("; %d older documents left alone (versions not of this database, or keys not of the table's id columns)", pr.LeftAlone)
+		}
+		if pr.Unreconciled > 0 {
+			line += fmt.Sprintf("; %d table(s) not reconciled (--where, or resumed from an earlier snapshot)", pr.Unreconciled)
+		}
+		fmt.Fprintln(out, line)
+	}
 	switch {
 	case bulk != nil && buildErr == nil:
 		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", build.Round(time.Millisecond))
