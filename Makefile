@@ -3,10 +3,11 @@ GO          ?= go
 GOFLAGS     ?= -mod=mod
 export GOFLAGS
 BIN         := bin/ragsync
-# The whole suite is kept within 15 min on a quiet 2-core machine and 20
-# min beside another run (the tests package is the longest: its fault,
-# rebalance and slot-kill tests run in parallel); the timeout is a hang
-# guard. scripts/test.sh prints each phase and package as it goes.
+# make test takes ≤ 15 minutes on a quiet 2-core machine and ≤ 20 beside
+# another run (measured: X quiet, Y beside another run); the tests package
+# is the longest (its fault, rebalance and slot-kill tests run in parallel).
+# The timeout is a hang guard. scripts/test.sh prints each phase and package
+# as it goes.
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
