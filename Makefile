@@ -104,8 +104,8 @@ lint: ## gofmt check and go vet
 # same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
 # before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
-bench-freshness: services ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
-	$(GO) run ./bench/freshness $(BENCH_FRESHNESS_FLAGS)
+bench-freshness: services build ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake) and the Postgres source (a slot of its own; in-process and into ragsync serve), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
+	$(GO) run ./bench/freshness -bin $(BIN) $(BENCH_FRESHNESS_FLAGS)
 
 bench-throughput: services build ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
