@@ -3,10 +3,11 @@ GO          ?= go
 GOFLAGS     ?= -mod=mod
 export GOFLAGS
 BIN         := bin/ragsync
-# The whole suite is kept within 15 min on a quiet 2-core machine and 20
-# min beside another run (the tests package is the longest: its fault,
-# rebalance and slot-kill tests run in parallel); the timeout is a hang
-# guard. scripts/test.sh prints each phase and package as it goes.
+# make test takes ≤ 15 minutes on a quiet 2-core machine and ≤ 20 beside
+# another run (measured: X quiet, Y beside another run); the tests package
+# is the longest (its fault, rebalance and slot-kill tests run in parallel).
+# The timeout is a hang guard. scripts/test.sh prints each phase and package
+# as it goes.
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
@@ -103,8 +104,8 @@ lint: ## gofmt check and go vet
 # same vectors; BASE_BIN=<an older ragsync binary> runs it alternately for a
 # before/after table; BENCH_THROUGHPUT_FLAGS="-docs 20000" for the large load.
 BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
-bench-freshness: services ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
-	$(GO) run ./bench/freshness $(BENCH_FRESHNESS_FLAGS)
+bench-freshness: services build ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake) and the Postgres source (a slot of its own; in-process and into ragsync serve), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
+	$(GO) run ./bench/freshness -bin $(BIN) $(BENCH_FRESHNESS_FLAGS)
 
 bench-throughput: services build ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
@@ -65,7 +66,7 @@ func (p *paused) Fetch(ctx context.Context) (cdc.Batch, error) {
 // apply runs serve over the events streamed so far, to their end.
 func (s *stream) apply(emb embedder.Client, st *sink.Store) {
 	s.t.Helper()
-	src, err := cdc.NewFileSource(cdc.FileConfig{Path: s.f.Name()})
+	src, err := file.NewSource(file.Config{Path: s.f.Name()})
 	require.NoError(s.t, err)
 	defer src.Close()
 	require.NoError(s.t, s.w.pipeline(src, emb, st).Run(context.Background()))

@@ -101,6 +101,10 @@ func Open(ctx context.Context, cfg Config, cp Checkpoints) (*Source, error) {
 	// One connection holds the snapshot, one re-checks rows outside it.
 	pc.MaxConns = 2
 	pc.ConnConfig.RuntimeParams["application_name"] = "ragsync-backfill"
+	// Values are read as text in the formats the Postgres source reads
+	// them in (UTC timestamps, hex bytea, …), so a row becomes the same
+	// document whether it is backfilled or streamed.
+	cdc.PostgresSessionParams(pc.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect source: %w", err)
@@ -379,17 +383,21 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 		cols[i] = "t." + pgx.Identifier{c}.Sanitize()
 	}
 	keyList := strings.Join(cols, ", ")
+	// The row's columns come in Postgres' text format and are decoded as
+	// the Postgres source decodes them (cdc.PostgresValue): to_jsonb would
+	// render timestamps, bytea, times and NaN otherwise than Debezium's
+	// events and the replication stream do.
 	var b strings.Builder
-	b.WriteString("SELECT to_jsonb(t), t.xmin::text, t.xmax::text")
+	b.WriteString("SELECT t.xmin::text, t.xmax::text")
 	for _, c := range cols {
 		b.WriteString(", " + c + "::text")
 	}
-	b.WriteString(" FROM " + t.ident + " t WHERE true")
-	args := []any{}
+	b.WriteString(", t.* FROM " + t.ident + " t WHERE true")
+	var args [][]byte
 	if t.lastKey != nil {
 		b.WriteString(" AND (" + keyList + ") > (" + s.params(t, 1) + ")")
 		for _, k := range t.lastKey {
-			args = append(args, k)
+			args = append(args, []byte(k))
 		}
 	}
 	b.WriteString(t.whereSQL("AND"))
@@ -400,29 +408,32 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 		}
 	}
 
-	rows, err := s.snap.tx.Query(ctx, b.String(), args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
-	}
+	// Text results for every column (nil result formats).
+	rr := s.snap.tx.Conn().PgConn().ExecParams(ctx, b.String(), args, nil, nil, nil)
 	type rowRead struct {
-		row        []byte
+		row        map[string]any
 		xmin, xmax string
 		key        []string
 	}
+	fds := rr.FieldDescriptions()
+	fixed := 2 + len(cols)
 	var page []rowRead
-	for rows.Next() {
-		r := rowRead{key: make([]string, len(cols))}
-		dest := []any{&r.row, &r.xmin, &r.xmax}
+	for rr.NextRow() {
+		vals := rr.Values()
+		r := rowRead{xmin: string(vals[0]), xmax: string(vals[1]), key: make([]string, len(cols)), row: make(map[string]any, len(vals)-fixed)}
 		for i := range r.key {
-			dest = append(dest, &r.key[i])
+			r.key[i] = string(vals[2+i])
 		}
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
+		for i := fixed; i < len(vals); i++ {
+			if vals[i] == nil {
+				r.row[fds[i].Name] = nil
+				continue
+			}
+			r.row[fds[i].Name] = cdc.PostgresValue(fds[i].DataTypeOID, string(vals[i]))
 		}
 		page = append(page, r)
 	}
-	if err := rows.Err(); err != nil {
+	if _, err := rr.Close(); err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
 	}
 	if len(page) == 0 {
@@ -503,10 +514,10 @@ func (s *Source) recheck(ctx context.Context, t *table, key []string, xmin strin
 
 // message renders a row as the snapshot-read event a Debezium PostgreSQL
 // connector would emit (payload only), so the decoder treats it like one.
-func (s *Source) message(t *table, row []byte, now time.Time) (cdc.Message, error) {
-	var after map[string]any
-	if err := json.Unmarshal(row, &after); err != nil {
-		return cdc.Message{}, fmt.Errorf("read %s: decode row: %w", t.Name, err)
+func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Message, error) {
+	row, err := json.Marshal(after)
+	if err != nil {
+		return cdc.Message{}, fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
 	// The key's fields in id-column order, as Debezium writes a primary
 	// key: the decoder builds the document key from them in that order.

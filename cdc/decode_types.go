@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -168,7 +169,47 @@ func convertValue(v any, s map[string]any, depth int) (any, error) {
 		}
 		return m, nil
 	}
-	return v, checkPrimitive(v, typ)
+	if err := checkPrimitive(v, typ); err != nil {
+		return nil, err
+	}
+	if n, ok := v.(json.Number); ok && isFloatType(typ) {
+		return postgresFloat(n, typ), nil
+	}
+	return v, nil
+}
+
+// isFloatType reports a Connect floating-point schema type: JsonConverter
+// names them "float" and "double", Connect's Java enum FLOAT32 and FLOAT64.
+func isFloatType(typ string) bool {
+	switch typ {
+	case "float32", "float64", "float", "double":
+		return true
+	}
+	return false
+}
+
+// postgresFloat writes a floating-point value as Postgres writes a float8
+// (float4 for float32) with extra_float_digits=1: the shortest digits that
+// read back as the same value, in fixed notation for decimal exponents from
+// -4 to 14 (5 for float4), else as 1.5e+20. The Debezium converter writes
+// 20.0, 1.0E20 or 1.0E-5 for the same values; without this a double
+// column's text differed between a Debezium event ("20.0") and the Postgres
+// source and backfill, which read Postgres' own output ("20").
+func postgresFloat(n json.Number, typ string) json.Number {
+	bits, maxExp := 64, 15
+	if typ == "float32" || typ == "float" {
+		bits, maxExp = 32, 6
+	}
+	f, err := strconv.ParseFloat(string(n), bits)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return n // out of range: keep the digits the event carried
+	}
+	e := strconv.FormatFloat(f, 'e', -1, bits)
+	exp, err := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
+	if err != nil || exp < -4 || exp >= maxExp {
+		return json.Number(e)
+	}
+	return json.Number(strconv.FormatFloat(f, 'f', -1, bits))
 }
 
 // checkPrimitive fails when v contradicts its Connect schema type, as Kafka
@@ -195,7 +236,7 @@ func checkPrimitive(v any, typ string) error {
 		if _, err := strconv.ParseInt(string(n), 10, bits); err != nil {
 			return fmt.Errorf("%s: %s is not an integer in range", typ, n)
 		}
-	case "float32", "float64":
+	case "float32", "float64", "float", "double":
 		switch f := v.(type) {
 		case json.Number:
 		case string:

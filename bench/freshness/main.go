@@ -1,13 +1,23 @@
 // Command freshness measures how long after a source commit a change is
-// searchable: Debezium change events are produced to an in-process Kafka
-// (kfake) at fixed rates, each stamped with its commit time (source.ts_ms),
-// and consumed by the pipeline (Kafka source, coalesced OpenAI-compatible
-// embedder against a fake with a fixed latency, Postgres/pgvector sink). For
-// each rate it reports p50/p95/p99 of commit-to-index-commit time over the
-// documents applied after a warm-up, and the applied rate against the
-// offered one.
+// searchable, through each of two sources:
 //
-//	go run ./bench/freshness -rates 5,50 -latency 150ms -duration 30s
+//   - kafka: Debezium change events are produced to an in-process Kafka
+//     (kfake) at fixed rates, each stamped with its commit time
+//     (source.ts_ms), and consumed by the Kafka source;
+//   - postgres: rows are committed into a table of their own at fixed rates
+//     and streamed from a replication slot of their own by the Postgres
+//     source (source.kind postgres), each change stamped with its commit
+//     time by pgoutput (the server's clock).
+//
+// Both feed the same pipeline (coalesced OpenAI-compatible embedder against
+// a fake with a fixed latency, Postgres/pgvector sink), in this process. For
+// each source and rate it reports p50/p95/p99 of commit-to-index-commit time
+// (the return of the sink's commit of the document's chunks and vectors)
+// over the changes committed after a warm-up, and the applied rate against
+// the offered one. The postgres leg creates its schema, publication and
+// slot and drops them at the end.
+//
+//	go run ./bench/freshness -sources kafka,postgres -rates 5,50 -latency 150ms -duration 30s
 package main
 
 import (
@@ -35,6 +45,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/cdc/kafka"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/openaitest"
@@ -44,7 +55,9 @@ import (
 )
 
 type options struct {
+	bin        string
 	url        string
+	sources    []string
 	rates      []float64
 	latency    time.Duration
 	duration   time.Duration
@@ -57,7 +70,9 @@ type options struct {
 
 func main() {
 	var o options
-	var rates string
+	var rates, sources string
+	flag.StringVar(&sources, "sources", "kafka,postgres-pipeline,postgres", "sources to measure through, comma-separated: kafka (kfake into the pipeline in this process), postgres-pipeline (a replication slot into the pipeline in this process), postgres (a replication slot into `ragsync serve`, a child process)")
+	flag.StringVar(&o.bin, "bin", "bin/ragsync", "the ragsync binary the postgres source's serve runs")
 	flag.StringVar(&o.url, "url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres to index into (a schema is created and dropped)")
 	flag.StringVar(&rates, "rates", "5,50", "offered changes/s, comma-separated")
 	flag.DurationVar(&o.latency, "latency", 150*time.Millisecond, "the fake provider's latency per request")
@@ -86,16 +101,44 @@ func main() {
 		}
 		o.rates = append(o.rates, v)
 	}
-	fmt.Printf("freshness through Kafka (kfake), provider latency %s, 1.5-4 KB documents over %d documents, %d partitions\n", o.latency, o.docs, o.partitions)
-	fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered |")
-	fmt.Println("|---|---|---|---|---|---|")
-	for _, rate := range o.rates {
-		r, err := run(context.Background(), o, rate)
-		if err != nil {
-			warnf("rate %g: %v", rate, err)
-			return
+	for _, src := range strings.Split(sources, ",") {
+		src = strings.TrimSpace(src)
+		if !slices.Contains([]string{"kafka", "postgres", "postgres-pipeline"}, src) {
+			fatalf("-sources: %q is none of kafka, postgres, postgres-pipeline", src)
 		}
-		fmt.Println(r)
+		o.sources = append(o.sources, src)
+	}
+	failed := false
+	for _, src := range o.sources {
+		switch src {
+		case "kafka":
+			fmt.Printf("freshness through Kafka (kfake) into the pipeline in this process, provider latency %s, 1.5-4 KB documents over %d documents, %d partitions; exact quantiles\n", o.latency, o.docs, o.partitions)
+		case "postgres-pipeline":
+			fmt.Printf("freshness through the Postgres source (a replication slot; pgoutput commit timestamps, one transaction per change) into the pipeline in this process, provider latency %s, 1.5-4 KB documents over %d documents; exact quantiles\n", o.latency, o.docs)
+		case "postgres":
+			fmt.Printf("freshness through the Postgres source (a replication slot; pgoutput commit timestamps, one transaction per change) into `ragsync serve` (%s, a child process), provider latency %s, 1.5-4 KB documents over %d documents; quantiles interpolated in serve's ragsync_pipeline_freshness_seconds buckets\n", o.bin, o.latency, o.docs)
+		}
+		fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, rate := range o.rates {
+			var r result
+			var err error
+			if src == "postgres" {
+				r, err = runServe(context.Background(), o, rate)
+			} else {
+				r, err = run(context.Background(), o, src, rate)
+			}
+			if err != nil {
+				warnf("%s, rate %g: %v", src, rate, err)
+				failed = true
+				break
+			}
+			fmt.Println(r)
+		}
+	}
+	if failed {
+		pprof.StopCPUProfile()
+		os.Exit(1)
 	}
 }
 
@@ -163,7 +206,7 @@ func text(n int) string {
 	return b.String()
 }
 
-func run(ctx context.Context, o options, rate float64) (result, error) {
+func run(ctx context.Context, o options, leg string, rate float64) (result, error) {
 	res := result{rate: rate}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -205,22 +248,25 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 		return res, err
 	}
 
-	const topic = "dbserver1.public.articles"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
-	if err != nil {
-		return res, err
+	var (
+		src    pipeline.Source
+		commit func(ctx context.Context, id int, body string, now time.Time) error
+	)
+	if leg == "kafka" {
+		ks, produce, closeKafka, err := kafkaLeg(o)
+		if err != nil {
+			return res, err
+		}
+		defer closeKafka()
+		src, commit = ks, produce
+	} else {
+		ps, write, closePG, err := postgresLeg(ctx, o)
+		if err != nil {
+			return res, err
+		}
+		defer closePG()
+		src, commit = ps, write
 	}
-	defer c.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
-	if err != nil {
-		return res, err
-	}
-	defer prod.Close()
-	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
-	if err != nil {
-		return res, err
-	}
-	defer src.Close()
 
 	ts := &timingSink{Sink: st}
 	p, err := pipeline.New(pipeline.Config{Workers: o.workers}, pipeline.Stages{
@@ -234,38 +280,15 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(runCtx) }()
 
-	// Produce at the offered rate: each change is committed "now" in the
-	// source (its ts_ms) and produced at once, as Debezium would.
-	interval := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
-	measureFrom := start.Add(o.warmup)
-	end := measureFrom.Add(o.duration)
-	ts.mu.Lock()
-	ts.from = measureFrom
-	ts.mu.Unlock()
-	var lsn int64
-	offered := 0
-	next := start
-	for time.Now().Before(end) {
-		lsn++
-		id := mrand.IntN(o.docs)
-		now := time.Now()
-		value, _ := json.Marshal(map[string]any{
-			"op": "u",
-			"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "articles",
-				"lsn": lsn, "txId": lsn, "ts_ms": now.UnixMilli()},
-			"after": map[string]any{"id": id, "body": text(1500 + mrand.IntN(2500))},
-		})
-		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: value}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				warnf("produce: %v", err)
-			}
-		})
-		if now.After(measureFrom) {
-			offered++
-		}
-		next = next.Add(interval)
-		time.Sleep(time.Until(next))
+	_, err = drive(ctx, o, rate, commit, func(from time.Time) {
+		ts.mu.Lock()
+		ts.from = from
+		ts.mu.Unlock()
+	})
+	if err != nil {
+		stop()
+		<-ran
+		return res, err
 	}
 	// Let the last changes land, then stop.
 	time.Sleep(2 * time.Second)
@@ -286,8 +309,30 @@ func run(ctx context.Context, o options, rate float64) (result, error) {
 	// index (a change overtaken by a later one of its document counts as
 	// applied only if its write happened).
 	res.applied = float64(len(lat)) / o.duration.Seconds()
-	_ = offered
 	return res, nil
+}
+
+// drive commits changes at rate for the warm-up and o.duration: through
+// Kafka each is committed "now" in the source (its ts_ms) and produced at
+// once, as Debezium would; through the Postgres source each is a
+// transaction of its own. measure is called with the time measuring starts
+// before any change is committed (only later commits count).
+func drive(ctx context.Context, o options, rate float64, commit func(context.Context, int, string, time.Time) error, measure func(from time.Time)) (time.Time, error) {
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	measureFrom := start.Add(o.warmup)
+	end := measureFrom.Add(o.duration)
+	measure(measureFrom)
+	next := start
+	for time.Now().Before(end) {
+		id := mrand.IntN(o.docs)
+		if err := commit(ctx, id, text(1500+mrand.IntN(2500)), time.Now()); err != nil {
+			return measureFrom, err
+		}
+		next = next.Add(interval)
+		time.Sleep(time.Until(next))
+	}
+	return measureFrom, nil
 }
 
 // fatalf prints a bench failure and exits 1; warnf prints a problem the run
@@ -300,4 +345,123 @@ func fatalf(format string, args ...any) {
 
 func warnf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench-freshness: "+format+"\n", args...)
+}
+
+// kafkaLeg starts an in-process Kafka with the topic and returns the Kafka
+// source, a function that produces a change of document id (committed in
+// the source at now: its ts_ms) as Debezium would, and a closer.
+func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(), error) {
+	const topic = "dbserver1.public.articles"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
+	if err != nil {
+		prod.Close()
+		c.Close()
+		return nil, nil, nil, err
+	}
+	var lsn int64
+	produce := func(ctx context.Context, id int, body string, now time.Time) error {
+		lsn++
+		value, _ := json.Marshal(map[string]any{
+			"op": "u",
+			"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "articles",
+				"lsn": lsn, "txId": lsn, "ts_ms": now.UnixMilli()},
+			"after": map[string]any{"id": id, "body": body},
+		})
+		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				warnf("produce: %v", err)
+			}
+		})
+		return nil
+	}
+	return src, produce, func() { src.Close(); prod.Close(); c.Close() }, nil
+}
+
+// postgresLeg returns the Postgres source streaming a table, publication
+// and slot of their own (see pgSource), the function that commits a change
+// and a closer that stops the source and drops them.
+func postgresLeg(ctx context.Context, o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(), error) {
+	name, write, drop, err := pgSource(ctx, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	src, err := pgrepl.New(ctx, pgrepl.Config{
+		URL: o.url, Slot: name, Publication: name, Tables: []cdc.TableConfig{{Match: name + ".articles"}},
+		ApplicationName: "bench-freshness", State: pgrepl.NewMemoryState(),
+	})
+	if err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	return src, write, func() {
+		// The slot can be dropped only once its walsender is gone.
+		src.Close()
+		drop()
+	}, nil
+}
+
+// pgSource creates a source table (schema.articles), a publication and a
+// logical replication slot of its own, all named bench_fresh_src_<random>,
+// and returns that name, a function that commits a change of document id
+// (one transaction: its commit timestamp is the change's), and a function
+// that drops them all, to call once nothing streams from the slot.
+func pgSource(ctx context.Context, o options) (string, func(context.Context, int, string, time.Time) error, func(), error) {
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	name := "bench_fresh_src_" + hex.EncodeToString(rb[:])
+	conn, err := pgx.Connect(ctx, o.url)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	var undo []string
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, q := range slices.Backward(undo) {
+			// The slot stays active for a moment after its consumer
+			// closed the connection: retry until its walsender is gone.
+			var err error
+			for range 30 {
+				if _, err = conn.Exec(dctx, q); err == nil {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if err != nil {
+				warnf("clean up: %s: %v", q, err)
+			}
+		}
+		conn.Close(dctx)
+	}
+	for _, q := range []struct{ do, undo string }{
+		{"CREATE SCHEMA " + name, "DROP SCHEMA IF EXISTS " + name + " CASCADE"},
+		{"CREATE TABLE " + name + ".articles (id int PRIMARY KEY, body text)", ""},
+		{"CREATE PUBLICATION " + name + " FOR TABLE " + name + ".articles", "DROP PUBLICATION IF EXISTS " + name},
+		// Created before the first write, so the stream holds every change.
+		{"SELECT pg_create_logical_replication_slot('" + name + "', 'pgoutput')",
+			"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '" + name + "'"},
+	} {
+		if _, err := conn.Exec(ctx, q.do); err != nil {
+			drop()
+			return "", nil, nil, fmt.Errorf("%s: %w", q.do, err)
+		}
+		if q.undo != "" {
+			undo = append(undo, q.undo)
+		}
+	}
+	upsert := "INSERT INTO " + name + ".articles (id, body) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET body = excluded.body"
+	write := func(ctx context.Context, id int, body string, _ time.Time) error {
+		_, err := conn.Exec(ctx, upsert, id, body)
+		return err
+	}
+	return name, write, drop, nil
 }

@@ -209,7 +209,7 @@ func toLines(evs []event, first int) ([][]byte, error) {
 }
 
 // memSource hands lines to the pipeline in batches, parsed exactly as the
-// JSONL file source parses them (cdc.ParseLine).
+// JSONL file source parses them (file.ParseLine).
 type memSource struct {
 	lines [][]byte
 	next  int

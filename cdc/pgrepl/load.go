@@ -167,7 +167,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 				if k := slices.Index(keys, c.name); k >= 0 {
 					last[k] = string(raw)
 				}
-				row[c.name] = valueOrText(c.oid, string(raw))
+				row[c.name] = cdc.PostgresValue(c.oid, string(raw))
 			}
 			docKey, key := rowKey(t.ids, row)
 			if docKey == "" {

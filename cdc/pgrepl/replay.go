@@ -129,7 +129,7 @@ func (s *Source) reread(ctx context.Context, conn *pgx.Conn, ch cdc.Change) (cdc
 				row[fds[i].Name] = nil
 				continue
 			}
-			row[fds[i].Name] = valueOrText(fds[i].DataTypeOID, string(raw))
+			row[fds[i].Name] = cdc.PostgresValue(fds[i].DataTypeOID, string(raw))
 		}
 	}
 	if _, err := rr.Close(); err != nil {

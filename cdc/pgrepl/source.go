@@ -355,11 +355,7 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 // the snapshot reader alike.
 func sessionParams(p map[string]string, app string) {
 	p["application_name"] = app
-	p["DateStyle"] = "ISO, MDY"
-	p["TimeZone"] = "UTC"
-	p["IntervalStyle"] = "postgres"
-	p["bytea_output"] = "hex"
-	p["extra_float_digits"] = "1"
+	cdc.PostgresSessionParams(p)
 }
 
 // warnMissingColumns logs, once per table and set of columns, that the

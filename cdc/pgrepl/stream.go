@@ -494,7 +494,7 @@ func tuple(r *relation, t *pglogrepl.TupleData) (row map[string]any, unavailable
 			row[col.name] = unavailableValue
 			unavailable = append(unavailable, col.name)
 		case pglogrepl.TupleDataTypeText:
-			row[col.name] = valueOrText(col.oid, string(c.Data))
+			row[col.name] = cdc.PostgresValue(col.oid, string(c.Data))
 		default:
 			return nil, nil, fmt.Errorf("%s.%s column %q: binary tuple data is not requested and not supported", r.schema, r.table, col.name)
 		}

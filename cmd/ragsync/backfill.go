@@ -101,6 +101,14 @@ would send to the embedding API and how many documents it would delete.`,
 			if f.debezium.via != "" {
 				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
 			}
+			if f.progress == "auto" {
+				// Decided on the real stderr: the one commands write to
+				// is the password-masking writer, never a terminal.
+				f.progress = "log"
+				if g.stderrTTY {
+					f.progress = "bar"
+				}
+			}
 			return runBackfill(ctx, cmd, cfg, bc, f)
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -109,10 +110,13 @@ func TestMonitorCommands(t *testing.T) {
 	lastJSON(t, out, &rep)
 	require.Equal(t, 3, rep.Pending)
 	require.Zero(t, rep.Repaired)
-	out, err = runCLI(t, "", append([]string{"repair", "--json"}, base...)...)
+	// stderr is no terminal here: progress comes as lines, not a bar.
+	out, err = runCLI(t, "", append([]string{"repair"}, base...)...)
 	require.NoError(t, err, out)
-	lastJSON(t, out, &rep)
-	require.Equal(t, 3, rep.Repaired)
+	require.Contains(t, out, "repair: re-embedding 3 chunks past the bound\n")
+	require.Contains(t, out, "repair progress: 3 of 3 chunks re-embedded")
+	require.NotContains(t, out, "\r", "no bar")
+	require.Contains(t, out, "re-embedded 3 of 3 chunks past the bound")
 
 	out, err = runCLI(t, "", append([]string{"monitor", "reference", "--reset"}, base...)...)
 	require.NoError(t, err, out)
@@ -124,4 +128,22 @@ func TestMonitorCommands(t *testing.T) {
 
 	_, err = runCLI(t, "", append([]string{"monitor", "--set", "monitor.cosine_bound=3"}, base...)...)
 	require.ErrorContains(t, err, "monitor.cosine_bound")
+}
+
+// TestRepairProgressLines: without a terminal, repair says when it starts,
+// then where it is at most once per interval, and when it is done.
+func TestRepairProgressLines(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	p := repairProgressLines(&out, 10*time.Second, func() time.Time { return clock })
+	p(0, 100)
+	clock = clock.Add(5 * time.Second)
+	p(10, 100) // within the interval: quiet
+	clock = clock.Add(5 * time.Second)
+	p(20, 100)
+	clock = clock.Add(time.Second)
+	p(100, 100) // done: always said
+	require.Equal(t, "repair: re-embedding 100 chunks past the bound\n"+
+		"repair progress: 20 of 100 chunks re-embedded, 10s elapsed, 2 chunks/s, eta 40s\n"+
+		"repair progress: 100 of 100 chunks re-embedded, 11s elapsed, 9 chunks/s, eta 0s\n", out.String())
 }

@@ -133,6 +133,10 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 		return err
 	}
 	out := cmd.OutOrStdout()
+	// A start line: the first pass re-embeds every document and may take
+	// long, and only its summary followed.
+	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions) started: reading every document of %s; a summary follows when the pass ends\n",
+		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), from)
 	start := time.Now()
 	src, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, bulkMode, logger)
 	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",

@@ -25,6 +25,9 @@ func TestReindexAndIndexCommands(t *testing.T) {
 	out, err := runCLI(t, "", args("reindex", "--to", "articles_v2", "--dimensions", "32")...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "reindex articles -> articles_v2 (hashing-v1, 32 dimensions): 3 documents")
+	started := strings.Index(out, "reindex articles -> articles_v2 (hashing-v1, 32 dimensions) started: reading every document of articles")
+	require.GreaterOrEqual(t, started, 0, "a start line: %s", out)
+	require.Less(t, started, strings.Index(out, "3 documents in"), "before the pass's summary")
 	require.Equal(t, docs("articles"), docs("articles_v2"), "same documents, versions, tombstones and chunks")
 	var dims int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT dimensions FROM indexes WHERE name = 'articles_v2'").Scan(&dims))

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -56,7 +58,13 @@ Example:
 			m := w.m
 			opts := monitor.RepairOptions{MaxTokens: maxTokens, BatchSize: batch, DryRun: dryRun}
 			var bar *progressbar.ProgressBar
-			if !asJSON && !dryRun {
+			switch {
+			case asJSON || dryRun:
+			case !g.stderrTTY:
+				// A bar's carriage returns make one unreadable line in a
+				// log file or CI output: say where the run is in lines.
+				opts.Progress = repairProgressLines(cmd.ErrOrStderr(), 10*time.Second, time.Now)
+			default:
 				opts.Progress = func(done, total int) {
 					if bar == nil {
 						bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
@@ -91,4 +99,33 @@ Example:
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be re-embedded, embed nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// repairProgressLines reports a repair's progress as lines, for a stderr
+// that is not a terminal: one when it starts, then at most one per every
+// (as backfill's progress lines), and one when every chunk is done.
+func repairProgressLines(w io.Writer, every time.Duration, now func() time.Time) func(done, total int) {
+	var start, last time.Time
+	return func(done, total int) {
+		t := now()
+		if start.IsZero() {
+			start, last = t, t
+			fmt.Fprintf(w, "repair: re-embedding %d chunks past the bound\n", total)
+			return
+		}
+		if done < total && t.Sub(last) < every {
+			return
+		}
+		last = t
+		rate := float64(done) / max(t.Sub(start).Seconds(), 1e-9)
+		eta := "unknown"
+		switch {
+		case done >= total:
+			eta = "0s"
+		case rate > 0:
+			eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "repair progress: %d of %d chunks re-embedded, %s elapsed, %.0f chunks/s, eta %s\n",
+			done, total, t.Sub(start).Round(time.Second), rate, eta)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -94,6 +95,12 @@ type report struct {
 	lastLine time.Time
 	total    int
 	running  map[string]*pkgState
+	// finished holds the packages whose closing line is printed: events
+	// for them that arrive later (a second package "pass", which go test
+	// emits when a test binary runs a copy of itself that inherits its
+	// test2json framing) must not start them over, or their `ok` line
+	// would print twice.
+	finished map[string]bool
 	done     int
 	failed   int
 	failures []string
@@ -101,7 +108,7 @@ type report struct {
 
 func newReport(w io.Writer, total int, now func() time.Time) *report {
 	t := now()
-	return &report{w: w, now: now, start: t, lastLine: t, total: total, running: map[string]*pkgState{}}
+	return &report{w: w, now: now, start: t, lastLine: t, total: total, running: map[string]*pkgState{}, finished: map[string]bool{}}
 }
 
 func (r *report) printf(format string, args ...any) {
@@ -145,6 +152,16 @@ func (r *report) handle(e event) {
 	if e.Package == "" {
 		return
 	}
+	if r.finished[e.Package] {
+		if e.Test == "" && e.Action == "fail" && !slices.Contains(r.failures, e.Package) {
+			// A package reported passed and then failed: the failure is
+			// what counts, once.
+			r.failed++
+			r.failures = append(r.failures, e.Package)
+			r.printf("FAIL\t%s\t%.3fs\n", e.Package, e.Elapsed)
+		}
+		return
+	}
 	p := r.running[e.Package]
 	if p == nil {
 		p = &pkgState{started: r.now(), tests: map[string][]string{}}
@@ -182,6 +199,7 @@ func (r *report) handle(e event) {
 // line) and, on failure, whatever else the package printed.
 func (r *report) finish(e event, p *pkgState) {
 	delete(r.running, e.Package)
+	r.finished[e.Package] = true
 	r.done++
 	closing := ""
 	var rest []string

@@ -76,3 +76,36 @@ func TestHeartbeatStaysQuietWhileLinesFlow(t *testing.T) {
 	r.heartbeat(time.Minute)
 	require.Equal(t, "... 1m1s compiling test binaries with -race (0 packages done)\n", out.String())
 }
+
+// TestLateEventsDoNotRestartAPackage: go test can report a package's end
+// twice (a test binary that runs a copy of itself with inherited output
+// makes test2json see a second "PASS"); the package's ok line still
+// prints once, and the package is not counted again nor left "running".
+func TestLateEventsDoNotRestartAPackage(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	in := strings.Join([]string{
+		`{"Action":"start","Package":"m/a"}`,
+		`{"Action":"run","Package":"m/a","Test":"TestSelf"}`,
+		`{"Action":"pass","Package":"m/a","Test":"TestSelf","Elapsed":0.1}`,
+		`{"Action":"output","Package":"m/a","Output":"PASS\n"}`,
+		`{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t0.5s\n"}`,
+		`{"Action":"pass","Package":"m/a","Elapsed":0.5}`,
+		`{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t0.5s\n"}`,
+		`{"Action":"pass","Package":"m/a","Elapsed":0.5}`,
+	}, "\n")
+	var out bytes.Buffer
+	r := newReport(&out, 1, func() time.Time { return clock })
+	require.NoError(t, r.read(strings.NewReader(in)))
+	r.summary()
+	require.Equal(t, "=== 0s running m/a (1 of 1)\nok  \tm/a\t0.5s\n=== 0s: 1 packages finished, all passed\n", out.String())
+	require.Zero(t, r.failed)
+
+	// A failure reported after the pass still fails the run, once.
+	out.Reset()
+	r = newReport(&out, 1, func() time.Time { return clock })
+	require.NoError(t, r.read(strings.NewReader(in+"\n"+`{"Action":"fail","Package":"m/a","Elapsed":0.6}`+"\n"+`{"Action":"fail","Package":"m/a","Elapsed":0.6}`)))
+	r.summary()
+	require.Equal(t, 1, r.failed)
+	require.Contains(t, out.String(), "FAIL\tm/a\t0.600s\n")
+	require.Contains(t, out.String(), "FAILED: m/a\n")
+}

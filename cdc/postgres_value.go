@@ -1,4 +1,4 @@
-package pgrepl
+package cdc
 
 import (
 	"encoding/base64"
@@ -10,9 +10,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/ragsync/ragsync/cdc"
 )
+
+// PostgresSessionParams sets, in a connection's runtime parameters, the
+// output formats PostgresValue expects: ISO dates, UTC for timestamptz,
+// hex bytea and shortest exact floats. The replication connection (pgoutput
+// formats values in the walsender) and every snapshot reader use them, so
+// a value is the same text whichever of them read it.
+func PostgresSessionParams(p map[string]string) {
+	p["DateStyle"] = "ISO, MDY"
+	p["TimeZone"] = "UTC"
+	p["IntervalStyle"] = "postgres"
+	p["bytea_output"] = "hex"
+	p["extra_float_digits"] = "1"
+}
 
 // pgTypes knows the built-in types' OIDs and, for arrays, their element
 // types. It is only read after init, so sharing it is safe.
@@ -51,7 +62,7 @@ func pgValue(oid uint32, text string) (any, error) {
 		}
 		return json.Number(text), nil
 	case pgtype.JSONOID, pgtype.JSONBOID:
-		v, err := cdc.ParseJSON([]byte(text))
+		v, err := parseJSON([]byte(text))
 		if err != nil {
 			return nil, fmt.Errorf("json: %w", err)
 		}
@@ -236,11 +247,17 @@ func (p *arrayParser) quoted() (string, error) {
 	return "", errArray
 }
 
-// valueOrText is pgValue, falling back to the text as Postgres wrote it
-// when the text does not parse as its type (a server setting ragsync did not
-// expect): the stream must not stall on one value, and text is what the
-// Debezium connector gives for types it does not know.
-func valueOrText(oid uint32, text string) any {
+// PostgresValue decodes one column value in Postgres' text output format,
+// of the type with OID oid, into the value the Decoder gives for the same
+// column of a Debezium event (see pgValue), so that every transport that
+// reads Postgres rows itself (the replication slot source, its initial
+// load, the backfill reader) renders a row as Debezium's events do. The
+// session that read the text must have the settings of
+// PostgresSessionParams. Text that does not parse as its type (a server
+// setting ragsync did not expect) comes back as it is: a stream must not
+// stall on one value, and text is what the Debezium connector gives for
+// types it does not know.
+func PostgresValue(oid uint32, text string) any {
 	v, err := pgValue(oid, text)
 	if err != nil {
 		return text

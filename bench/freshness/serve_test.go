@@ -1,0 +1,20 @@
+package main
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHistogramQuantile: quantiles of cumulative bucket counts are
+// interpolated as Prometheus' histogram_quantile does.
+func TestHistogramQuantile(t *testing.T) {
+	les := []float64{0.1, 0.2, 0.5, math.Inf(1)}
+	counts := []float64{10, 30, 40, 40}                                   // 10 in (0,0.1], 20 in (0.1,0.2], 10 in (0.2,0.5]
+	require.InDelta(t, 0.15, histogramQuantile(0.5, les, counts), 1e-9)   // rank 20: halfway through the second bucket
+	require.InDelta(t, 0.05, histogramQuantile(0.125, les, counts), 1e-9) // rank 5: halfway through the first
+	require.InDelta(t, 0.488, histogramQuantile(0.99, les, counts), 1e-9) // rank 39.6: 0.2 + 0.3*9.6/10
+	// Past the last finite bound: that bound.
+	require.InDelta(t, 0.5, histogramQuantile(0.99, les, []float64{0, 0, 1, 10}), 1e-9)
+}
