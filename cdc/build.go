@@ -6,17 +6,26 @@ import "path"
 // an exact Match first, else the first path.Match pattern that matches, as
 // the Decoder and the pipeline choose. ok is false when none does.
 func LookupTable(tables []TableConfig, table string) (TableConfig, bool) {
+	return Lookup(tables, func(t TableConfig) string { return t.Match }, table)
+}
+
+// Lookup is the one table-matching rule, for any list of table entries
+// whose match (a "schema.table" name or a path.Match pattern) match gives:
+// the entry whose match equals table, else the first whose pattern matches
+// it.
+func Lookup[T any](tables []T, match func(T) string, table string) (T, bool) {
 	for _, t := range tables {
-		if t.Match == table {
+		if match(t) == table {
 			return t, true
 		}
 	}
 	for _, t := range tables {
-		if ok, _ := path.Match(t.Match, table); ok {
+		if ok, _ := path.Match(match(t), table); ok {
 			return t, true
 		}
 	}
-	return TableConfig{}, false
+	var zero T
+	return zero, false
 }
 
 // RowKey renders the document key of row from its columns cols exactly as

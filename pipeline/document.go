@@ -3,7 +3,6 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -130,21 +129,11 @@ func textOf(v any) string {
 	}
 }
 
-// tableFor returns the table config for a change's table: the first whose
-// Match equals it, else the first whose Match is a path.Match pattern
-// matching it ("public.*", "*"), as the decoder picks id columns.
+// tableFor returns the table config for a change's table, by cdc's one
+// matching rule (cdc.Lookup): the entry whose Match equals it, else the
+// first whose Match is a pattern matching it ("public.*", "*").
 func tableFor(tables []TableConfig, table string) (TableConfig, bool) {
-	for _, t := range tables {
-		if t.Match == table {
-			return t, true
-		}
-	}
-	for _, t := range tables {
-		if ok, _ := path.Match(t.Match, table); ok {
-			return t, true
-		}
-	}
-	return TableConfig{}, false
+	return cdc.Lookup(tables, func(t TableConfig) string { return t.Match }, table)
 }
 
 // DocID is the document id the sink stores: the source table and the key

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -314,30 +313,6 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
 	}
 	return nil
-}
-
-// flushingSource writes the bulk buffer before a batch's checkpoint.
-type flushingSource struct {
-	pipeline.Source
-	bulk *sink.Bulk
-}
-
-func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
-	b, err := s.Source.Fetch(ctx)
-	if err != nil {
-		return b, err
-	}
-	ack := b.Ack
-	b.Ack = func(ctx context.Context) error {
-		if err := s.bulk.Flush(ctx); err != nil {
-			return err
-		}
-		if ack != nil {
-			return ack(ctx)
-		}
-		return nil
-	}
-	return b, nil
 }
 
 // reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
