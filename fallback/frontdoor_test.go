@@ -272,7 +272,10 @@ func TestInvalidRequestsGetClearErrors(t *testing.T) {
 // none answered twice": worker A searches, then dies before replying; B
 // reclaims the entry after min_idle and answers — once.
 func TestWorkerKilledMidRequest(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Workers = 1; c.Consumer = "a" })
+	// A never reclaims (it would answer its own pending request from the
+	// cache on a loaded machine, before it is stopped): the test is about
+	// B taking A's request over.
+	b := setup(t, func(c *Config) { c.Workers = 1; c.Consumer = "a"; c.ReclaimInterval = time.Hour })
 	var stopA context.CancelFunc
 	var died sync.Once
 	diedCh := make(chan struct{})
@@ -289,6 +292,7 @@ func TestWorkerKilledMidRequest(t *testing.T) {
 
 	cfgB := b.cfg
 	cfgB.Consumer = "b"
+	cfgB.ReclaimInterval = 25 * time.Millisecond
 	fdB := b.newFrontDoor(t, cfgB, prometheus.NewRegistry())
 	run(t, fdB)
 	msgs := b.readReplies(t, replyTo, 1)
