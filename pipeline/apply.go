@@ -312,16 +312,10 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 	// price is that a crash between the embedding and the commit re-embeds
 	// at most one slice; a failed transaction caches them (see upsert).
 	sliced := p.st.Cache != nil && len(texts) > p.cfg.EmbedSliceChunks
-	ce, counting := p.st.Embedder.(CountingEmbedder)
 	vecs := make([][]float32, len(texts))
 	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
 		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
-		var got [][]float32
-		if counting {
-			got, err = ce.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
-		} else {
-			got, err = p.st.Embedder.Embed(ctx, texts[lo:hi])
-		}
+		got, err := p.st.Embedder.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
 		if err != nil {
 			return savedChunks{}, err
 		}

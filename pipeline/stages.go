@@ -29,16 +29,15 @@ type Splitter interface {
 	Split(text string) []chunker.Chunk
 }
 
-// Embedder computes one vector per text, in order.
+// Embedder computes one vector per text, in order. EmbedCounted is Embed
+// given the chunker's token count of every text (tokens[i] counts
+// texts[i]; nil: count them), so that the embedder does not count again,
+// which was most of the CPU of a load; the pipeline always calls it. It is
+// part of the interface, not a capability discovered by type assertion,
+// so a decorator cannot hide it: an embedder that does not count simply
+// ignores tokens.
 type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
-}
-
-// CountingEmbedder is an Embedder that takes the chunker's token count of
-// every text (tokens[i] counts texts[i]) instead of counting again, which
-// was most of the CPU of a load. The pipeline uses it when its
-// Embedder has it; Lanes' live lane passes it through.
-type CountingEmbedder interface {
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
 }
 

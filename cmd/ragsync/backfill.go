@@ -120,8 +120,9 @@ type dryEmbedder struct {
 	id embedder.Client
 }
 
-func (d dryEmbedder) Model() string   { return d.id.Model() }
-func (d dryEmbedder) Dimensions() int { return d.id.Dimensions() }
+func (d dryEmbedder) Model() string         { return d.id.Model() }
+func (d dryEmbedder) Dimensions() int       { return d.id.Dimensions() }
+func (d dryEmbedder) ReportedModel() string { return d.id.ReportedModel() }
 
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")

@@ -100,9 +100,7 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 	if reg != nil {
 		deps.Gatherer = reg
 	}
-	if o, ok := ix.emb.(*embedder.OpenAI); ok {
-		deps.ModelVersion = o.ReportedModel
-	}
+	deps.ModelVersion = ix.emb.ReportedModel
 	if ks, ok := src.(*cdc.KafkaSource); ok {
 		deps.Lag = kafkaLag{src: ks, topics: cfg.Source.Kafka.Topics}
 	}

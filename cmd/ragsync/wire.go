@@ -74,16 +74,11 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 	}
 	ec := cfg.embedderConfig()
 	ec.Logger = logger // its warnings go through the redactor like every line
+	ec.Registerer = reg
 	emb, err := embedder.New(ec)
 	if err != nil {
 		pool.Close()
 		return nil, err
-	}
-	if o, ok := emb.(*embedder.OpenAI); ok && reg != nil {
-		if err := embedder.RegisterMetrics(reg, o); err != nil {
-			pool.Close()
-			return nil, err
-		}
 	}
 	var st *sink.Store
 	// Like the migrations, registering the index survives a backend
