@@ -20,6 +20,7 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -128,9 +129,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
 	bc.Logger = logger
 	// A dry run only reads: it creates no schema, index or checkpoint.
-	open := func() (*index, error) { return openIndex(ctx, cfg, logger, nil) }
+	open := func() (*service.Index, error) { return openIndex(ctx, cfg, logger, nil) }
 	if f.dryRun {
-		open = func() (*index, error) { return openIndexRead(ctx, cfg, logger) }
+		open = func() (*service.Index, error) { return openIndexRead(ctx, cfg, logger) }
 	}
 	ix, err := open()
 	if err != nil {
@@ -139,7 +140,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	defer ix.Close()
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !f.dryRun {
-		cp = sink.NewCheckpoints(ix.pool, cfg.Postgres.Schema, ix.name)
+		cp = sink.NewCheckpoints(ix.Pool, cfg.Postgres.Schema, ix.Name)
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
@@ -148,17 +149,17 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	defer src.Close()
 
 	var (
-		emb embedder.Client = ix.emb
-		snk pipeline.Sink   = ix.st
+		emb embedder.Client = ix.Emb
+		snk pipeline.Sink   = ix.Store
 		dry *backfill.DryRun
 	)
 	if f.dryRun {
-		dry = backfill.NewDryRun(ix.st, ix.emb.Dimensions())
-		emb, snk = dryEmbedder{DryRun: dry, id: ix.emb}, dry
+		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
+		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
 	}
 	var shadows []pipeline.Shadow
 	if !f.dryRun {
-		if shadows, err = familyShadows(ctx, cfg, ix, logger); err != nil {
+		if shadows, err = service.FamilyShadows(ctx, cfg.indexConfig(), ix, logger); err != nil {
 			return err
 		}
 	}
@@ -167,7 +168,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// The bulk path writes one index; with indexes following this one,
 	// every row goes through the pipeline to all of them.
 	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
-		bulk, err = ix.st.BeginBulk(ctx)
+		bulk, err = ix.Store.BeginBulk(ctx)
 		switch {
 		case errors.Is(err, sink.ErrNotEmpty):
 			bulk = nil
@@ -188,10 +189,10 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	// last checkpoint; the bulk sink takes them from the cache.
 	var store *sink.Store
 	if !f.dryRun {
-		store = ix.st
+		store = ix.Store
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
-		co, stop, err := pipelineEmbedder(cfg, emb, nil)
+		co, stop, err := service.PipelineEmbedder(cfg.embedderConfig(), emb, nil)
 		if err != nil {
 			return err
 		}
@@ -210,7 +211,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		// to apply; the dry run's lines say what it did.
 		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
 	}
-	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, nil, prometheus.NewRegistry(), plog)
+	p, err := newPipeline(cfg, src, emb, snk, store, commit, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/service"
 )
 
 func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()
 	h := embedder.NewHashing(8)
-	got, stop, err := pipelineEmbedder(cfg, h, nil)
+	got, stop, err := service.PipelineEmbedder(cfg.embedderConfig(), h, nil)
 	require.NoError(t, err)
 	stop()
 	require.Same(t, h, got)
@@ -23,7 +24,7 @@ func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
 	o, err := embedder.NewOpenAI(cfg.Embedder)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	got, stop, err = pipelineEmbedder(cfg, o, reg)
+	got, stop, err = service.PipelineEmbedder(cfg.embedderConfig(), o, reg)
 	require.NoError(t, err)
 	defer stop()
 	require.IsType(t, &embedder.Coalescer{}, got)

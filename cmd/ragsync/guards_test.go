@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -176,7 +177,7 @@ func TestShadowOpensWithItsFullTextSetting(t *testing.T) {
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)
 	defer ix.Close()
-	shadows, err := familyShadows(ctx, cfg, ix, newLogger(io.Discard, cfg.Log, false))
+	shadows, err := service.FamilyShadows(ctx, cfg.indexConfig(), ix, newLogger(io.Discard, cfg.Log, false))
 	require.NoError(t, err)
 	require.Len(t, shadows, 1)
 	var fullText bool

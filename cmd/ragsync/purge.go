@@ -105,7 +105,7 @@ Example:
 				return err
 			}
 			defer ix.Close()
-			st := ix.st
+			st := ix.Store
 			res, err := st.Purge(ctx, opts)
 			if err != nil {
 				return err

@@ -69,7 +69,7 @@ reused from a near-duplicate text and not yet repaid carries
 				return err
 			}
 			defer ix.Close()
-			emb, st := ix.emb, ix.st
+			emb, st := ix.Emb, ix.Store
 			vecs, err := emb.Embed(ctx, []string{args[0]})
 			if err != nil {
 				return fmt.Errorf("embed query: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -115,7 +116,7 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 		return err
 	}
 	defer ix.Close()
-	cat = sink.NewCatalog(ix.pool, cfg.Postgres.Schema)
+	cat = sink.NewCatalog(ix.Pool, cfg.Postgres.Schema)
 	r, found, err := cat.Resolve(ctx, family)
 	if err != nil {
 		return err
@@ -136,7 +137,7 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 	start := time.Now()
 	src, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, bulkMode, logger)
 	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
-		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), src, time.Since(start).Round(time.Millisecond), stats)
+		from, cfg.Index, ix.Emb.Model(), ix.Emb.Dimensions(), src, time.Since(start).Round(time.Millisecond), stats)
 	if err != nil {
 		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", err)
 	}
@@ -179,12 +180,12 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 
 // reindexPass applies every document of index from to ix once: bulk into
 // an empty target (HNSW built at the end) unless bulkMode is off.
-func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
-	src := backfill.NewIndexSource(sink.NewCatalog(ix.pool, cfg.Postgres.Schema), from, pageRows)
-	var snk pipeline.Sink = ix.st
+func reindexPass(ctx context.Context, ix *service.Index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
+	src := backfill.NewIndexSource(sink.NewCatalog(ix.Pool, cfg.Postgres.Schema), from, pageRows)
+	var snk pipeline.Sink = ix.Store
 	var commit pipeline.Committer
 	if bulkMode != "off" {
-		bulk, err := ix.st.BeginBulk(ctx)
+		bulk, err := ix.Store.BeginBulk(ctx)
 		switch {
 		case errors.Is(err, sink.ErrNotEmpty):
 		case err != nil:
@@ -206,7 +207,7 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 		return 0, nil, err
 	}
 	// Documents share embedding requests, as serve's changes do.
-	emb, stopEmb, err := pipelineEmbedder(cfg, ix.emb, nil)
+	emb, stopEmb, err := service.PipelineEmbedder(cfg.embedderConfig(), ix.Emb, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -216,10 +217,10 @@ func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRo
 		Reuse: cfg.Reuse.pipeline(cfg.Monitor, nil),
 	}, pipeline.Stages{
 		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
-		Transient: transient, Fatal: fatal, Commit: commit,
+		Transient: service.Transient, Fatal: service.Fatal, Commit: commit,
 		// New vectors are cached as they are embedded, so an interrupted
 		// pass pays nothing twice; the bulk sink takes them from the cache.
-		Cache: ix.st, Lookup: ix.st,
+		Cache: ix.Store, Lookup: ix.Store,
 	})
 	if err != nil {
 		return 0, nil, err

@@ -124,9 +124,9 @@ func TestIndexPromoteRollback(t *testing.T) {
 	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), e.schema, "articles", 16
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)
-	require.Equal(t, "articles_v2", ix.name)
-	require.Equal(t, "articles", ix.alias)
-	require.Equal(t, 32, ix.emb.Dimensions())
+	require.Equal(t, "articles_v2", ix.Name)
+	require.Equal(t, "articles", ix.Alias)
+	require.Equal(t, 32, ix.Emb.Dimensions())
 	ix.Close()
 	out, err = runCLI(t, "", args("query", "apples", "--json")...)
 	require.NoError(t, err, out)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -57,7 +58,7 @@ Example:
 			if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, newLogger(cmd.ErrOrStderr(), cfg.Log, false)); err != nil {
 				return err
 			}
-			pc := cfg.postgresSourceConfig(sourceState{sink.NewSourceState(pool)}, nil, nil)
+			pc := cfg.postgresSourceConfig(service.SourceState(pool), nil, nil)
 			dropped, err := pgrepl.Drop(ctx, pc, force)
 			if err != nil {
 				return err
