@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
@@ -42,6 +41,8 @@ type backfillFlags struct {
 	progress  string
 	bulk      string
 	debezium  debeziumFlags
+	// tty is whether stderr is a terminal (globals.stderrTTY).
+	tty bool
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -97,6 +98,7 @@ API.`,
 			if f.debezium.via != "" {
 				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
 			}
+			f.tty = g.stderrTTY
 			return runBackfill(ctx, cmd, cfg, bc, f)
 		},
 	}
@@ -223,7 +225,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		reportProgress(cmd.ErrOrStderr(), f.progress, src, p, logger, done)
+		reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
 	}()
 	runErr := p.Run(ctx)
 	close(done)
@@ -305,14 +307,21 @@ func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	return b, nil
 }
 
-// reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
-func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
-	if mode == "auto" {
-		mode = "log"
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			mode = "bar"
-		}
+// progressMode resolves --progress auto: a bar when stderr is a terminal,
+// log lines otherwise.
+func progressMode(mode string, tty bool) string {
+	switch {
+	case mode != "auto":
+		return mode
+	case tty:
+		return "bar"
 	}
+	return "log"
+}
+
+// reportProgress draws a bar (mode bar), or logs a line every 10s (mode
+// log), until done.
+func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
 	switch mode {
 	case "bar":
 		total := src.Progress().Total

@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // openPTY opens a pseudo-terminal pair; the returned file is the terminal
@@ -29,14 +27,16 @@ func openPTY(t *testing.T) *os.File {
 	return slave
 }
 
-// TestStderrTerminalFoundBeforeMasking: stderr is wrapped in the
-// password-masking writer, which is no *os.File; whether it is a terminal
-// (progress as a bar) must be decided on the real stderr before that.
-func TestStderrTerminalFoundBeforeMasking(t *testing.T) {
+// TestStderrTerminalDecidesProgress: main finds whether the process's
+// stderr is a terminal on the file itself (the commands later wrap it in
+// the password-masking writer, which is no terminal), and backfill's
+// --progress auto shows a bar exactly then.
+func TestStderrTerminalDecidesProgress(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		tty  bool
-	}{{"terminal", true}, {"file", false}} {
+		mode string
+	}{{"terminal", true, "bar"}, {"file", false, "log"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr *os.File
 			if tc.tty {
@@ -47,18 +47,10 @@ func TestStderrTerminalFoundBeforeMasking(t *testing.T) {
 				t.Cleanup(func() { f.Close() })
 				stderr = f
 			}
-			g := &globals{red: redact.New()}
-			root := newRoot(g)
-			root.SetErr(stderr)
-			root.SetOut(&nopWriter{})
-			root.SetArgs([]string{"version"})
-			require.NoError(t, root.Execute())
-			require.NotSame(t, stderr, root.ErrOrStderr(), "stderr is wrapped by the masking writer")
-			require.Equal(t, tc.tty, g.stderrTTY)
+			require.Equal(t, tc.tty, isTerminal(stderr))
+			require.Equal(t, tc.mode, progressMode("auto", isTerminal(stderr)))
+			require.Equal(t, "log", progressMode("log", tc.tty), "an explicit mode stays")
+			require.Equal(t, "bar", progressMode("bar", tc.tty), "an explicit mode stays")
 		})
 	}
 }
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
