@@ -3,17 +3,14 @@ package service
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/fault"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -123,40 +120,18 @@ func PipelineEmbedder(ec embedder.Config, emb embedder.Client, reg prometheus.Re
 }
 
 // Transient says which failures mean "a dependency is down, wait for it"
-// rather than "this message is bad": the pipeline retries those without
-// limit, which stops fetching until the dependency is back.
+// rather than "this message is bad" (internal/fault's transient kind): the
+// pipeline retries those without limit, which stops fetching until the
+// dependency is back. Two more count as such here: a request that timed
+// out (the provider is slow, not the text bad) and a reused vector whose
+// origin left the embedding cache (the next try embeds it).
 func Transient(err error) bool {
-	if sink.Retryable(err) {
-		return true
-	}
-	var api *embedder.APIError
-	if errors.As(err, &api) {
-		return !api.Permanent()
-	}
-	var nerr net.Error
-	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded)
+	return fault.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sink.ErrOriginGone)
 }
 
 // Fatal says which failures are configuration mistakes that every message
-// would hit (wrong dimensions, bad key, unknown model): dead-lettering them
+// would hit (internal/fault's fatal kind: wrong dimensions, bad key,
+// unknown model, a lost privilege or dropped table): dead-lettering them
 // one by one would empty the topic into the DLQ, so the pipeline stops and
 // the error names the fix.
-func Fatal(err error) bool {
-	if sink.Fatal(err) {
-		return true // lost privilege, dropped table, read-only server
-	}
-	var dim *embedder.DimensionError
-	var enc *embedder.EncodingError
-	if errors.As(err, &dim) || errors.As(err, &enc) {
-		return true
-	}
-	var api *embedder.APIError
-	if errors.As(err, &api) {
-		switch api.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
-			return true
-		}
-	}
-	return false
-}
+func Fatal(err error) bool { return fault.IsFatal(err) }
