@@ -70,6 +70,10 @@ func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	if err := migrations.Up(ctx, pool, cfg.Schema, logger); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	ix, err := openIndex(ctx, pool, cfg, logger, reg)
 	if err != nil {
 		pool.Close()
@@ -78,10 +82,8 @@ func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg pr
 	return ix, nil
 }
 
+// openIndex is OpenIndex on pool, whose schema the caller migrated.
 func openIndex(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
-	if err := migrations.Up(ctx, pool, cfg.Schema, logger); err != nil {
-		return nil, err
-	}
 	name, alias, ec := cfg.Index, "", cfg.Embedder
 	err := migrations.RetryInterrupted(ctx, logger, "resolving index:", func() error {
 		r, found, err := sink.NewCatalog(pool, cfg.Schema).Resolve(ctx, cfg.Index)

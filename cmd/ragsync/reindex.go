@@ -4,21 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
-	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
-	"github.com/ragsync/ragsync/sink"
 )
 
 func newReindexCmd(g *globals) *cobra.Command {
@@ -99,132 +93,25 @@ of another alias is refused even then.`,
 }
 
 func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration, force bool) error {
-	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex")
-	// An existing target is checked before opening it, which could
-	// change its full-text setting; a new one is claimed once registered.
-	pool, cat, err := openCatalog(cmd, cfg)
-	if err != nil {
-		return err
-	}
-	err = cat.Claim(ctx, cfg.Index, family, force)
-	pool.Close()
-	if err != nil && !errors.Is(err, sink.ErrNoIndex) {
-		return err
-	}
-	ix, err := openIndex(ctx, cfg, logger, nil)
-	if err != nil {
-		return err
-	}
-	defer ix.Close()
-	cat = sink.NewCatalog(ix.Pool, cfg.Postgres.Schema)
-	r, found, err := cat.Resolve(ctx, family)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("index: %q does not exist in schema %s; nothing to reindex from (ragsync index list shows what does)", family, cfg.Postgres.Schema)
-	}
-	from := r.Index.Name
-	if from == cfg.Index {
-		return fmt.Errorf("--to: %q is the live index of %s itself; name a new index", cfg.Index, family)
-	}
-	// Before a document is written: the target joins this family or the
-	// run stops here.
-	if err := cat.Claim(ctx, cfg.Index, family, force); err != nil {
-		return err
-	}
 	out := cmd.OutOrStdout()
-	start := time.Now()
-	src, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, bulkMode, logger)
-	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
-		from, cfg.Index, ix.Emb.Model(), ix.Emb.Dimensions(), src, time.Since(start).Round(time.Millisecond), stats)
-	if err != nil {
-		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", err)
-	}
-	// Catch up without a gap (docs/reindex.md): from here a running serve
-	// writes every change to the new index too; once it does, a second
-	// pass reads every change committed before, fenced by version.
-	if err := cat.Follow(ctx, cfg.Index, family, sink.StateBuilding); err != nil {
-		return err
-	}
-	running, err := cat.ServeRunning(ctx, family)
-	if err != nil {
-		return err
-	}
-	if !running {
-		// No change arrives without a serve; one started later
-		// dual-writes from its first batch.
-		fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
-	} else {
-		switch since, err := cat.WaitDualWrite(ctx, cfg.Index, waitServe); {
-		case err != nil:
-			return err
-		case since == nil:
-			return fmt.Errorf("a serve of %s is running but did not start writing %s within %s (--wait-serve): is it an older ragsync, or failing to open the index (see its log)? Run reindex again once it does", family, cfg.Index, waitServe)
-		default:
-			fmt.Fprintf(out, "serve dual-writes %s since %s\n", cfg.Index, since.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	start = time.Now()
-	n, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, "off", logger)
-	fmt.Fprintf(out, "catch-up pass: %d documents in %s\npipeline: %s\n", n, time.Since(start).Round(time.Millisecond), stats)
-	if err != nil {
-		return fmt.Errorf("reindex catch-up stopped: %w (run it again: done documents are no-ops)", err)
-	}
-	if err := cat.Follow(ctx, cfg.Index, family, sink.StateCaughtUp); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s is caught up; switch with: ragsync index promote %s\n", cfg.Index, cfg.Index)
-	return nil
-}
-
-// reindexPass applies every document of index from to ix once: bulk into
-// an empty target (HNSW built at the end) unless bulkMode is off.
-func reindexPass(ctx context.Context, ix *service.Index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
-	src := backfill.NewIndexSource(sink.NewCatalog(ix.Pool, cfg.Postgres.Schema), from, pageRows)
-	var snk pipeline.Sink = ix.Store
-	var commit pipeline.Committer
-	if bulkMode != "off" {
-		bulk, err := ix.Store.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-		case err != nil:
-			return 0, nil, err
-		default:
-			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Index)
-			// The pipeline flushes the bulk buffer before it acknowledges
-			// any page (its commit hook).
-			snk, commit = bulk, bulk
-			defer func() {
-				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
-					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
-				}
-			}()
-		}
-	}
-	ch, err := chunker.New(cfg.chunkerConfig())
-	if err != nil {
-		return 0, nil, err
-	}
-	// Documents share embedding requests, as serve's changes do.
-	emb, stopEmb, err := service.PipelineEmbedder(cfg.embedderConfig(), ix.Emb, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer stopEmb()
-	p, err := pipeline.New(pipeline.Config{
-		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
-		Reuse: cfg.Reuse.pipeline(cfg.Monitor, nil),
-	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
-		Transient: service.Transient, Fatal: service.Fatal, Commit: commit,
-		// New vectors are cached as they are embedded, so an interrupted
-		// pass pays nothing twice; the bulk sink takes them from the cache.
-		Cache: ix.Store, Lookup: ix.Store,
+	return service.Reindex(ctx, service.ReindexConfig{
+		Target: cfg.indexConfig(), Family: family, Pipeline: cfg.servicePipelineConfig(),
+		PageRows: pageRows, Bulk: bulkMode != "off", WaitServe: waitServe, Force: force,
+		Logger: newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex"),
+		Report: func(s service.ReindexStep) {
+			switch s.Step {
+			case service.StepFirstPass:
+				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
+					s.From, cfg.Index, s.Model, s.Dimensions, s.Documents, s.Took.Round(time.Millisecond), s.Stats)
+			case service.StepNoServe:
+				fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
+			case service.StepDualWrite:
+				fmt.Fprintf(out, "serve dual-writes %s since %s\n", cfg.Index, s.Since.UTC().Format(time.RFC3339Nano))
+			case service.StepCatchUp:
+				fmt.Fprintf(out, "catch-up pass: %d documents in %s\npipeline: %s\n", s.Documents, s.Took.Round(time.Millisecond), s.Stats)
+			case service.StepCaughtUp:
+				fmt.Fprintf(out, "%s is caught up; switch with: ragsync index promote %s\n", cfg.Index, cfg.Index)
+			}
+		},
 	})
-	if err != nil {
-		return 0, nil, err
-	}
-	err = p.Run(ctx)
-	return src.Read(), p.Stats(), err
 }
