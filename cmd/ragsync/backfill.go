@@ -89,8 +89,8 @@ API.`,
 			if cmd.Flags().Changed("price-per-million-tokens") {
 				cfg.Backfill.PricePerMillionTokens = f.price
 			}
-			bc, bErr := cfg.backfillConfig(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
-			if err := errors.Join(cfg.validate(false), bErr); err != nil {
+			bc, bErr := cfg.BackfillSource(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
+			if err := errors.Join(cfg.Validate(false), bErr); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -194,7 +194,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		store = ix.Store
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
-		co, stop, err := service.PipelineEmbedder(cfg.embedderConfig(), emb, nil)
+		co, stop, err := service.PipelineEmbedder(cfg.EmbedderConfig(), emb, nil)
 		if err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	if dry != nil {
 		fmt.Fprintln(out, "dry run: nothing was embedded or written")
 		e := dry.Estimate()
-		ec := cfg.embedderConfig()
+		ec := cfg.EmbedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
 			e.Documents, e.Chunks, e.Texts, e.Tokens, e.Requests)
 		if cfg.Backfill.PricePerMillionTokens > 0 {

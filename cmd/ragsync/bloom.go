@@ -34,7 +34,7 @@ backup or changing frontdoor.bloom settings.`,
 				return err
 			}
 			defer ix.Close()
-			n, err := service.RebuildBloom(ctx, cfg.frontDoorConfig(), ix, logger)
+			n, err := service.RebuildBloom(ctx, cfg.FrontDoorConfig(), ix, logger)
 			if err != nil {
 				return err
 			}

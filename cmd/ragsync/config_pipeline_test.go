@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
 )
 
 func TestPipelineLimitsConfig(t *testing.T) {
@@ -17,10 +19,10 @@ pipeline:
 tables:
   - match: "public.*"
 `)
-	cfg, err := loadConfig(path, []string{"pipeline.dead_letter_window=40"})
+	cfg, err := config.Load(path, []string{"pipeline.dead_letter_window=40"})
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(false))
-	pc := cfg.pipelineConfig(nil, nil)
+	require.NoError(t, cfg.Validate(false))
+	pc := cfg.PipelineConfig(nil, nil)
 	require.Equal(t, 40, pc.DeadLetterWindow, "flags win")
 	require.Equal(t, 0.2, pc.DeadLetterMaxRatio)
 	require.Equal(t, 1<<20, pc.MaxDocumentBytes)
@@ -28,7 +30,7 @@ tables:
 	require.Equal(t, "public.*", pc.Tables[0].Match)
 
 	t.Setenv("RAGSYNC_PIPELINE_MAX_DOCUMENT_BYTES", "2048")
-	cfg, err = loadConfig(path, nil)
+	cfg, err = config.Load(path, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2048, cfg.Pipeline.MaxDocumentBytes)
 }
@@ -41,9 +43,9 @@ pipeline:
 tables:
   - match: "public.[a"
 `)
-	cfg, err := loadConfig(path, nil)
+	cfg, err := config.Load(path, nil)
 	require.NoError(t, err)
-	err = cfg.validate(false)
+	err = cfg.Validate(false)
 	require.ErrorContains(t, err, "pipeline.dead_letter_max_ratio")
 	require.ErrorContains(t, err, "pipeline.max_document_bytes")
 	require.ErrorContains(t, err, "tables[0].match", "a malformed glob is rejected")

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
 )
 
 // TestSampleConfigsLoad: the sample configs users start from (README
@@ -29,10 +31,10 @@ func TestSampleConfigsLoad(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
-			cfg, err := loadConfig(tc.path, tc.sets)
+			cfg, err := config.Load(tc.path, tc.sets)
 			require.NoError(t, err)
-			require.NoError(t, cfg.validate(true))
-			require.Empty(t, cfg.warnings())
+			require.NoError(t, cfg.Validate(true))
+			require.Empty(t, cfg.Warnings())
 			require.Equal(t, tc.provider, cfg.Embedder.Provider)
 			require.Equal(t, tc.kind, cfg.Source.Kind)
 		})

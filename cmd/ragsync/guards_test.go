@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
@@ -170,7 +171,7 @@ func TestShadowOpensWithItsFullTextSetting(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, sink.NewCatalog(pool, schema).Follow(ctx, "articles_v2", "articles", sink.StateBuilding))
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), schema, "articles", 16
 	off := false
 	cfg.Postgres.FullText = &off

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/sink"
@@ -196,7 +197,7 @@ another alias): --force promotes an index of another family anyway.`,
 			if alias == "" {
 				alias = cfg.Index
 			}
-			if !indexName.MatchString(alias) {
+			if !config.IndexName.MatchString(alias) {
 				return fmt.Errorf("--alias %q: must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", alias)
 			}
 			pool, cat, err := openCatalog(cmd, cfg)
@@ -260,7 +261,7 @@ func reportSwitch(cmd *cobra.Command, cfg Config, a sink.Alias) error {
 	if !cfg.FrontDoor.Enabled {
 		return nil
 	}
-	fcfg := cfg.frontDoorConfig()
+	fcfg := cfg.FrontDoorConfig()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 	defer cancel()
 	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)

@@ -41,7 +41,7 @@ database; tables[].id from --config decide document keys.`,
 				defer f.Close()
 				in = f
 			}
-			dec := cdc.NewDecoder(cfg.decoderConfig())
+			dec := cdc.NewDecoder(cfg.DecoderConfig())
 			failed := 0
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false)

@@ -97,7 +97,7 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	if table != "" {
 		q.Filter[fallback.FilterTable] = table
 	}
-	fcfg := cfg.frontDoorConfig()
+	fcfg := cfg.FrontDoorConfig()
 	if err := checkFilters(q.Filter, fcfg.AllowedFilters); err != nil {
 		return err
 	}

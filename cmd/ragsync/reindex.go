@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/service"
 )
@@ -54,7 +55,7 @@ of another alias is refused even then.`,
 			}
 			from := cfg.Index
 			var errs []error
-			if !indexName.MatchString(to) {
+			if !config.IndexName.MatchString(to) {
 				errs = append(errs, fmt.Errorf("--to: %q must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", to))
 			} else if to == from {
 				errs = append(errs, fmt.Errorf("--to: %q is the configured index itself; name a new index", to))
@@ -73,7 +74,7 @@ of another alias is refused even then.`,
 			if cmd.Flags().Changed("dimensions") {
 				target.Embedder.Dimensions = dims
 			}
-			if err := errors.Join(append(errs, target.validate(false))...); err != nil {
+			if err := errors.Join(append(errs, target.Validate(false))...); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

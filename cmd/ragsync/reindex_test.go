@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
@@ -120,7 +121,7 @@ func TestIndexPromoteRollback(t *testing.T) {
 
 	// Every command resolves the alias, with articles_v2's 32 dimensions
 	// (the config still says 16).
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), e.schema, "articles", 16
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)

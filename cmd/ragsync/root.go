@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/logdedup"
 	"github.com/ragsync/ragsync/internal/redact"
 )
@@ -100,14 +101,14 @@ func (g *globals) load() (Config, error) {
 	if g.index != "" {
 		sets = append(sets, "index="+g.index)
 	}
-	cfg, err := loadConfig(g.configPath, sets)
-	g.red.Add(cfg.secrets()...)
+	cfg, err := config.Load(g.configPath, sets)
+	g.red.Add(cfg.Secrets()...)
 	if err == nil && g.warn != nil {
-		for _, w := range cfg.warnings() {
+		for _, w := range cfg.Warnings() {
 			fmt.Fprintln(g.warn, "warning:", w)
 		}
 	}
-	return cfg, err
+	return Config{cfg}, err
 }
 
 // newLogger builds the process logger: JSON for serve (machines read it),

@@ -49,7 +49,7 @@ until it is stopped.`,
 			if err != nil {
 				return err
 			}
-			if err := cfg.validate(true); err != nil {
+			if err := cfg.Validate(true); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
@@ -18,7 +17,7 @@ import (
 // embedder's settings.
 func (c Config) indexConfig() service.IndexConfig {
 	return service.IndexConfig{URL: c.Postgres.URL, Schema: c.Postgres.Schema, Index: c.Index,
-		Embedder: c.embedderConfig(), FullText: c.fullText()}
+		Embedder: c.EmbedderConfig(), FullText: c.FullText()}
 }
 
 // openIndex opens the configured index for writing (service.OpenIndex).
@@ -34,15 +33,15 @@ func openIndexRead(ctx context.Context, cfg Config, logger *slog.Logger) (*servi
 
 // servicePipelineConfig is what every pipeline is built from.
 func (c Config) servicePipelineConfig() service.PipelineConfig {
-	pc := c.pipelineConfig(nil, nil)
-	pc.Reuse = c.Reuse.pipeline(c.Monitor, nil)
-	return service.PipelineConfig{Pipeline: pc, Chunker: c.chunkerConfig(), Decoder: c.decoderConfig(), Debt: c.Reuse.debt(nil)}
+	pc := c.PipelineConfig(nil, nil)
+	pc.Reuse = c.Reuse.Pipeline(c.Monitor, nil)
+	return service.PipelineConfig{Pipeline: pc, Chunker: c.ChunkerConfig(), Decoder: c.DecoderConfig(), Debt: c.Reuse.Debt(nil)}
 }
 
 // monitorConfig is the monitor and where its events go.
 func (c Config) monitorConfig() service.MonitorConfig {
-	mc := service.MonitorConfig{Enabled: c.Monitor.On(), Config: c.Monitor, Brokers: c.monitorBrokers(), DebtWindow: c.Reuse.RepayWindow}
-	if url, stream, ok := c.monitorRedis(); ok {
+	mc := service.MonitorConfig{Enabled: c.Monitor.On(), Config: c.Monitor, Brokers: c.MonitorBrokers(), DebtWindow: c.Reuse.RepayWindow}
+	if url, stream, ok := c.MonitorRedis(); ok {
 		mc.RedisURL, mc.Stream = url, stream
 	}
 	return mc
@@ -51,7 +50,7 @@ func (c Config) monitorConfig() service.MonitorConfig {
 // serviceConfig is serve's configuration; the error is an invalid purge:
 // section.
 func (c Config) serviceConfig() (service.Config, error) {
-	purge, err := c.Purge.options()
+	purge, err := c.Purge.Options()
 	if err != nil {
 		return service.Config{}, err
 	}
@@ -75,13 +74,13 @@ func (c Config) serviceConfig() (service.Config, error) {
 	}
 	switch c.Source.Kind {
 	case "postgres":
-		sc.Source.Postgres = c.postgresSourceConfig(nil, nil, nil)
+		sc.Source.Postgres = c.PostgresSourceConfig(nil, nil, nil)
 		sc.Source.DLQPath = postgresDLQPath(c)
 	case "file":
 		sc.Source.DLQPath = fileDLQPath(c)
 	}
 	if c.FrontDoor.Enabled {
-		fc := c.frontDoorConfig()
+		fc := c.FrontDoorConfig()
 		sc.FrontDoor = &fc
 	}
 	return sc, nil
@@ -94,7 +93,7 @@ func (g *globals) loadValid(needSource bool) (Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if err := cfg.validate(needSource); err != nil {
+	if err := cfg.Validate(needSource); err != nil {
 		return cfg, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return cfg, nil
@@ -104,23 +103,4 @@ func (g *globals) loadValid(needSource bool) (Config, error) {
 // writes the index once (backfill).
 func newPipeline(cfg Config, src pipeline.Source, emb pipeline.Embedder, st pipeline.Sink, store *sink.Store, commit pipeline.Committer, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
 	return service.NewPipeline(cfg.servicePipelineConfig(), service.Stages{Source: src, Embedder: emb, Sink: st, Store: store, Commit: commit}, nil, reg, logger)
-}
-
-// stallSettings names, per failing stage, what the stall summary tells the
-// operator to check.
-func stallSettings(cfg Config) map[string]string {
-	m := map[string]string{
-		pipeline.StageEmbedder: "embedder.base_url (is the embedding provider up and reachable?) and embedder.api_key",
-		pipeline.StageSink:     "postgres.url (is Postgres up and reachable?)",
-		pipeline.StageSource:   "source.kafka.brokers (is Kafka reachable?)",
-	}
-	if cfg.Embedder.Provider == embedder.ProviderHashing {
-		m[pipeline.StageEmbedder] = "embedder.provider (the offline embedder failed; see the error)"
-	}
-	if cfg.Source.Kind == "file" {
-		m[pipeline.StageDeadLetters] = "dlq.path (is its directory writable?)"
-	} else {
-		m[pipeline.StageDeadLetters] = "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)"
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 // validateMonitor checks the monitor: section when the monitor is on.
 func (c Config) validateMonitor() error {
@@ -10,7 +10,7 @@ func (c Config) validateMonitor() error {
 
 // monitorBrokers are where events go on Kafka: monitor.brokers, else the
 // Kafka source's brokers; none means no Kafka events.
-func (c Config) monitorBrokers() []string {
+func (c Config) MonitorBrokers() []string {
 	if len(c.Monitor.Brokers) > 0 {
 		return c.Monitor.Brokers
 	}
@@ -22,10 +22,10 @@ func (c Config) monitorBrokers() []string {
 
 // monitorRedis is the Redis the events stream goes to: the front door's,
 // when the front door is on or frontdoor.redis_url is set.
-func (c Config) monitorRedis() (url, stream string, ok bool) {
+func (c Config) MonitorRedis() (url, stream string, ok bool) {
 	if !c.FrontDoor.Enabled && c.FrontDoor.RedisURL == "" {
 		return "", "", false
 	}
-	f := c.frontDoorConfig()
+	f := c.FrontDoorConfig()
 	return f.RedisURL, f.Prefix + ":monitor", true
 }
