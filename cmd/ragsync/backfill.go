@@ -11,13 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
@@ -117,149 +114,35 @@ API.`,
 	return cmd
 }
 
-// dryEmbedder counts instead of embedding, with the real client's identity.
-type dryEmbedder struct {
-	*backfill.DryRun
-	id embedder.Client
-}
-
-func (d dryEmbedder) Model() string         { return d.id.Model() }
-func (d dryEmbedder) Dimensions() int       { return d.id.Dimensions() }
-func (d dryEmbedder) ReportedModel() string { return d.id.ReportedModel() }
-
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
-	bc.Logger = logger
-	// A dry run only reads: it creates no schema, index or checkpoint.
-	open := func() (*service.Index, error) { return openIndex(ctx, cfg, logger, nil) }
-	if f.dryRun {
-		open = func() (*service.Index, error) { return openIndexRead(ctx, cfg, logger) }
-	}
-	ix, err := open()
-	if err != nil {
-		return err
-	}
-	defer ix.Close()
-	var cp backfill.Checkpoints // nil: a dry run keeps none
-	if !f.dryRun {
-		cp = sink.NewCheckpoints(ix.Pool, cfg.Postgres.Schema, ix.Name)
-	}
-	src, err := backfill.Open(ctx, bc, cp)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-
-	var (
-		emb embedder.Client = ix.Emb
-		snk pipeline.Sink   = ix.Store
-		dry *backfill.DryRun
-	)
-	if f.dryRun {
-		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
-		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
-	}
-	var shadows []pipeline.Shadow
-	if !f.dryRun {
-		if shadows, err = service.FamilyShadows(ctx, cfg.indexConfig(), ix, logger); err != nil {
-			return err
-		}
-	}
-	var bulk *sink.Bulk
-	var commit pipeline.Committer
-	// The bulk path writes one index; with indexes following this one,
-	// every row goes through the pipeline to all of them.
-	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
-		bulk, err = ix.Store.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-			bulk = nil
-		case err != nil:
-			return err
-		default:
-			logger.Info("index is empty: bulk load, HNSW index built at the end")
-			// The pipeline flushes the bulk buffer before it saves any
-			// checkpoint (its commit hook).
-			snk, commit = bulk, bulk
-		}
-	}
-	// No dead-letter destination: a row that cannot be applied stops the
-	// backfill with the reason, and --resume retries from its page.
-	// The store is the vector cache (except for the dry run, which writes
-	// nothing): each slice of new vectors is cached as soon as it is
-	// embedded, so a kill loses no embedding of the pages read ahead of the
-	// last checkpoint; the bulk sink takes them from the cache.
-	var store *sink.Store
-	if !f.dryRun {
-		store = ix.Store
-		// Rows share embedding requests across documents, as serve's
-		// changes do.
-		co, stop, err := service.PipelineEmbedder(cfg.EmbedderConfig(), emb, nil)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		emb = co
-	}
-	// Read ahead at most about one page beyond the page being applied:
-	// what a kill loses is what was read and not yet checkpointed, and a
-	// page of rows already gives the coalescer plenty to share.
-	if cfg.Pipeline.MaxInFlightDocuments == 0 {
-		cfg.Pipeline.MaxInFlightDocuments = src.PageRows()
-	}
-	plog := logger
+	bf := service.BackfillConfig{Index: cfg.indexConfig(), Source: bc, Pipeline: cfg.servicePipelineConfig(),
+		DryRun: f.dryRun, Bulk: f.bulk != "off", Logger: logger,
+		Progress: func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{}) {
+			reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
+		}}
 	if f.dryRun {
 		// The pipeline's own summary counts what a dry run only pretends
 		// to apply; the dry run's lines say what it did.
-		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
+		bf.PipelineLogger = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
 	}
-	p, err := newPipeline(cfg, src, emb, snk, store, commit, prometheus.NewRegistry(), plog)
+	res, err := service.Backfill(ctx, bf)
 	if err != nil {
 		return err
 	}
-	// Backfilled rows reach the family's other indexes too, as serve's
-	// changes do (blue/green re-index).
-	p.SetShadows(shadows)
-	start := time.Now()
-	done := make(chan struct{})
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
-	}()
-	runErr := p.Run(ctx)
-	close(done)
-	<-progressDone
-	// The HNSW build is part of the run (its time is in the summary); it
-	// runs after an interruption too, so the index is searchable.
-	var build time.Duration
-	var buildErr error
-	if bulk != nil {
-		bstart := time.Now()
-		if buildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); buildErr != nil {
-			logger.Error("build HNSW index failed; serve builds it at start", "error", buildErr)
-		}
-		build = time.Since(bstart)
-	}
-
-	pr := src.Progress()
-	st := p.Stats()
-	elapsed := time.Since(start)
-	out := cmd.OutOrStdout()
+	pr, elapsed, out := res.Read, res.Took, cmd.OutOrStdout()
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
 	switch {
-	case bulk != nil && buildErr == nil:
-		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", build.Round(time.Millisecond))
-	case bulk != nil:
-		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", build.Round(time.Millisecond), buildErr)
+	case res.Bulk && res.BuildErr == nil:
+		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", res.Build.Round(time.Millisecond))
+	case res.Bulk:
+		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", res.Build.Round(time.Millisecond), res.BuildErr)
 	}
-	if dry == nil {
-		fmt.Fprintf(out, "pipeline: %s\n", st)
-	}
-	if dry != nil {
+	if e := res.Estimate; e == nil {
+		fmt.Fprintf(out, "pipeline: %s\n", res.Stats)
+	} else {
 		fmt.Fprintln(out, "dry run: nothing was embedded or written")
-		e := dry.Estimate()
 		ec := cfg.EmbedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
 			e.Documents, e.Chunks, e.Texts, e.Tokens, e.Requests)
@@ -274,37 +157,13 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		fmt.Fprintf(out, "dry run: estimated time at the configured limits: %s (embedding at %d requests/min, %d tokens/min: %s; reading at %g rows/s: %s; 0 = no limit)\n",
 			max(embedTime, readTime).Round(time.Second), ec.RequestsPerMinute, ec.TokensPerMinute, embedTime.Round(time.Second), cfg.Backfill.Rate, readTime.Round(time.Second))
 	}
-	if runErr != nil {
-		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", runErr)
+	if res.Err != nil {
+		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
 	}
 	if ctx.Err() != nil && !pr.Done {
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
 	}
 	return nil
-}
-
-// flushingSource writes the bulk buffer before a batch's checkpoint.
-type flushingSource struct {
-	pipeline.Source
-	bulk *sink.Bulk
-}
-
-func (s flushingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
-	b, err := s.Source.Fetch(ctx)
-	if err != nil {
-		return b, err
-	}
-	ack := b.Ack
-	b.Ack = func(ctx context.Context) error {
-		if err := s.bulk.Flush(ctx); err != nil {
-			return err
-		}
-		if ack != nil {
-			return ack(ctx)
-		}
-		return nil
-	}
-	return b, nil
 }
 
 // progressMode resolves --progress auto: a bar when stderr is a terminal,

@@ -8,9 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
-	"github.com/ragsync/ragsync/sink"
 )
 
 // indexConfig is the index a command opens: index:, postgres: and the
@@ -97,10 +95,4 @@ func (g *globals) loadValid(needSource bool) (Config, error) {
 		return cfg, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return cfg, nil
-}
-
-// newPipeline wires every stage (service.NewPipeline) for a command that
-// writes the index once (backfill).
-func newPipeline(cfg Config, src pipeline.Source, emb pipeline.Embedder, st pipeline.Sink, store *sink.Store, commit pipeline.Committer, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
-	return service.NewPipeline(cfg.servicePipelineConfig(), service.Stages{Source: src, Embedder: emb, Sink: st, Store: store, Commit: commit}, nil, reg, logger)
 }
