@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/config"
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/internal/logdedup"
 	"github.com/ragsync/ragsync/internal/redact"
 )
@@ -64,7 +65,7 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 			// go-redis's own pool notices ("failed to dial after 5
 			// attempts") are debug lines: the command says what failed
 			// and the fix; serve routes them through its logger again.
-			routeRedisLogs(newLogger(cmd.ErrOrStderr(), LogConfig{}, false))
+			fallback.RouteRedisLogs(newLogger(cmd.ErrOrStderr(), LogConfig{}, false))
 		},
 	}
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/service"
 )
@@ -102,13 +103,13 @@ func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
 func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, monitorOnce bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
-	logger = slog.New(traceLogs{logs})
-	stopTracing, err := setupTracing(ctx, logger)
+	logger = slog.New(service.TraceLogs{Handler: logs})
+	stopTracing, err := service.SetupTracing(ctx, logger, version)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
-	routeRedisLogs(logger)
+	fallback.RouteRedisLogs(logger)
 	sc, err := cfg.serviceConfig()
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
