@@ -129,3 +129,10 @@ func testDatabaseURL() string {
 	}
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ragsync.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}

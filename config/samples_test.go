@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"os"
@@ -24,10 +24,10 @@ func TestSampleConfigsLoad(t *testing.T) {
 		kind     string
 	}{
 		// The file start's relative events.jsonl is the user's; point it at one that exists.
-		{filepath.Join("..", "..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
-		{filepath.Join("..", "..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
-		{filepath.Join("..", "..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
-		{filepath.Join("..", "..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
+		{filepath.Join("..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
+		{filepath.Join("..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {

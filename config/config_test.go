@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"os"
@@ -85,7 +85,7 @@ func TestLoadConfigErrors(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
-	cfg := Config{config.Default()}
+	cfg := config.Default()
 	cfg.Source.Kind = "ftp"
 	cfg.Index = "Bad-Name"
 	cfg.Tables = []config.TableConfig{{Match: "", Text: "no placeholders"}}
@@ -97,14 +97,14 @@ func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	for _, want := range []string{"source.kind", "index:", "index_poll:", "tables[0].match", "tables[0].text", "embedder.dimensions", "log.level"} {
 		require.ErrorContains(t, err, want)
 	}
-	require.NoError(t, Config{config.Default()}.Validate(false), "the defaults are valid without a source")
+	require.NoError(t, config.Default().Validate(false), "the defaults are valid without a source")
 }
 
 // The compose stack's config must stay loadable and valid as the config
 // grows; nothing else would notice until someone runs docker compose up.
 func TestComposeConfigIsValid(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-test")
-	cfg, err := config.Load(filepath.Join("..", "..", "compose", "ragsync.yaml"), nil)
+	cfg, err := config.Load(filepath.Join("..", "compose", "ragsync.yaml"), nil)
 	require.NoError(t, err)
 	require.NoError(t, cfg.Validate(true))
 	require.True(t, cfg.FrontDoor.Enabled)
@@ -124,7 +124,7 @@ func TestSetOptionalAndFloatSettings(t *testing.T) {
 }
 
 func TestValidateCoversReuseAndPurge(t *testing.T) {
-	cfg := Config{config.Default()}
+	cfg := config.Default()
 	bad := 1.5
 	cfg.Reuse.MinSimilarity = &bad
 	cfg.Purge.Interval = -time.Second
