@@ -123,6 +123,9 @@ func (co *Coalescer) Model() string { return co.client.Model() }
 // Dimensions is the wrapped client's.
 func (co *Coalescer) Dimensions() int { return co.client.Dimensions() }
 
+// ReportedModel is the wrapped client's.
+func (co *Coalescer) ReportedModel() string { return co.client.ReportedModel() }
+
 // Embed is EmbedCounted without counts.
 func (co *Coalescer) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	return co.EmbedCounted(ctx, texts, nil)

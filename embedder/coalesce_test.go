@@ -377,8 +377,9 @@ func (c *badIndexClient) EmbedCounted(_ context.Context, texts []string, _ []int
 	c.calls.Add(1)
 	return nil, &embedder.InputError{Index: len(texts) + 5, Reason: "refused"}
 }
-func (c *badIndexClient) Model() string   { return "bad-index" }
-func (c *badIndexClient) Dimensions() int { return dims }
+func (c *badIndexClient) Model() string         { return "bad-index" }
+func (c *badIndexClient) Dimensions() int       { return dims }
+func (c *badIndexClient) ReportedModel() string { return "" }
 
 // An InputError that names no input of the request reaches every call in
 // it, once: it must not send the same request again and again.

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Providers accepted in Config.Provider.
@@ -133,6 +135,9 @@ type Config struct {
 	// Logger receives the client's warnings (the encoding fallback); the
 	// caller routes it through the redactor. nil discards them.
 	Logger *slog.Logger `yaml:"-"`
+	// Registerer, when not nil, receives a remote client's request
+	// metrics (New registers them).
+	Registerer prometheus.Registerer `yaml:"-"`
 }
 
 // SendsDimensions reports whether requests carry "dimensions" under
@@ -318,7 +323,7 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		c.APIKey = "[redacted]"
 	}
-	c.Logger = nil
+	c.Logger, c.Registerer = nil, nil
 	type plain Config // no String method: avoids recursion
 	return fmt.Sprintf("%+v", plain(c))
 }

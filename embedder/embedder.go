@@ -22,6 +22,11 @@ type Client interface {
 	Model() string
 	// Dimensions is the length of every returned vector.
 	Dimensions() int
+	// ReportedModel is the model name the provider gave in its last
+	// successful answer ("" before the first one, and always for the
+	// offline embedder, which has no provider): the monitor shows it when
+	// a provider serves another model behind the configured name.
+	ReportedModel() string
 }
 
 var (
@@ -30,7 +35,9 @@ var (
 )
 
 // New returns the Client that cfg.Provider names, after applying defaults;
-// the error lists every invalid field.
+// the error lists every invalid field. With cfg.Registerer set, a remote
+// client's request metrics are registered there (the offline embedder has
+// none).
 func New(cfg Config) (Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -39,5 +46,14 @@ func New(cfg Config) (Client, error) {
 	if cfg.Provider == ProviderHashing {
 		return NewHashing(cfg.Dimensions), nil
 	}
-	return NewOpenAI(cfg)
+	o, err := NewOpenAI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Registerer != nil {
+		if err := RegisterMetrics(cfg.Registerer, o); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
 }

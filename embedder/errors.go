@@ -38,6 +38,21 @@ func (e *APIError) Permanent() bool {
 	return e.StatusCode >= 400 && e.StatusCode < 500
 }
 
+// Transient reports a status that may pass if the same request is sent
+// again later (5xx, 408, 409, 429): the provider is down or busy.
+func (e *APIError) Transient() bool { return !e.Permanent() }
+
+// Fatal reports a status every request would get: a bad or missing key
+// (401), a key without access (403), an unknown model or endpoint (404).
+// The run stops with it instead of dead-lettering every document.
+func (e *APIError) Fatal() bool {
+	switch e.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
+}
+
 // DimensionError reports a model whose answers are not the size the index
 // stores: every vector of an answer had the same wrong size, so the model
 // (or the server behind the name) is not the one the index was built with.
@@ -62,6 +77,9 @@ func (e *DimensionError) Error() string {
 
 // Permanent is always true: retrying returns the same size.
 func (e *DimensionError) Permanent() bool { return true }
+
+// Fatal is always true: every answer of the model has the wrong size.
+func (e *DimensionError) Fatal() bool { return true }
 
 // ResponseError reports a reply that does not match the request: the
 // wrong number of vectors, a bad or repeated index, or a body over the
@@ -119,3 +137,6 @@ func (e *EncodingError) Unwrap() error { return e.Err }
 
 // Permanent is always true.
 func (e *EncodingError) Permanent() bool { return true }
+
+// Fatal is always true: every request would fail the same way.
+func (e *EncodingError) Fatal() bool { return true }

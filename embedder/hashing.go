@@ -32,6 +32,9 @@ func (h *Hashing) Model() string { return HashingModel }
 // Dimensions returns the vector length.
 func (h *Hashing) Dimensions() int { return h.dims }
 
+// ReportedModel is "": no provider reports a model.
+func (h *Hashing) ReportedModel() string { return "" }
+
 // EmbedCounted is Embed; the vectors do not depend on token counts.
 func (h *Hashing) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
 	return h.Embed(ctx, texts)

@@ -126,7 +126,7 @@ func TestBadInputDoesNotOpenTheBreaker(t *testing.T) {
 }
 
 // writeDoc stores a document as the pipeline would, through the same calls
-// as serve's sink wrapper.
+// as the pipeline makes to its observer in serve.
 func (b *bundle) writeDoc(t *testing.T, key, tenant string, version uint64, meta map[string]any) {
 	t.Helper()
 	ctx := t.Context()

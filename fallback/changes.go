@@ -25,9 +25,9 @@ import (
 //     deleted or moved document only if its search started before the
 //     commit (at most search_timeout + lock_wait earlier).
 //
-// The sink wrapper in cmd/ragsync calls Upserting before each write and
-// Upserted, Deleted or Truncated after each commit; a failed call fails the
-// write, which the pipeline retries. Rebuild (on Bloom) fills the map, and
+// serve makes it the pipeline's observer (pipeline.Observer), which calls
+// Upserting before each write and Upserted, Deleted or Truncated after each
+// commit; a failed call fails the write, which the pipeline retries. Rebuild (on Bloom) fills the map, and
 // until it has run once every Deleted and Upserted bumps the generation.
 // Safe for concurrent use; calls for one document must come in order (the
 // pipeline applies one document's changes in order).
@@ -37,7 +37,8 @@ type Changes struct {
 	bloom *Bloom
 }
 
-// Changes returns the front door's change feed, for the sink wrapper.
+// Changes returns the front door's change feed, for the pipeline's
+// observer.
 func (f *FrontDoor) Changes() *Changes { return &Changes{rdb: f.rdb, keys: f.keys, bloom: f.bloom} }
 
 // tombstone is the document map's value for a document deleted while a

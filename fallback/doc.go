@@ -12,5 +12,5 @@
 // fallback must not write to the index: it only reads through the Searcher
 // it is given, and keeps its own state (cache, locks, Bloom bitmaps, the
 // document → tenant map, streams) in Redis. The sink's changes reach that
-// state through Changes, which the caller's sink wrapper feeds.
+// state through Changes, which serve makes the pipeline's observer.
 package fallback

@@ -45,6 +45,10 @@ func (e slowPoisonEmbedder) Embed(ctx context.Context, texts []string) ([][]floa
 	return e.next.Embed(ctx, texts)
 }
 
+func (e slowPoisonEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 type countDLQ struct {
 	mu sync.Mutex
 	n  int

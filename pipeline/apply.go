@@ -31,6 +31,9 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 			return nil
 		}
 		n, err := p.st.Sink.Truncate(ctx, ch.Table, ch.Version, ch.SourceTS)
+		if err == nil && p.st.Observer != nil {
+			err = p.st.Observer.Truncated(ctx, ch.Table)
+		}
 		if err != nil {
 			return fmt.Errorf("truncate %s: %w", ch.Table, err)
 		}
@@ -48,6 +51,9 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 		sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
 		sctx, wait := sink.TrackConnWait(sctx)
 		out, err := p.st.Sink.Delete(sctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
+		if err == nil && !out.Stale && p.st.Observer != nil {
+			err = p.st.Observer.Deleted(sctx, DocID(ch))
+		}
 		endSpan(span, err)
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", DocID(ch), err)
@@ -179,7 +185,7 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	start := time.Now()
 	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
 	sctx, wait := sink.TrackConnWait(sctx)
-	out, err := p.st.Sink.Upsert(sctx, doc)
+	out, err := p.observedUpsert(sctx, doc)
 	endSpan(span, err)
 	if err != nil {
 		p.keepVectors(ctx, doc)
@@ -312,16 +318,10 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 	// price is that a crash between the embedding and the commit re-embeds
 	// at most one slice; a failed transaction caches them (see upsert).
 	sliced := p.st.Cache != nil && len(texts) > p.cfg.EmbedSliceChunks
-	ce, counting := p.st.Embedder.(CountingEmbedder)
 	vecs := make([][]float32, len(texts))
 	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
 		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
-		var got [][]float32
-		if counting {
-			got, err = ce.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
-		} else {
-			got, err = p.st.Embedder.Embed(ctx, texts[lo:hi])
-		}
+		got, err := p.st.Embedder.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
 		if err != nil {
 			return savedChunks{}, err
 		}
@@ -550,3 +550,20 @@ func (e permanentError) Unwrap() error   { return e.err }
 func (e permanentError) Permanent() bool { return true }
 
 func permanent(err error) error { return permanentError{err} }
+
+// observedUpsert is the Sink's Upsert with the Observer told before the
+// write and after the commit (see Observer).
+func (p *Pipeline) observedUpsert(ctx context.Context, doc sink.Document) (sink.Outcome, error) {
+	o := p.st.Observer
+	if o == nil {
+		return p.st.Sink.Upsert(ctx, doc)
+	}
+	if err := o.Upserting(ctx, doc.Tenant, doc.ID); err != nil {
+		return sink.Outcome{}, err
+	}
+	out, err := p.st.Sink.Upsert(ctx, doc)
+	if err != nil || out.Stale {
+		return out, err
+	}
+	return out, o.Upserted(ctx, doc.Tenant, doc.ID)
+}

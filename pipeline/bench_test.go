@@ -41,6 +41,10 @@ func (leanEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error
 	return out, nil
 }
 
+func (e leanEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 // peakHeap samples the live heap every millisecond until stop is called
 // and returns the highest value seen above the starting one.
 func peakHeap() (stop func() uint64) {

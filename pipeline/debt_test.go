@@ -188,6 +188,10 @@ func (k *killingEmbedder) Embed(ctx context.Context, texts []string) ([][]float3
 	return k.inner.Embed(ctx, texts)
 }
 
+func (k *killingEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return k.Embed(ctx, texts)
+}
+
 // barrierEmbedder holds the first n calls until all n have arrived.
 type barrierEmbedder struct {
 	inner *countingEmbedder
@@ -211,6 +215,10 @@ func (e *barrierEmbedder) Embed(ctx context.Context, texts []string) ([][]float3
 		return nil, errors.New("the other repayment never called")
 	}
 	return e.inner.Embed(ctx, texts)
+}
+
+func (e *barrierEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
 }
 
 // countingDebtStore counts the chunk rows each RewriteVectors wrote.

@@ -43,6 +43,10 @@ func (e *heldEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, 
 	return e.countingEmbedder.Embed(ctx, texts)
 }
 
+func (e *heldEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 // TestSlowDocumentHoldsOnlyItsPartitionsPosition: partition 0 holds two
 // documents, a slow one (its embedding held back) and three more;
 // partition 1 holds five documents. While the slow document is held, the
@@ -215,6 +219,10 @@ func (u unlockedEmbedder) Embed(ctx context.Context, texts []string) ([][]float3
 	}
 	inner := &countingEmbedder{}
 	return inner.Embed(ctx, texts)
+}
+
+func (u unlockedEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return u.Embed(ctx, texts)
 }
 
 // bufferingSink holds upserts until Flush, like the bulk loader.

@@ -6,13 +6,6 @@ import (
 	"time"
 )
 
-// CountedEmbedder embeds with or without the chunker's token counts (as
-// embedder.Client does).
-type CountedEmbedder interface {
-	Embedder
-	CountingEmbedder
-}
-
 // Lanes shares one embedder between live changes and background work (the
 // repayment of reuse debt) so that live changes always go first: a call on
 // the background lane waits until no live call is in flight and none has
@@ -21,7 +14,7 @@ type CountedEmbedder interface {
 // background under a steady stream, so serve uses none: the background
 // goes in the gaps.
 type Lanes struct {
-	e     CountedEmbedder
+	e     Embedder
 	quiet time.Duration
 	poll  time.Duration
 	live  atomic.Int64
@@ -30,12 +23,12 @@ type Lanes struct {
 
 // NewLanes wraps e; a background call waits for quiet after the last live
 // call (0: only for the live calls in flight).
-func NewLanes(e CountedEmbedder, quiet time.Duration) *Lanes {
+func NewLanes(e Embedder, quiet time.Duration) *Lanes {
 	return &Lanes{e: e, quiet: max(quiet, 0), poll: 5 * time.Millisecond}
 }
 
 // Live is the lane of the pipeline's own changes.
-func (l *Lanes) Live() CountedEmbedder { return liveLane{l} }
+func (l *Lanes) Live() Embedder { return liveLane{l} }
 
 // Background is the lane of work that yields to live changes.
 func (l *Lanes) Background() Embedder { return backgroundLane{l} }
@@ -67,6 +60,13 @@ func (bl backgroundLane) Embed(ctx context.Context, texts []string) ([][]float32
 		return nil, err
 	}
 	return bl.l.e.Embed(ctx, texts)
+}
+
+func (bl backgroundLane) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
+	if err := bl.l.wait(ctx); err != nil {
+		return nil, err
+	}
+	return bl.l.e.EmbedCounted(ctx, texts, tokens)
 }
 
 // Wait returns once the live lane is idle, or ctx's error: background work

@@ -211,6 +211,9 @@ type Stages struct {
 	// acknowledgements and must make every change applied so far durable
 	// (a bulk loader's Flush). Nil: the Sink commits each document itself.
 	Commit Committer
+	// Observer, when set, hears of every write to Sink (see Observer).
+	// Nil: nobody is told.
+	Observer Observer
 }
 
 // Pipeline moves changes from a source to the sink.

@@ -62,6 +62,10 @@ func (e *countingEmbedder) Embed(_ context.Context, texts []string) ([][]float32
 	return out, nil
 }
 
+func (e *countingEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 func (e *countingEmbedder) embedded() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -314,6 +318,10 @@ func (e *gatedEmbedder) Embed(ctx context.Context, texts []string) ([][]float32,
 		close(e.done)
 	}
 	return e.countingEmbedder.Embed(ctx, texts)
+}
+
+func (e *gatedEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
 }
 
 // One slow document must hold up only itself: the other workers keep taking

@@ -140,15 +140,9 @@ func (p *Pipeline) embedShadow(ctx context.Context, sh Shadow, chunks []sink.Chu
 	if vecs == nil {
 		vecs = map[string][]float32{}
 	}
-	ce, counting := sh.Embedder.(CountingEmbedder)
 	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
 		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
-		var got [][]float32
-		if counting {
-			got, err = ce.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
-		} else {
-			got, err = sh.Embedder.Embed(ctx, texts[lo:hi])
-		}
+		got, err := sh.Embedder.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
 		if err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ func (e *smallEmbedder) Embed(_ context.Context, texts []string) ([][]float32, e
 	return out, nil
 }
 
+func (e *smallEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 // flakySink fails Upsert, Delete and Truncate while fail returns an
 // error.
 type flakySink struct {

@@ -29,23 +29,39 @@ type Splitter interface {
 	Split(text string) []chunker.Chunk
 }
 
-// Embedder computes one vector per text, in order.
+// Embedder computes one vector per text, in order. EmbedCounted is Embed
+// given the chunker's token count of every text (tokens[i] counts
+// texts[i]; nil: count them), so that the embedder does not count again,
+// which was most of the CPU of a load; the pipeline always calls it. It is
+// part of the interface, not a capability discovered by type assertion,
+// so a decorator cannot hide it: an embedder that does not count simply
+// ignores tokens.
 type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
-}
-
-// CountingEmbedder is an Embedder that takes the chunker's token count of
-// every text (tokens[i] counts texts[i]) instead of counting again, which
-// was most of the CPU of a load. The pipeline uses it when its
-// Embedder has it; Lanes' live lane passes it through.
-type CountingEmbedder interface {
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
 }
 
+// Observer hears of every write the pipeline makes to its Sink (not to
+// its shadows), for a reader that keeps its own view of the index in step
+// (the query front door's Bloom filters, document map and cache
+// generation). Upserting is called before the write: its failure fails
+// the write, which is retried, so the observer never misses a document in
+// the index. Upserted, Deleted and Truncated are called after the sink
+// committed, not for a stale change (its tenant is not the document's):
+// a failure fails the change, which is retried, and the sink answers the
+// replay as a duplicate, which is reported again.
+type Observer interface {
+	Upserting(ctx context.Context, tenant, docID string) error
+	Upserted(ctx context.Context, tenant, docID string) error
+	Deleted(ctx context.Context, docID string) error
+	Truncated(ctx context.Context, table string) error
+}
+
 // Sink stores documents and their chunks. ChunkStore is part of it, not a
-// capability discovered by type assertion: a decorator that wraps the sink
-// (serve's front door wrapper) once hid it and silently turned off
-// near-duplicate reuse and edit measurement.
+// capability discovered by type assertion: a decorator wrapping the sink
+// would hide it and silently turn off near-duplicate reuse and edit
+// measurement. (A reader that must follow the writes is an Observer, not
+// a decorator.)
 type Sink interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)

@@ -60,6 +60,10 @@ func (e *bowEmbedder) Embed(_ context.Context, texts []string) ([][]float32, err
 	return out, nil
 }
 
+func (e *bowEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 func bow(t string) []float32 {
 	v := make([]float32, convDims)
 	for _, w := range strings.Fields(strings.ToLower(t)) {

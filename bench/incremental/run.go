@@ -352,7 +352,13 @@ type recordingEmbedder struct {
 }
 
 func (r *recordingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	vs, err := r.e.Embed(ctx, texts)
+	return r.EmbedCounted(ctx, texts, nil)
+}
+
+// EmbedCounted passes the chunker's counts on; the recorded sizes are
+// counted here all the same, the way the other arms count them.
+func (r *recordingEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
+	vs, err := r.e.EmbedCounted(ctx, texts, tokens)
 	if err != nil {
 		return vs, err
 	}

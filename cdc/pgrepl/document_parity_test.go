@@ -204,6 +204,10 @@ func (parityEmbedder) Embed(_ context.Context, texts []string) ([][]float32, err
 	return out, nil
 }
 
+func (e parityEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return e.Embed(ctx, texts)
+}
+
 type messagesSource struct{ msgs []cdc.Message }
 
 func (s *messagesSource) Fetch(context.Context) (cdc.Batch, error) {

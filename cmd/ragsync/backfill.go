@@ -11,14 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -42,6 +40,8 @@ type backfillFlags struct {
 	// noReconcile keeps the documents whose rows are gone.
 	noReconcile bool
 	debezium    debeziumFlags
+	// tty is whether stderr is a terminal (globals.stderrTTY).
+	tty bool
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -91,8 +91,8 @@ would send to the embedding API and how many documents it would delete.`,
 			if cmd.Flags().Changed("price-per-million-tokens") {
 				cfg.Backfill.PricePerMillionTokens = f.price
 			}
-			bc, bErr := cfg.backfillConfig(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
-			if err := errors.Join(cfg.validate(false), bErr); err != nil {
+			bc, bErr := cfg.BackfillSource(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
+			if err := errors.Join(cfg.Validate(false), bErr); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -100,14 +100,7 @@ would send to the embedding API and how many documents it would delete.`,
 			if f.debezium.via != "" {
 				return viaDebezium(ctx, cmd, cfg, bc, f.debezium)
 			}
-			if f.progress == "auto" {
-				// Decided on the real stderr: the one commands write to
-				// is the password-masking writer, never a terminal.
-				f.progress = "log"
-				if g.stderrTTY {
-					f.progress = "bar"
-				}
-			}
+			f.tty = g.stderrTTY
 			return runBackfill(ctx, cmd, cfg, bc, f)
 		},
 	}
@@ -127,141 +120,23 @@ would send to the embedding API and how many documents it would delete.`,
 	return cmd
 }
 
-// dryEmbedder counts instead of embedding, with the real client's identity.
-type dryEmbedder struct {
-	*backfill.DryRun
-	id embedder.Client
-}
-
-func (d dryEmbedder) Model() string   { return d.id.Model() }
-func (d dryEmbedder) Dimensions() int { return d.id.Dimensions() }
-
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
-	bc.Logger = logger
-	// A dry run only reads: it creates no schema, index or checkpoint.
-	open := func() (*index, error) { return openIndex(ctx, cfg, logger, nil) }
-	if f.dryRun {
-		open = func() (*index, error) { return openIndexRead(ctx, cfg, logger) }
-	}
-	ix, err := open()
-	if err != nil {
-		return err
-	}
-	defer ix.Close()
-	var cp backfill.Checkpoints // nil: a dry run keeps none
-	if !f.dryRun {
-		cp = sink.NewCheckpoints(ix.pool, cfg.Postgres.Schema, ix.name)
-	}
-	if !f.noReconcile {
-		// A dry run's deletes go to the dry run's sink, which writes
-		// nothing, like its upserts.
-		bc.Reconcile = ix.st
-	}
-	src, err := backfill.Open(ctx, bc, cp)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-
-	var (
-		emb embedder.Client = ix.emb
-		snk pipeline.Sink   = ix.st
-		dry *backfill.DryRun
-	)
-	if f.dryRun {
-		dry = backfill.NewDryRun(ix.st, ix.emb.Dimensions())
-		emb, snk = dryEmbedder{DryRun: dry, id: ix.emb}, dry
-	}
-	var shadows []pipeline.Shadow
-	if !f.dryRun {
-		if shadows, err = familyShadows(ctx, cfg, ix, logger); err != nil {
-			return err
-		}
-	}
-	var bulk *sink.Bulk
-	var commit pipeline.Committer
-	// The bulk path writes one index; with indexes following this one,
-	// every row goes through the pipeline to all of them.
-	if !f.dryRun && f.bulk != "off" && len(shadows) == 0 {
-		bulk, err = ix.st.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-			bulk = nil
-		case err != nil:
-			return err
-		default:
-			logger.Info("index is empty: bulk load, HNSW index built at the end")
-			// The pipeline flushes the bulk buffer before it saves any
-			// checkpoint (its commit hook).
-			snk, commit = bulk, bulk
-		}
-	}
-	// No dead-letter destination: a row that cannot be applied stops the
-	// backfill with the reason, and --resume retries from its page.
-	// The store is the vector cache (except for the dry run, which writes
-	// nothing): every answered request's vectors are cached as they arrive,
-	// before the request's slot is freed, so a kill loses at most the
-	// requests in flight, however many documents wait for the index (a
-	// page of rows outruns the index writes when the provider is fast);
-	// the resumed run and the bulk sink take them from the cache.
-	var store *sink.Store
-	if !f.dryRun {
-		store = ix.st
-		// Rows share embedding requests across documents, as serve's
-		// changes do.
-		co, stop, err := pipelineEmbedder(cfg, emb, nil, ix.st.CacheTexts)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		emb = co
-	}
-	// Read ahead at most about one page beyond the page being applied:
-	// what a kill loses is what was read and not yet checkpointed, and a
-	// page of rows already gives the coalescer plenty to share.
-	if cfg.Pipeline.MaxInFlightDocuments == 0 {
-		cfg.Pipeline.MaxInFlightDocuments = src.PageRows()
-	}
-	plog := logger
+	bf := service.BackfillConfig{Index: cfg.indexConfig(), Source: bc, Pipeline: cfg.servicePipelineConfig(),
+		DryRun: f.dryRun, Bulk: f.bulk != "off", Reconcile: !f.noReconcile, Logger: logger,
+		Progress: func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{}) {
+			reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
+		}}
 	if f.dryRun {
 		// The pipeline's own summary counts what a dry run only pretends
 		// to apply; the dry run's lines say what it did.
-		plog = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
+		bf.PipelineLogger = newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn", Format: cfg.Log.Format}, false).With("command", "backfill")
 	}
-	p, err := newPipeline(cfg, src, nil, emb, snk, store, commit, nil, nil, prometheus.NewRegistry(), plog)
+	res, err := service.Backfill(ctx, bf)
 	if err != nil {
 		return err
 	}
-	// Backfilled rows reach the family's other indexes too, as serve's
-	// changes do (blue/green re-index).
-	p.SetShadows(shadows)
-	start := time.Now()
-	done := make(chan struct{})
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		reportProgress(cmd.ErrOrStderr(), f.progress, src, p, logger, done)
-	}()
-	runErr := p.Run(ctx)
-	close(done)
-	<-progressDone
-	// The HNSW build is part of the run (its time is in the summary); it
-	// runs after an interruption too, so the index is searchable.
-	var build time.Duration
-	var buildErr error
-	if bulk != nil {
-		bstart := time.Now()
-		if buildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); buildErr != nil {
-			logger.Error("build HNSW index failed; serve builds it at start", "error", buildErr)
-		}
-		build = time.Since(bstart)
-	}
-
-	pr := src.Progress()
-	st := p.Stats()
-	elapsed := time.Since(start)
-	out := cmd.OutOrStdout()
+	pr, elapsed, out := res.Read, res.Took, cmd.OutOrStdout()
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
 	if f.noReconcile {
@@ -281,18 +156,16 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		fmt.Fprintln(out, line)
 	}
 	switch {
-	case bulk != nil && buildErr == nil:
-		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", build.Round(time.Millisecond))
-	case bulk != nil:
-		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", build.Round(time.Millisecond), buildErr)
+	case res.Bulk && res.BuildErr == nil:
+		fmt.Fprintf(out, "bulk load: HNSW index built in %s (included above)\n", res.Build.Round(time.Millisecond))
+	case res.Bulk:
+		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", res.Build.Round(time.Millisecond), res.BuildErr)
 	}
-	if dry == nil {
-		fmt.Fprintf(out, "pipeline: %s\n", st)
-	}
-	if dry != nil {
+	if e := res.Estimate; e == nil {
+		fmt.Fprintf(out, "pipeline: %s\n", res.Stats)
+	} else {
 		fmt.Fprintln(out, "dry run: nothing was embedded or written")
-		e := dry.Estimate()
-		ec := cfg.embedderConfig()
+		ec := cfg.EmbedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
 			e.Documents, e.Chunks, e.Texts, e.Tokens, e.Requests)
 		if cfg.Backfill.PricePerMillionTokens > 0 {
@@ -306,8 +179,8 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		fmt.Fprintf(out, "dry run: estimated time at the configured limits: %s (embedding at %d requests/min, %d tokens/min: %s; reading at %g rows/s: %s; 0 = no limit)\n",
 			max(embedTime, readTime).Round(time.Second), ec.RequestsPerMinute, ec.TokensPerMinute, embedTime.Round(time.Second), cfg.Backfill.Rate, readTime.Round(time.Second))
 	}
-	if runErr != nil {
-		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", runErr)
+	if res.Err != nil {
+		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
 	}
 	if ctx.Err() != nil && !pr.Done {
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
@@ -315,14 +188,21 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	return nil
 }
 
-// reportProgress draws a bar on a TTY, or logs a line every 10s, until done.
-func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
-	if mode == "auto" {
-		mode = "log"
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			mode = "bar"
-		}
+// progressMode resolves --progress auto: a bar when stderr is a terminal,
+// log lines otherwise.
+func progressMode(mode string, tty bool) string {
+	switch {
+	case mode != "auto":
+		return mode
+	case tty:
+		return "bar"
 	}
+	return "log"
+}
+
+// reportProgress draws a bar (mode bar), or logs a line every 10s (mode
+// log), until done.
+func reportProgress(w io.Writer, mode string, src *backfill.Source, p *pipeline.Pipeline, logger *slog.Logger, done <-chan struct{}) {
 	switch mode {
 	case "bar":
 		total := src.Progress().Total

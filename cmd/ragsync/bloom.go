@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+
+	"github.com/ragsync/ragsync/service"
 )
 
 func newBloomCmd(g *globals) *cobra.Command {
@@ -33,13 +34,7 @@ backup or changing frontdoor.bloom settings.`,
 				return err
 			}
 			defer ix.Close()
-			emb, st := ix.emb, ix.st
-			fd, err := newFrontDoor(ctx, cfg, emb, st, prometheus.NewRegistry(), logger)
-			if err != nil {
-				return err
-			}
-			defer fd.Close()
-			n, err := rebuildBloom(ctx, fd.fd.Bloom(), st)
+			n, err := service.RebuildBloom(ctx, cfg.FrontDoorConfig(), ix, logger)
 			if err != nil {
 				return err
 			}

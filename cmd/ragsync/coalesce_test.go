@@ -7,14 +7,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/service"
 )
 
 func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
 	t.Parallel()
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	h := embedder.NewHashing(8)
-	got, stop, err := pipelineEmbedder(cfg, h, nil, nil)
+	got, stop, err := service.PipelineEmbedder(cfg.EmbedderConfig(), h, nil, nil)
 	require.NoError(t, err)
 	stop()
 	require.Same(t, h, got)
@@ -23,7 +25,7 @@ func TestPipelineEmbedderCoalescesRemoteOnly(t *testing.T) {
 	o, err := embedder.NewOpenAI(cfg.Embedder)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	got, stop, err = pipelineEmbedder(cfg, o, reg, nil)
+	got, stop, err = service.PipelineEmbedder(cfg.EmbedderConfig(), o, reg, nil)
 	require.NoError(t, err)
 	defer stop()
 	require.IsType(t, &embedder.Coalescer{}, got)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
 )
 
 // TestConfigErrorsInTheUsersWords: config mistakes are reported by the YAML
@@ -20,7 +22,7 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 	}{
 		{name: "typo in a nested key", file: "chunker:\n  target_token: 256\n",
 			want:     []string{"chunker.target_token (line 2): unknown setting; did you mean target_tokens?"},
-			wantNone: []string{"main.ChunkerConfig", "not found in type"}},
+			wantNone: []string{"config.ChunkerConfig", "main.ChunkerConfig", "not found in type"}},
 		{name: "typo in a section", file: "embeder:\n  model: x\n", want: []string{"embeder (line 1): unknown setting; did you mean embedder?"}},
 		{name: "inside a list", file: "tables:\n  - match: public.a\n    metdata: [x]\n", want: []string{"tables[0].metdata (line 3): unknown setting; did you mean metadata?"}},
 		{name: "inlined front-door settings", file: "frontdoor:\n  enabled: true\n  cache_tl: 5m\n", want: []string{"frontdoor.cache_tl (line 3): unknown setting; did you mean cache_ttl?"}},
@@ -29,7 +31,7 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := loadConfig(writeFile(t, tc.file), nil)
+			_, err := config.Load(writeFile(t, tc.file), nil)
 			require.Error(t, err)
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
@@ -39,7 +41,7 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 			}
 		})
 	}
-	cfg, err := loadConfig(writeFile(t, "frontdoor:\n  enabled: true\n  cache_ttl: 5m\n  bloom:\n    bits: 1024\ntables:\n  - match: public.a\n    metadata: [x]\n"), nil)
+	cfg, err := config.Load(writeFile(t, "frontdoor:\n  enabled: true\n  cache_ttl: 5m\n  bloom:\n    bits: 1024\ntables:\n  - match: public.a\n    metadata: [x]\n"), nil)
 	require.NoError(t, err, "valid nested, inlined and listed keys pass")
 	require.EqualValues(t, 1024, cfg.FrontDoor.Bloom.Bits)
 }
@@ -48,11 +50,11 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 // model; a model left over from an OpenAI config is ignored, said once.
 func TestHashingProviderIgnoresModelWithAWarning(t *testing.T) {
 	path := writeFile(t, "embedder:\n  provider: hashing\n  model: text-embedding-3-small\n  dimensions: 128\n")
-	cfg, err := loadConfig(path, nil)
+	cfg, err := config.Load(path, nil)
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(false), "an explicit model is not an error under hashing")
-	require.Equal(t, "hashing-v1", cfg.embedderConfig().Model)
-	ws := cfg.warnings()
+	require.NoError(t, cfg.Validate(false), "an explicit model is not an error under hashing")
+	require.Equal(t, "hashing-v1", cfg.EmbedderConfig().Model)
+	ws := cfg.Warnings()
 	require.Len(t, ws, 1)
 	require.Contains(t, ws[0], `embedder.model: "text-embedding-3-small" is ignored with provider hashing`)
 
@@ -62,13 +64,13 @@ func TestHashingProviderIgnoresModelWithAWarning(t *testing.T) {
 	require.Contains(t, stderr, "warning: embedder.model")
 
 	cfg.Embedder.Model = ""
-	require.Empty(t, cfg.warnings())
+	require.Empty(t, cfg.Warnings())
 }
 
 func TestDimensionsErrorFitsTheProvider(t *testing.T) {
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Embedder.Dimensions = 0
-	err := cfg.validate(false)
+	err := cfg.Validate(false)
 	require.ErrorContains(t, err, "embedder.dimensions")
 	require.ErrorContains(t, err, "hashing")
 	require.NotContains(t, err.Error(), "text-embedding-3-small", "no OpenAI sizes for the offline embedder")
@@ -76,7 +78,7 @@ func TestDimensionsErrorFitsTheProvider(t *testing.T) {
 	cfg.Embedder.Provider = "openai"
 	cfg.Embedder.Model = "text-embedding-3-small"
 	cfg.Embedder.APIKey = "sk-x"
-	require.ErrorContains(t, cfg.validate(false), "1536 for text-embedding-3-small")
+	require.ErrorContains(t, cfg.Validate(false), "1536 for text-embedding-3-small")
 }
 
 // TestMissingEventsFileBeforeConnecting: a missing events file is reported
@@ -90,13 +92,13 @@ func TestMissingEventsFileBeforeConnecting(t *testing.T) {
 	require.NotContains(t, err.Error(), "connect postgres")
 
 	dir := t.TempDir()
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Source.Kind, cfg.Source.File.Path = "file", dir
-	require.ErrorContains(t, cfg.validate(true), "is a directory")
+	require.ErrorContains(t, cfg.Validate(true), "is a directory")
 	f := filepath.Join(dir, "e.jsonl")
 	require.NoError(t, os.WriteFile(f, nil, 0o644))
 	cfg.Source.File.Path = f
-	require.NoError(t, cfg.validate(true))
+	require.NoError(t, cfg.Validate(true))
 }
 
 // TestMissingDatabaseSaysCreateIt: a running Postgres without the database
@@ -126,4 +128,11 @@ func testDatabaseURL() string {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ragsync.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
 }

@@ -43,7 +43,7 @@ Example:
 				return err
 			}
 			defer ix.Close()
-			st := ix.st
+			st := ix.Store
 			dupes, err := st.Dupes(ctx, minScore)
 			if err != nil {
 				return err

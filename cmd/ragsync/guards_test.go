@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/pgtest"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -169,14 +171,14 @@ func TestShadowOpensWithItsFullTextSetting(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, sink.NewCatalog(pool, schema).Follow(ctx, "articles_v2", "articles", sink.StateBuilding))
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), schema, "articles", 16
 	off := false
 	cfg.Postgres.FullText = &off
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)
 	defer ix.Close()
-	shadows, err := familyShadows(ctx, cfg, ix, newLogger(io.Discard, cfg.Log, false))
+	shadows, err := service.FamilyShadows(ctx, cfg.indexConfig(), ix, newLogger(io.Discard, cfg.Log, false))
 	require.NoError(t, err)
 	require.Len(t, shadows, 1)
 	var fullText bool

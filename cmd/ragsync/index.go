@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/fallback"
-	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/config"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -41,35 +40,10 @@ type indexInfo struct {
 	CreatedAt  time.Time `json:"created_at"`
 }
 
-// openCatalog opens the pool (migrated) and the catalog of the configured
-// schema; the caller closes the pool.
+// openCatalog opens the configured schema's catalog, migrated
+// (service.OpenCatalog); the caller closes the pool.
 func openCatalog(cmd *cobra.Command, cfg Config) (*pgxpool.Pool, *sink.Catalog, error) {
-	ctx := cmd.Context()
-	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, nil); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, sink.NewCatalog(pool, cfg.Postgres.Schema), nil
-}
-
-// openCatalogRead opens the pool and the catalog for a command that only
-// reads: it checks the schema is migrated instead of migrating it, so it
-// creates nothing and needs USAGE and SELECT only.
-func openCatalogRead(cmd *cobra.Command, cfg Config) (*pgxpool.Pool, *sink.Catalog, error) {
-	ctx := cmd.Context()
-	pool, err := sink.OpenPool(ctx, cfg.Postgres.URL, cfg.Postgres.Schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := sink.CheckMigrated(ctx, pool, cfg.Postgres.Schema); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, sink.NewCatalog(pool, cfg.Postgres.Schema), nil
+	return service.OpenCatalog(cmd.Context(), cfg.Postgres.URL, cfg.Postgres.Schema)
 }
 
 func newIndexListCmd(g *globals) *cobra.Command {
@@ -94,7 +68,7 @@ SELECT on the schema can run it.`,
 				return err
 			}
 			ctx := cmd.Context()
-			pool, cat, err := openCatalogRead(cmd, cfg)
+			pool, cat, err := service.OpenCatalogRead(cmd.Context(), cfg.Postgres.URL, cfg.Postgres.Schema)
 			if err != nil {
 				return err
 			}
@@ -196,7 +170,7 @@ another alias): --force promotes an index of another family anyway.`,
 			if alias == "" {
 				alias = cfg.Index
 			}
-			if !indexName.MatchString(alias) {
+			if !config.IndexName.MatchString(alias) {
 				return fmt.Errorf("--alias %q: must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", alias)
 			}
 			pool, cat, err := openCatalog(cmd, cfg)
@@ -260,14 +234,7 @@ func reportSwitch(cmd *cobra.Command, cfg Config, a sink.Alias) error {
 	if !cfg.FrontDoor.Enabled {
 		return nil
 	}
-	fcfg := cfg.frontDoorConfig()
-	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-	defer cancel()
-	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
-	if err == nil {
-		defer rdb.Close()
-		_, err = fallback.BumpGeneration(ctx, rdb, fcfg.Prefix, fcfg.Index)
-	}
+	err := service.BumpFrontDoorGeneration(cmd.Context(), cfg.FrontDoorConfig())
 	if err != nil {
 		// The switch is done; cached answers are keyed by the physical
 		// index, so none can cross indexes. Only the warning is due.

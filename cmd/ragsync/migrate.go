@@ -24,7 +24,7 @@ several processes at once (a session lock serialises them).`,
 			if err != nil {
 				return err
 			}
-			if err := cfg.validate(false); err != nil {
+			if err := cfg.Validate(false); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/service"
 )
 
 // openMonitor opens the index (reading: it creates nothing) and a monitor
@@ -30,12 +31,12 @@ func openMonitor(ctx context.Context, cmd *cobra.Command, g *globals) (*monitor.
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := newMonitor(ctx, cfg, ix, nil, nil, nil, logger, false)
+	m, closeMon, err := service.OpenMonitor(ctx, cfg.monitorConfig(), ix, logger)
 	if err != nil {
 		ix.Close()
 		return nil, nil, err
 	}
-	return w.m, func() { w.Close(); ix.Close() }, nil
+	return m, func() { closeMon(); ix.Close() }, nil
 }
 
 func newMonitorCmd(g *globals) *cobra.Command {

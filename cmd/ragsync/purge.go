@@ -11,21 +11,6 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// options returns the sink's purge options, checked.
-func (p PurgeConfig) options() (sink.PurgeOptions, error) {
-	var errs []error
-	if p.Interval < 0 {
-		errs = append(errs, errors.New("purge.interval: must be >= 0 (0 means 1h)"))
-	}
-	if p.DocumentRetention < 0 {
-		errs = append(errs, errors.New("purge.document_retention: must be >= 0 (0 means 720h)"))
-	}
-	if p.CacheRetention < 0 {
-		errs = append(errs, errors.New("purge.cache_retention: must be >= 0 (0 means 2160h)"))
-	}
-	return sink.PurgeOptions{DocumentRetention: p.DocumentRetention, CacheRetention: p.CacheRetention}, errors.Join(errs...)
-}
-
 // effectiveRetention resolves the retentions a purge uses: 0 from the
 // config means the default.
 func effectiveRetention(opts sink.PurgeOptions) sink.PurgeOptions {
@@ -84,8 +69,8 @@ Example:
 			if err != nil {
 				return err
 			}
-			opts, err := cfg.Purge.options()
-			if err = errors.Join(err, cfg.validate(false)); err != nil {
+			opts, err := cfg.Purge.Options()
+			if err = errors.Join(err, cfg.Validate(false)); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			if olderThan < 0 || cacheOlderThan < 0 {
@@ -105,7 +90,7 @@ Example:
 				return err
 			}
 			defer ix.Close()
-			st := ix.st
+			st := ix.Store
 			res, err := st.Purge(ctx, opts)
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/monitor"
 )
@@ -51,27 +52,27 @@ func TestReuseConfig(t *testing.T) {
 	b := func(v bool) *bool { return &v }
 	tests := []struct {
 		name         string
-		cfg          ReuseConfig
+		cfg          config.ReuseConfig
 		wantDisabled bool
 		wantMin      float64
 		wantErr      string
 	}{
-		{"absent is the default", ReuseConfig{}, false, 0, ""},
-		{"enabled false", ReuseConfig{Enabled: b(false), MinSimilarity: f(0.9)}, true, 0.9, ""},
-		{"min similarity 0 disables", ReuseConfig{MinSimilarity: f(0)}, true, 0, ""},
-		{"tuned", ReuseConfig{MinSimilarity: f(0.95), Method: "shingle"}, false, 0.95, ""},
-		{"above 1", ReuseConfig{MinSimilarity: f(1.2)}, false, 1.2, "reuse.min_similarity"},
-		{"bad method", ReuseConfig{Method: "ssdeep"}, false, 0, "reuse.method"},
-		{"bad new-words policy", ReuseConfig{NewWords: "later"}, false, 0, "reuse.new_words"},
-		{"window too short", ReuseConfig{RepayWindow: time.Millisecond}, false, 0, "reuse.repay_window"},
+		{"absent is the default", config.ReuseConfig{}, false, 0, ""},
+		{"enabled false", config.ReuseConfig{Enabled: b(false), MinSimilarity: f(0.9)}, true, 0.9, ""},
+		{"min similarity 0 disables", config.ReuseConfig{MinSimilarity: f(0)}, true, 0, ""},
+		{"tuned", config.ReuseConfig{MinSimilarity: f(0.95), Method: "shingle"}, false, 0.95, ""},
+		{"above 1", config.ReuseConfig{MinSimilarity: f(1.2)}, false, 1.2, "reuse.min_similarity"},
+		{"bad method", config.ReuseConfig{Method: "ssdeep"}, false, 0, "reuse.method"},
+		{"bad new-words policy", config.ReuseConfig{NewWords: "later"}, false, 0, "reuse.new_words"},
+		{"window too short", config.ReuseConfig{RepayWindow: time.Millisecond}, false, 0, "reuse.repay_window"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := tc.cfg.pipeline(monitor.Config{CosineBound: 0.07}, nil)
+			p := tc.cfg.Pipeline(monitor.Config{CosineBound: 0.07}, nil)
 			require.Equal(t, tc.wantDisabled, p.Disabled)
 			require.Equal(t, 0.07, p.Bound, "reuse's bound is the monitor's setting")
 			require.Equal(t, tc.wantMin, p.MinSimilarity)
-			err := tc.cfg.validate()
+			err := tc.cfg.Validate()
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -63,18 +63,8 @@ reused from a near-duplicate text and not yet repaid carries
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
-			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
-			ix, err := openIndexRead(ctx, cfg, logger)
-			if err != nil {
-				return err
-			}
-			defer ix.Close()
-			emb, st := ix.emb, ix.st
-			vecs, err := emb.Embed(ctx, []string{args[0]})
-			if err != nil {
-				return fmt.Errorf("embed query: %w", err)
-			}
-			hits, err := st.Search(ctx, vecs[0], sink.Query{K: k, Tenant: tenant, Filter: md, Table: table})
+			hits, err := service.Search(ctx, cfg.indexConfig(), args[0], sink.Query{K: k, Tenant: tenant, Filter: md, Table: table},
+				newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
 			if err != nil {
 				return err
 			}
@@ -92,29 +82,16 @@ reused from a near-duplicate text and not yet repaid carries
 }
 
 // queryViaRedis sends the query through the front door's Redis Stream
-// protocol, exactly as any other client would.
+// protocol (service.SearchFrontDoor).
 func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table string, timeout time.Duration, asJSON bool) error {
 	if table != "" {
 		q.Filter[fallback.FilterTable] = table
 	}
-	fcfg := cfg.frontDoorConfig()
+	fcfg := cfg.FrontDoorConfig()
 	if err := checkFilters(q.Filter, fcfg.AllowedFilters); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-	defer cancel()
-	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	cl := fallback.NewClient(rdb, fcfg.Prefix)
-	cl.ReplyPrefix = fcfg.ReplyPrefix
-	defer cl.Close()
-	res, err := cl.Search(ctx, q)
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("no reply from the front door within %s: is `ragsync serve` running with frontdoor.enabled: true and the same frontdoor.prefix (%s)?", timeout, fcfg.Prefix)
-	}
+	res, err := service.SearchFrontDoor(cmd.Context(), fcfg, q, timeout)
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func BenchmarkQueryViaRedisHit(b *testing.B) {
 	g := &globals{configPath: cfgPath}
 	cfg, err := g.loadValid(false)
 	require.NoError(b, err)
-	fcfg := cfg.frontDoorConfig()
+	fcfg := cfg.FrontDoorConfig()
 	rdb, err := fallback.OpenRedis(b.Context(), fcfg.RedisURL)
 	require.NoError(b, err)
 	defer rdb.Close()

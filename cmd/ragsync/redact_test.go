@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/redact"
 )
 
@@ -59,10 +60,10 @@ func TestErrorsRedactSecrets(t *testing.T) {
 func TestLogsRedactSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	g := &globals{red: redact.New()}
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Embedder.APIKey = "sk-proj-LogS3cret"
 	cfg.FrontDoor.RedisURL = "redis://default:r3disPw@h:6379/0"
-	g.red.Add(cfg.secrets()...)
+	g.red.Add(cfg.Secrets()...)
 	logger := newLogger(g.red.Writer(&buf), LogConfig{}, true)
 	logger.Warn("embed failed", "error", "401: Incorrect API key provided: sk-proj-LogS3cret", "redis", "dial h:6379 with r3disPw",
 		"dsn", "host=h password=plainS3cret")

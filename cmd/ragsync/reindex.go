@@ -4,20 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/embedder"
-	"github.com/ragsync/ragsync/pipeline"
-	"github.com/ragsync/ragsync/sink"
+	"github.com/ragsync/ragsync/service"
 )
 
 func newReindexCmd(g *globals) *cobra.Command {
@@ -59,7 +55,7 @@ of another alias is refused even then.`,
 			}
 			from := cfg.Index
 			var errs []error
-			if !indexName.MatchString(to) {
+			if !config.IndexName.MatchString(to) {
 				errs = append(errs, fmt.Errorf("--to: %q must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", to))
 			} else if to == from {
 				errs = append(errs, fmt.Errorf("--to: %q is the configured index itself; name a new index", to))
@@ -78,7 +74,7 @@ of another alias is refused even then.`,
 			if cmd.Flags().Changed("dimensions") {
 				target.Embedder.Dimensions = dims
 			}
-			if err := errors.Join(append(errs, target.validate(false))...); err != nil {
+			if err := errors.Join(append(errs, target.Validate(false))...); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -98,138 +94,30 @@ of another alias is refused even then.`,
 }
 
 func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration, force bool) error {
-	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex")
-	// An existing target is checked before opening it, which could
-	// change its full-text setting; a new one is claimed once registered.
-	pool, cat, err := openCatalog(cmd, cfg)
-	if err != nil {
-		return err
-	}
-	err = cat.Claim(ctx, cfg.Index, family, force)
-	pool.Close()
-	if err != nil && !errors.Is(err, sink.ErrNoIndex) {
-		return err
-	}
-	ix, err := openIndex(ctx, cfg, logger, nil)
-	if err != nil {
-		return err
-	}
-	defer ix.Close()
-	cat = sink.NewCatalog(ix.pool, cfg.Postgres.Schema)
-	r, found, err := cat.Resolve(ctx, family)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("index: %q does not exist in schema %s; nothing to reindex from (ragsync index list shows what does)", family, cfg.Postgres.Schema)
-	}
-	from := r.Index.Name
-	if from == cfg.Index {
-		return fmt.Errorf("--to: %q is the live index of %s itself; name a new index", cfg.Index, family)
-	}
-	// Before a document is written: the target joins this family or the
-	// run stops here.
-	if err := cat.Claim(ctx, cfg.Index, family, force); err != nil {
-		return err
-	}
 	out := cmd.OutOrStdout()
-	// A start line: the first pass re-embeds every document and may take
-	// long, and only its summary followed.
-	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions) started: reading every document of %s; a summary follows when the pass ends\n",
-		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), from)
-	start := time.Now()
-	src, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, bulkMode, logger)
-	fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
-		from, cfg.Index, ix.emb.Model(), ix.emb.Dimensions(), src, time.Since(start).Round(time.Millisecond), stats)
-	if err != nil {
-		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", err)
-	}
-	// Catch up without a gap (docs/reindex.md): from here a running serve
-	// writes every change to the new index too; once it does, a second
-	// pass reads every change committed before, fenced by version.
-	if err := cat.Follow(ctx, cfg.Index, family, sink.StateBuilding); err != nil {
-		return err
-	}
-	running, err := cat.ServeRunning(ctx, family)
-	if err != nil {
-		return err
-	}
-	if !running {
-		// No change arrives without a serve; one started later
-		// dual-writes from its first batch.
-		fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
-	} else {
-		switch since, err := cat.WaitDualWrite(ctx, cfg.Index, waitServe); {
-		case err != nil:
-			return err
-		case since == nil:
-			return fmt.Errorf("a serve of %s is running but did not start writing %s within %s (--wait-serve): is it an older ragsync, or failing to open the index (see its log)? Run reindex again once it does", family, cfg.Index, waitServe)
-		default:
-			fmt.Fprintf(out, "serve dual-writes %s since %s\n", cfg.Index, since.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	start = time.Now()
-	n, stats, err := reindexPass(ctx, ix, from, cfg, pageRows, "off", logger)
-	fmt.Fprintf(out, "catch-up pass: %d documents in %s\npipeline: %s\n", n, time.Since(start).Round(time.Millisecond), stats)
-	if err != nil {
-		return fmt.Errorf("reindex catch-up stopped: %w (run it again: done documents are no-ops)", err)
-	}
-	if err := cat.Follow(ctx, cfg.Index, family, sink.StateCaughtUp); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s is caught up; switch with: ragsync index promote %s\n", cfg.Index, cfg.Index)
-	return nil
-}
-
-// reindexPass applies every document of index from to ix once: bulk into
-// an empty target (HNSW built at the end) unless bulkMode is off.
-func reindexPass(ctx context.Context, ix *index, from string, cfg Config, pageRows int, bulkMode string, logger *slog.Logger) (int64, pipeline.Snapshot, error) {
-	src := backfill.NewIndexSource(sink.NewCatalog(ix.pool, cfg.Postgres.Schema), from, pageRows)
-	var snk pipeline.Sink = ix.st
-	var commit pipeline.Committer
-	if bulkMode != "off" {
-		bulk, err := ix.st.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-		case err != nil:
-			return 0, nil, err
-		default:
-			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Index)
-			// The pipeline flushes the bulk buffer before it acknowledges
-			// any page (its commit hook).
-			snk, commit = bulk, bulk
-			defer func() {
-				if err := bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
-					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
-				}
-			}()
-		}
-	}
-	ch, err := chunker.New(cfg.chunkerConfig())
-	if err != nil {
-		return 0, nil, err
-	}
-	// Documents share embedding requests, as serve's changes do, and every
-	// answer is cached as it arrives, so a killed reindex pays again for
-	// at most the requests in flight.
-	emb, stopEmb, err := pipelineEmbedder(cfg, ix.emb, nil, ix.st.CacheTexts)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer stopEmb()
-	p, err := pipeline.New(pipeline.Config{
-		Tables: cfg.pipelineTables(), Workers: cfg.Pipeline.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
-		Reuse: cfg.Reuse.pipeline(cfg.Monitor, nil),
-	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
-		Transient: transient, Fatal: fatal, Commit: commit,
-		// New vectors are cached as they are embedded, so an interrupted
-		// pass pays nothing twice; the bulk sink takes them from the cache.
-		Cache: ix.st, Lookup: ix.st,
+	return service.Reindex(ctx, service.ReindexConfig{
+		Target: cfg.indexConfig(), Family: family, Pipeline: cfg.servicePipelineConfig(),
+		PageRows: pageRows, Bulk: bulkMode != "off", WaitServe: waitServe, Force: force,
+		Logger: newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex"),
+		Report: func(s service.ReindexStep) {
+			switch s.Step {
+			case service.StepStarted:
+				// The first pass re-embeds every document and may take
+				// long: say it began.
+				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions) started: reading every document of %s; a summary follows when the pass ends\n",
+					s.From, cfg.Index, s.Model, s.Dimensions, s.From)
+			case service.StepFirstPass:
+				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
+					s.From, cfg.Index, s.Model, s.Dimensions, s.Documents, s.Took.Round(time.Millisecond), s.Stats)
+			case service.StepNoServe:
+				fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
+			case service.StepDualWrite:
+				fmt.Fprintf(out, "serve dual-writes %s since %s\n", cfg.Index, s.Since.UTC().Format(time.RFC3339Nano))
+			case service.StepCatchUp:
+				fmt.Fprintf(out, "catch-up pass: %d documents in %s\npipeline: %s\n", s.Documents, s.Took.Round(time.Millisecond), s.Stats)
+			case service.StepCaughtUp:
+				fmt.Fprintf(out, "%s is caught up; switch with: ragsync index promote %s\n", cfg.Index, cfg.Index)
+			}
+		},
 	})
-	if err != nil {
-		return 0, nil, err
-	}
-	err = p.Run(ctx)
-	return src.Read(), p.Stats(), err
 }

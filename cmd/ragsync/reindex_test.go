@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
@@ -123,13 +124,13 @@ func TestIndexPromoteRollback(t *testing.T) {
 
 	// Every command resolves the alias, with articles_v2's 32 dimensions
 	// (the config still says 16).
-	cfg := defaultConfig()
+	cfg := Config{config.Default()}
 	cfg.Postgres.URL, cfg.Postgres.Schema, cfg.Index, cfg.Embedder.Dimensions = pgtest.URL(), e.schema, "articles", 16
 	ix, err := openIndex(ctx, cfg, newLogger(io.Discard, cfg.Log, false), nil)
 	require.NoError(t, err)
-	require.Equal(t, "articles_v2", ix.name)
-	require.Equal(t, "articles", ix.alias)
-	require.Equal(t, 32, ix.emb.Dimensions())
+	require.Equal(t, "articles_v2", ix.Name)
+	require.Equal(t, "articles", ix.Alias)
+	require.Equal(t, 32, ix.Emb.Dimensions())
 	ix.Close()
 	out, err = runCLI(t, "", args("query", "apples", "--json")...)
 	require.NoError(t, err, out)

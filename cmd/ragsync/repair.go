@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/service"
 )
 
 func newRepairCmd(g *globals) *cobra.Command {
@@ -41,21 +42,20 @@ Example:
 			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
 			// A dry run only reads: it migrates, registers and deletes nothing.
-			open := func() (*index, error) { return openIndex(cmd.Context(), cfg, logger, nil) }
+			open := func() (*service.Index, error) { return openIndex(cmd.Context(), cfg, logger, nil) }
 			if dryRun {
-				open = func() (*index, error) { return openIndexRead(cmd.Context(), cfg, logger) }
+				open = func() (*service.Index, error) { return openIndexRead(cmd.Context(), cfg, logger) }
 			}
 			ix, err := open()
 			if err != nil {
 				return err
 			}
 			defer ix.Close()
-			w, err := newMonitor(cmd.Context(), cfg, ix, nil, nil, nil, logger, false)
+			m, closeMon, err := service.OpenMonitor(cmd.Context(), cfg.monitorConfig(), ix, logger)
 			if err != nil {
 				return err
 			}
-			defer w.Close()
-			m := w.m
+			defer closeMon()
 			opts := monitor.RepairOptions{MaxTokens: maxTokens, BatchSize: batch, DryRun: dryRun}
 			var bar *progressbar.ProgressBar
 			switch {
@@ -73,7 +73,7 @@ Example:
 					_ = bar.Set(done)
 				}
 			}
-			res, err := m.Repair(cmd.Context(), ix.st, opts)
+			res, err := m.Repair(cmd.Context(), ix.Store, opts)
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(cmd.ErrOrStderr())

@@ -9,8 +9,9 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
+	"github.com/ragsync/ragsync/config"
+	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/internal/logdedup"
 	"github.com/ragsync/ragsync/internal/redact"
 )
@@ -30,12 +31,14 @@ type globals struct {
 	// red masks secrets in everything written to stderr (errors, logs);
 	// load teaches it the configured secrets.
 	red *redact.Redactor
-	// stderrTTY is whether stderr is a terminal, found before stderr is
-	// wrapped in red's writer (which is no *os.File): it decides whether
-	// progress shows as a bar or as log lines.
+	// stderrTTY is whether stderr is a terminal, found by main on the
+	// process's stderr before it is wrapped in red's writer: it decides
+	// whether progress shows as a bar or as log lines.
 	stderrTTY bool
 }
 
+// newRootCmd is the command tree of a process whose stderr is not a
+// terminal (tests); main says what its stderr is.
 func newRootCmd() *cobra.Command { return newRoot(&globals{red: redact.New()}) }
 
 // newRoot builds the command tree over g.
@@ -57,13 +60,12 @@ Settings come from --config (YAML), then RAGSYNC_* environment variables
 		// a URL or DSN with its password.
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			root := cmd.Root()
-			g.stderrTTY = isTerminal(root.ErrOrStderr())
 			root.SetErr(g.red.Writer(root.ErrOrStderr()))
 			g.warn = cmd.ErrOrStderr()
 			// go-redis's own pool notices ("failed to dial after 5
 			// attempts") are debug lines: the command says what failed
 			// and the fix; serve routes them through its logger again.
-			routeRedisLogs(newLogger(cmd.ErrOrStderr(), LogConfig{}, false))
+			fallback.RouteRedisLogs(newLogger(cmd.ErrOrStderr(), LogConfig{}, false))
 		},
 	}
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", os.Getenv("RAGSYNC_CONFIG"), "path of ragsync.yaml (env RAGSYNC_CONFIG)")
@@ -100,14 +102,14 @@ func (g *globals) load() (Config, error) {
 	if g.index != "" {
 		sets = append(sets, "index="+g.index)
 	}
-	cfg, err := loadConfig(g.configPath, sets)
-	g.red.Add(cfg.secrets()...)
+	cfg, err := config.Load(g.configPath, sets)
+	g.red.Add(cfg.Secrets()...)
 	if err == nil && g.warn != nil {
-		for _, w := range cfg.warnings() {
+		for _, w := range cfg.Warnings() {
 			fmt.Fprintln(g.warn, "warning:", w)
 		}
 	}
-	return cfg, err
+	return Config{cfg}, err
 }
 
 // newLogger builds the process logger: JSON for serve (machines read it),
@@ -146,12 +148,6 @@ func flushLogs() {
 	for _, l := range ls {
 		l.Flush()
 	}
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func orDefault(s, d string) string {

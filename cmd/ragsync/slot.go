@@ -8,6 +8,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -45,7 +46,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			if err := errors.Join(cfg.validatePostgresSource()...); err != nil {
+			if err := errors.Join(cfg.ValidatePostgresSource()...); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx := cmd.Context()
@@ -57,7 +58,7 @@ Example:
 			if err := migrations.Up(ctx, pool, cfg.Postgres.Schema, newLogger(cmd.ErrOrStderr(), cfg.Log, false)); err != nil {
 				return err
 			}
-			pc := cfg.postgresSourceConfig(sourceState{sink.NewSourceState(pool)}, nil, nil)
+			pc := cfg.PostgresSourceConfig(service.SourceState(pool), nil, nil)
 			dropped, err := pgrepl.Drop(ctx, pc, force)
 			if err != nil {
 				return err

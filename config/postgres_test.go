@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/config"
 )
 
 func TestPostgresSourceConfig(t *testing.T) {
@@ -25,10 +26,10 @@ tables:
     text: "# {{title}}\n\n{{body}}"
 `)
 	t.Setenv("RAGSYNC_SOURCE_POSTGRES_MAX_RETAINED_WAL_BYTES", "-1")
-	cfg, err := loadConfig(path, []string{"source.postgres.batch_size=64"})
+	cfg, err := config.Load(path, []string{"source.postgres.batch_size=64"})
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(true))
-	pc := cfg.postgresSourceConfig(nil, nil, nil)
+	require.NoError(t, cfg.Validate(true))
+	pc := cfg.PostgresSourceConfig(nil, nil, nil)
 	require.Equal(t, "postgres://app@db:5432/app", pc.URL)
 	require.Equal(t, "docs", pc.Slot)
 	require.False(t, pc.InitialLoad)
@@ -41,7 +42,7 @@ tables:
 
 	cfg.Source.Postgres.InitialLoad = nil
 	cfg.Source.Postgres.MaxRetainedWALBytes = 0
-	pc = cfg.postgresSourceConfig(nil, nil, nil)
+	pc = cfg.PostgresSourceConfig(nil, nil, nil)
 	require.True(t, pc.InitialLoad, "loads by default")
 	require.Equal(t, int64(1<<30), pc.MaxRetainedWALBytes, "warns past 1 GiB by default")
 }
@@ -60,9 +61,9 @@ func TestPostgresSourceConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := loadConfig("", append([]string{"source.kind=postgres"}, tc.set...))
+			cfg, err := config.Load("", append([]string{"source.kind=postgres"}, tc.set...))
 			require.NoError(t, err)
-			err = cfg.validate(true)
+			err = cfg.Validate(true)
 			require.Error(t, err)
 			for _, w := range tc.want {
 				require.Contains(t, err.Error(), w)

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -49,7 +49,7 @@ type PostgresSourceOptions struct {
 var pgName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // validatePostgresSource checks source.postgres for kind postgres.
-func (c Config) validatePostgresSource() []error {
+func (c Config) ValidatePostgresSource() []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	p := c.Source.Postgres
@@ -81,7 +81,7 @@ func (c Config) validatePostgresSource() []error {
 
 // postgresSourceConfig builds the source's config; state records finished
 // initial loads and what the source created (nil: in memory).
-func (c Config) postgresSourceConfig(state pgrepl.State, logger *slog.Logger, reg prometheus.Registerer) pgrepl.Config {
+func (c Config) PostgresSourceConfig(state pgrepl.State, logger *slog.Logger, reg prometheus.Registerer) pgrepl.Config {
 	p := c.Source.Postgres
 	load := p.InitialLoad == nil || *p.InitialLoad
 	maxWAL := int64(p.MaxRetainedWALBytes)

@@ -1,11 +1,11 @@
-package main
+package config
 
 import "github.com/ragsync/ragsync/internal/redact"
 
 // secrets lists the configured secret values, for the redactor: printed
 // errors and logs show none of them, even where a library quotes one
 // outside a URL (a password split at a raw '@' into a host name).
-func (c Config) secrets() []string {
+func (c Config) Secrets() []string {
 	out := []string{c.Embedder.APIKey}
 	for _, dsn := range []string{c.Postgres.URL, c.Source.Postgres.URL, c.FrontDoor.RedisURL} {
 		out = append(out, redact.Password(dsn))

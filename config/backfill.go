@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ type BackfillConfig struct {
 
 // backfillConfig builds the backfill source's config: the tables named on
 // the command line, else every tables[].match that names one table.
-func (c Config) backfillConfig(tables []string, where string, resume, needURL bool) (backfill.Config, error) {
+func (c Config) BackfillSource(tables []string, where string, resume, needURL bool) (backfill.Config, error) {
 	bc := backfill.Config{
 		URL:      c.Backfill.SourceURL,
 		PageRows: c.Backfill.PageRows,

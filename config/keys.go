@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // unknownKeys walks the YAML document against Config and reports every key
 // that names no setting with its YAML path and line, and the closest valid
 // key: the decoder's own error names Go types ("field target_token not found
-// in type main.ChunkerConfig"), which the user never wrote.
+// in type config.ChunkerConfig"), which the user never wrote.
 func unknownKeys(doc *yaml.Node) error {
 	if doc == nil || len(doc.Content) == 0 {
 		return nil

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 // warnings are settings that are accepted but do nothing, printed when the
 // configuration is loaded so the user learns why.
-func (c Config) warnings() []string {
+func (c Config) Warnings() []string {
 	var ws []string
 	if c.Embedder.Provider == embedder.ProviderHashing && c.Embedder.Model != "" && c.Embedder.Model != embedder.HashingModel {
 		ws = append(ws, fmt.Sprintf("embedder.model: %q is ignored with provider hashing, which has one model (%s); remove it, or set provider: openai to use it",

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
@@ -26,8 +24,9 @@ var errPrimaryDropped = errors.New("the index serve writes to was dropped (ragsy
 // the shadows to dual-write (the other indexes that follow the configured
 // name) and points the front door at the alias's current target.
 type family struct {
-	cfg     Config // as configured: Index is the alias or index name
-	primary *index // the index the pipeline writes, resolved at start
+	cfg     IndexConfig // as configured: Index is the alias or index name
+	every   time.Duration
+	primary *Index // the index the pipeline writes, resolved at start
 	cat     *sink.Catalog
 	p       *pipeline.Pipeline
 	fd      *frontDoor // nil without a front door
@@ -48,15 +47,15 @@ type shadowIndex struct {
 	st   *sink.Store
 }
 
-func newFamily(cfg Config, primary *index, p *pipeline.Pipeline, fd *frontDoor, tap func(embedder.Client) embedder.Client, logger *slog.Logger) *family {
-	return &family{cfg: cfg, primary: primary, cat: sink.NewCatalog(primary.pool, cfg.Postgres.Schema), p: p, fd: fd,
+func newFamily(cfg IndexConfig, poll time.Duration, primary *Index, p *pipeline.Pipeline, fd *frontDoor, tap func(embedder.Client) embedder.Client, logger *slog.Logger) *family {
+	return &family{cfg: cfg, every: poll, primary: primary, cat: sink.NewCatalog(primary.Pool, cfg.Schema), p: p, fd: fd,
 		tapQuery: tap, logger: logger.With("stage", "family"), shadows: map[string]shadowIndex{}}
 }
 
 // run polls until ctx ends. A failed poll is logged and tried again; only a
 // dropped primary stops serve.
 func (f *family) run(ctx context.Context) error {
-	every := f.cfg.IndexPoll
+	every := f.every
 	if every <= 0 {
 		every = 2 * time.Second
 	}
@@ -83,12 +82,12 @@ func (f *family) poll(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, found, err := f.cat.Resolve(ctx, f.primary.name); err != nil {
+	if _, found, err := f.cat.Resolve(ctx, f.primary.Name); err != nil {
 		return err
 	} else if !found {
-		return fmt.Errorf("index %s: %w", f.primary.name, errPrimaryDropped)
+		return fmt.Errorf("index %s: %w", f.primary.Name, errPrimaryDropped)
 	}
-	infos, err := f.cat.Shadows(ctx, f.primary.name, f.cfg.Index)
+	infos, err := f.cat.Shadows(ctx, f.primary.Name, f.cfg.Index)
 	if err != nil {
 		return err
 	}
@@ -120,7 +119,7 @@ func (f *family) poll(ctx context.Context) error {
 		// change reaches these shadows, so the mark below is true.
 		f.p.SetShadows(list)
 		f.shadows = next
-		f.logger.InfoContext(ctx, "dual-writing", "primary", f.primary.name, "shadows", f.p.Shadows())
+		f.logger.InfoContext(ctx, "dual-writing", "primary", f.primary.Name, "shadows", f.p.Shadows())
 	}
 	for _, s := range next {
 		if s.info.DualWriteSince == nil {
@@ -144,8 +143,8 @@ func (f *family) follow(ctx context.Context) error {
 	var emb embedder.Client
 	var st *sink.Store
 	switch s, ok := f.shadows[r.Index.Name]; {
-	case r.Index.Name == f.primary.name:
-		emb, st = f.primary.emb, f.primary.st
+	case r.Index.Name == f.primary.Name:
+		emb, st = f.primary.Emb, f.primary.Store
 	case ok:
 		emb, st = s.emb, s.st
 	default:
@@ -157,8 +156,7 @@ func (f *family) follow(ctx context.Context) error {
 	}
 	from := f.fd.fd.Target()
 	f.fd.fd.SetTarget(r.Index.Name, f.tapQuery(emb), st)
-	fcfg := f.cfg.frontDoorConfig()
-	if _, err := fallback.BumpGeneration(ctx, f.fd.rdb, fcfg.Prefix, fcfg.Index); err != nil {
+	if _, err := fallback.BumpGeneration(ctx, f.fd.rdb, f.fd.cfg.Prefix, f.fd.cfg.Index); err != nil {
 		// Cached answers carry the physical index: none crosses over.
 		f.logger.WarnContext(ctx, "bump the front door's cache generation after the switch", "error", err)
 	}
@@ -169,49 +167,11 @@ func (f *family) follow(ctx context.Context) error {
 // open builds an index's embedder (its model and dimensions, the config's
 // provider and limits) and store.
 func (f *family) open(ctx context.Context, x sink.IndexInfo) (shadowIndex, error) {
-	emb, st, err := openIndexOn(ctx, f.cfg, f.primary.pool, x, f.logger)
+	emb, st, err := openIndexOn(ctx, f.cfg, f.primary.Pool, x, f.logger)
 	if err != nil {
 		return shadowIndex{}, err
 	}
 	return shadowIndex{info: x, emb: emb, st: st}, nil
-}
-
-// openIndexOn opens index x on pool with the config's embedder settings
-// but x's identity: its model, dimensions and full-text setting, so that
-// opening a shadow never switches its full text on or off. The store's
-// metrics are not registered: the primary's are.
-func openIndexOn(ctx context.Context, cfg Config, pool *pgxpool.Pool, x sink.IndexInfo, logger *slog.Logger) (embedder.Client, *sink.Store, error) {
-	cfg.Embedder.Model, cfg.Embedder.Dimensions = x.Model, x.Dimensions
-	ec := cfg.embedderConfig()
-	ec.Logger = logger
-	emb, err := embedder.New(ec)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := sink.New(ctx, pool, sink.Config{Schema: cfg.Postgres.Schema, Index: x.Name, Model: emb.Model(), Dimensions: emb.Dimensions(),
-		SkipFullText: !x.FullText, Logger: logger})
-	if err != nil {
-		return nil, nil, err
-	}
-	return emb, st, nil
-}
-
-// familyShadows opens the other indexes that follow the configured name
-// (index:), for a command that writes ix once (backfill).
-func familyShadows(ctx context.Context, cfg Config, ix *index, logger *slog.Logger) ([]pipeline.Shadow, error) {
-	infos, err := sink.NewCatalog(ix.pool, cfg.Postgres.Schema).Shadows(ctx, ix.name, cfg.Index)
-	if err != nil {
-		return nil, err
-	}
-	var out []pipeline.Shadow
-	for _, x := range infos {
-		emb, st, err := openIndexOn(ctx, cfg, ix.pool, x, logger)
-		if err != nil {
-			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
-		}
-		out = append(out, pipeline.Shadow{Name: x.Name, Sink: st, Embedder: emb, Cache: st})
-	}
-	return out, nil
 }
 
 func sameKeys(a, b map[string]shadowIndex) bool {

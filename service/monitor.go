@@ -1,16 +1,15 @@
-package main
+package service
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/monitor"
@@ -19,34 +18,20 @@ import (
 
 var _ pipeline.TraceRecorder = (*monitor.Monitor)(nil)
 
-// validateMonitor checks the monitor: section when the monitor is on.
-func (c Config) validateMonitor() error {
-	if !c.Monitor.On() {
-		return nil
-	}
-	return c.Monitor.WithDefaults().Validate()
-}
-
-// monitorBrokers are where events go on Kafka: monitor.brokers, else the
-// Kafka source's brokers; none means no Kafka events.
-func (c Config) monitorBrokers() []string {
-	if len(c.Monitor.Brokers) > 0 {
-		return c.Monitor.Brokers
-	}
-	if c.Source.Kind == "kafka" {
-		return c.Source.Kafka.Brokers
-	}
-	return nil
-}
-
-// monitorRedis is the Redis the events stream goes to: the front door's,
-// when the front door is on or frontdoor.redis_url is set.
-func (c Config) monitorRedis() (url, stream string, ok bool) {
-	if !c.FrontDoor.Enabled && c.FrontDoor.RedisURL == "" {
-		return "", "", false
-	}
-	f := c.frontDoorConfig()
-	return f.RedisURL, f.Prefix + ":monitor", true
+// MonitorConfig is the monitor and where its events go.
+type MonitorConfig struct {
+	// Enabled is monitor.enabled.
+	Enabled bool
+	Config  monitor.Config
+	// Brokers are where events go on Kafka (monitor.brokers, else the
+	// Kafka source's); none means no Kafka events.
+	Brokers []string
+	// RedisURL and Stream are the Redis events stream; an empty RedisURL
+	// means none.
+	RedisURL, Stream string
+	// DebtWindow is reuse.repay_window, against which the reuse debt's
+	// age is judged.
+	DebtWindow time.Duration
 }
 
 // monitorWiring is a monitor and the clients it publishes through.
@@ -61,72 +46,52 @@ func (w *monitorWiring) Close() {
 	}
 }
 
-// kafkaLag adapts the Kafka source to monitor.LagSource.
-type kafkaLag struct {
-	src    *kafka.Source
-	topics []string
-}
-
-func (k kafkaLag) Lag(ctx context.Context) (map[string]map[int32]int64, error) { return k.src.Lag(ctx) }
-
-func (k kafkaLag) Partitions(ctx context.Context) (int, error) {
-	td, err := kadm.NewClient(k.src.Client()).ListTopics(ctx, k.topics...)
+// OpenMonitor builds a monitor of ix that publishes nothing and takes no
+// canary baseline: the monitor commands read and report, serve publishes
+// and takes the baselines. close releases it.
+func OpenMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, logger *slog.Logger) (*monitor.Monitor, func(), error) {
+	w, err := newMonitor(ctx, cfg, ix, nil, nil, nil, logger, false)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	n := 0
-	for _, t := range td {
-		if t.Err != nil {
-			// An unknown topic would otherwise count as 0 partitions and
-			// bound the recommended replicas to 1.
-			return 0, fmt.Errorf("describe topic %s: %w", t.Topic, t.Err)
-		}
-		n += len(t.Partitions)
-	}
-	return n, nil
+	return w.m, w.Close, nil
 }
 
 // newMonitor builds the monitor of ix. publish adds the Kafka, Redis and
-// log publishers (serve; `ragsync monitor` only reads). src may be nil.
-func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, publish bool) (*monitorWiring, error) {
+// log publishers (serve; the monitor commands only read). lag may be nil.
+func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.LagSource, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, publish bool) (*monitorWiring, error) {
 	w := &monitorWiring{}
-	mc := cfg.Monitor
+	mc := cfg.Config
 	mc.Logger = logger
 	if reg != nil {
 		mc.Registerer = reg
 	}
-	deps := monitor.Deps{Pool: ix.pool, Schema: cfg.Postgres.Schema, Index: ix.name, Embedder: ix.emb, Logs: logs,
-		Debt: ix.st, DebtWindow: cfg.Reuse.RepayWindow}
+	deps := monitor.Deps{Pool: ix.Pool, Schema: ix.Schema, Index: ix.Name, Embedder: ix.Emb, Logs: logs,
+		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag}
 	if reg != nil {
 		deps.Gatherer = reg
-	}
-	if o, ok := ix.emb.(*embedder.OpenAI); ok {
-		deps.ModelVersion = o.ReportedModel
-	}
-	if ks, ok := src.(*kafka.Source); ok {
-		deps.Lag = kafkaLag{src: ks, topics: cfg.Source.Kafka.Topics}
 	}
 	if publish {
 		// serve's monitor: the one that takes missing canary baselines.
 		deps.BaselineBy = "serve"
 		mcd := mc.WithDefaults()
 		deps.Publishers = append(deps.Publishers, monitor.LogPublisher{Logger: logger.With("stage", "monitor")})
-		if brokers := cfg.monitorBrokers(); len(brokers) > 0 {
-			kc, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation())
+		if len(cfg.Brokers) > 0 {
+			kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.AllowAutoTopicCreation())
 			if err != nil {
 				return nil, fmt.Errorf("monitor.brokers: %w", err)
 			}
 			w.closes = append(w.closes, kc.Close)
 			deps.Publishers = append(deps.Publishers, monitor.KafkaPublisher{Client: kc, Topic: mcd.Topic})
 		}
-		if url, stream, ok := cfg.monitorRedis(); ok {
-			rdb, err := fallback.OpenRedis(ctx, url)
+		if cfg.RedisURL != "" {
+			rdb, err := fallback.OpenRedis(ctx, cfg.RedisURL)
 			if err != nil {
 				w.Close()
 				return nil, err
 			}
 			w.closes = append(w.closes, func() { _ = rdb.Close() })
-			deps.Publishers = append(deps.Publishers, monitor.RedisPublisher{Client: redis.UniversalClient(rdb), Stream: stream, MaxLen: int64(mcd.StreamMaxLen)})
+			deps.Publishers = append(deps.Publishers, monitor.RedisPublisher{Client: redis.UniversalClient(rdb), Stream: cfg.Stream, MaxLen: int64(mcd.StreamMaxLen)})
 		}
 	}
 	m, err := monitor.New(ctx, mc, deps)
@@ -136,16 +101,6 @@ func newMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *promet
 	}
 	w.m = m
 	return w, nil
-}
-
-// startMonitor builds serve's monitor, or returns an empty wiring when
-// monitor.enabled is false or off is true (serve --once without
-// --monitor).
-func startMonitor(ctx context.Context, cfg Config, ix *index, src any, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, off bool) (*monitorWiring, error) {
-	if off || !cfg.Monitor.On() {
-		return &monitorWiring{}, nil
-	}
-	return newMonitor(ctx, cfg, ix, src, reg, logs, logger, true)
 }
 
 // tap gives the front door an embedder whose query vectors feed query

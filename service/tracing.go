@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -24,14 +24,14 @@ func otlpConfigured() bool {
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// setupTracing installs an OTLP/HTTP trace exporter when
+// SetupTracing installs an OTLP/HTTP trace exporter when
 // OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set; the exporter
 // reads the other OTEL_EXPORTER_OTLP_* variables itself (headers, timeout,
 // compression, insecure). Without them tracing stays off and spans cost a
 // no-op. The returned func flushes and stops the exporter. OpenTelemetry's
 // own messages (export failures) go to logger, through the redactor,
 // instead of its default logger, which prints to stderr past it.
-func setupTracing(ctx context.Context, logger *slog.Logger) (func(context.Context) error, error) {
+func SetupTracing(ctx context.Context, logger *slog.Logger, version string) (func(context.Context) error, error) {
 	otelLogs := logger.With("stage", "tracing")
 	otel.SetLogger(logr.FromSlogHandler(otelLogs.Handler()))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -55,16 +55,16 @@ func setupTracing(ctx context.Context, logger *slog.Logger) (func(context.Contex
 	return tp.Shutdown, nil
 }
 
-// traceLogs adds the trace id of the record's context to every log line, so
+// TraceLogs adds the trace id of the record's context to every log line, so
 // a warning leads to its trace.
-type traceLogs struct{ slog.Handler }
+type TraceLogs struct{ slog.Handler }
 
-func (h traceLogs) Handle(ctx context.Context, r slog.Record) error {
+func (h TraceLogs) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h traceLogs) WithAttrs(as []slog.Attr) slog.Handler { return traceLogs{h.Handler.WithAttrs(as)} }
-func (h traceLogs) WithGroup(name string) slog.Handler    { return traceLogs{h.Handler.WithGroup(name)} }
+func (h TraceLogs) WithAttrs(as []slog.Attr) slog.Handler { return TraceLogs{h.Handler.WithAttrs(as)} }
+func (h TraceLogs) WithGroup(name string) slog.Handler    { return TraceLogs{h.Handler.WithGroup(name)} }

@@ -1,10 +1,11 @@
-package main
+package config
 
 import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/pipeline"
 )
 
@@ -32,9 +33,9 @@ type PipelineLimits struct {
 }
 
 // pipelineConfig is the pipeline's Config from `pipeline:` and `tables:`.
-func (c Config) pipelineConfig(logger *slog.Logger, reg prometheus.Registerer) pipeline.Config {
+func (c Config) PipelineConfig(logger *slog.Logger, reg prometheus.Registerer) pipeline.Config {
 	return pipeline.Config{
-		Tables:     c.pipelineTables(),
+		Tables:     c.PipelineTables(),
 		Workers:    c.Pipeline.Workers,
 		StallAfter: c.Pipeline.StallAfter,
 		Settings:   stallSettings(c),
@@ -51,4 +52,23 @@ func (c Config) pipelineConfig(logger *slog.Logger, reg prometheus.Registerer) p
 		Logger:               logger,
 		Registerer:           reg,
 	}
+}
+
+// stallSettings names, per failing stage, what the stall summary tells the
+// operator to check.
+func stallSettings(cfg Config) map[string]string {
+	m := map[string]string{
+		pipeline.StageEmbedder: "embedder.base_url (is the embedding provider up and reachable?) and embedder.api_key",
+		pipeline.StageSink:     "postgres.url (is Postgres up and reachable?)",
+		pipeline.StageSource:   "source.kafka.brokers (is Kafka reachable?)",
+	}
+	if cfg.Embedder.Provider == embedder.ProviderHashing {
+		m[pipeline.StageEmbedder] = "embedder.provider (the offline embedder failed; see the error)"
+	}
+	if cfg.Source.Kind == "file" {
+		m[pipeline.StageDeadLetters] = "dlq.path (is its directory writable?)"
+	} else {
+		m[pipeline.StageDeadLetters] = "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)"
+	}
+	return m
 }

@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
 )
 
 // TestSampleConfigsLoad: the sample configs users start from (README
@@ -22,17 +24,17 @@ func TestSampleConfigsLoad(t *testing.T) {
 		kind     string
 	}{
 		// The file start's relative events.jsonl is the user's; point it at one that exists.
-		{filepath.Join("..", "..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
-		{filepath.Join("..", "..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
-		{filepath.Join("..", "..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
-		{filepath.Join("..", "..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
+		{filepath.Join("..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
+		{filepath.Join("..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
-			cfg, err := loadConfig(tc.path, tc.sets)
+			cfg, err := config.Load(tc.path, tc.sets)
 			require.NoError(t, err)
-			require.NoError(t, cfg.validate(true))
-			require.Empty(t, cfg.warnings())
+			require.NoError(t, cfg.Validate(true))
+			require.Empty(t, cfg.Warnings())
 			require.Equal(t, tc.provider, cfg.Embedder.Provider)
 			require.Equal(t, tc.kind, cfg.Source.Kind)
 		})

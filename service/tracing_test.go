@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 func TestTraceIDInLogs(t *testing.T) {
 	var out bytes.Buffer
 	ring := monitor.NewLogRing(slog.NewJSONHandler(&out, nil), 10)
-	logger := slog.New(traceLogs{ring}).With("stage", "pipeline")
+	logger := slog.New(TraceLogs{ring}).With("stage", "pipeline")
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))

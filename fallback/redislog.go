@@ -1,4 +1,4 @@
-package main
+package fallback
 
 import (
 	"context"
@@ -20,8 +20,8 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
-// routeRedisLogs installs logger as go-redis's process-wide logger; go-redis
+// RouteRedisLogs installs logger as go-redis's process-wide logger; go-redis
 // has no per-client logger.
-func routeRedisLogs(logger *slog.Logger) {
+func RouteRedisLogs(logger *slog.Logger) {
 	redis.SetLogger(redisLogger{logger.With("stage", "redis")})
 }

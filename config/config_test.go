@@ -1,4 +1,4 @@
-package main
+package config_test
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -38,7 +40,7 @@ postgres:
 	t.Setenv("RAGSYNC_SOURCE_KAFKA_BROKERS", "a:9092, b:9092")
 	t.Setenv("RAGSYNC_FRONTDOOR_REDIS_URL", "redis://r:6379/1")
 
-	cfg, err := loadConfig(path, []string{"embedder.dimensions=512"})
+	cfg, err := config.Load(path, []string{"embedder.dimensions=512"})
 	require.NoError(t, err)
 	require.Equal(t, "sk-secret", cfg.Embedder.APIKey, "${VAR} expands")
 	require.Equal(t, "postgres://fallback/db", cfg.Postgres.URL, "${VAR:-default} falls back")
@@ -51,7 +53,7 @@ postgres:
 	require.Equal(t, 512, cfg.Chunker.TargetTokens, "defaults stay where nothing is set")
 
 	t.Setenv("RAGSYNC_INDEX", "from_env")
-	cfg, err = loadConfig(path, []string{"index=from_flag"})
+	cfg, err = config.Load(path, []string{"index=from_flag"})
 	require.NoError(t, err)
 	require.Equal(t, "from_flag", cfg.Index, "flags beat env")
 }
@@ -76,57 +78,57 @@ func TestLoadConfigErrors(t *testing.T) {
 			if tc.file != "" || tc.name != "missing file" {
 				path = writeFile(t, tc.file)
 			}
-			_, err := loadConfig(path, tc.sets)
+			_, err := config.Load(path, tc.sets)
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}
 }
 
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
-	cfg := defaultConfig()
+	cfg := config.Default()
 	cfg.Source.Kind = "ftp"
 	cfg.Index = "Bad-Name"
-	cfg.Tables = []TableConfig{{Match: "", Text: "no placeholders"}}
+	cfg.Tables = []config.TableConfig{{Match: "", Text: "no placeholders"}}
 	cfg.Embedder.Dimensions = 0
 	cfg.Log.Level = "loud"
 	cfg.IndexPoll = -time.Second
-	err := cfg.validate(true)
+	err := cfg.Validate(true)
 	require.Error(t, err)
 	for _, want := range []string{"source.kind", "index:", "index_poll:", "tables[0].match", "tables[0].text", "embedder.dimensions", "log.level"} {
 		require.ErrorContains(t, err, want)
 	}
-	require.NoError(t, defaultConfig().validate(false), "the defaults are valid without a source")
+	require.NoError(t, config.Default().Validate(false), "the defaults are valid without a source")
 }
 
 // The compose stack's config must stay loadable and valid as the config
 // grows; nothing else would notice until someone runs docker compose up.
 func TestComposeConfigIsValid(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-test")
-	cfg, err := loadConfig(filepath.Join("..", "..", "compose", "ragsync.yaml"), nil)
+	cfg, err := config.Load(filepath.Join("..", "compose", "ragsync.yaml"), nil)
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(true))
+	require.NoError(t, cfg.Validate(true))
 	require.True(t, cfg.FrontDoor.Enabled)
 	require.Equal(t, "sk-test", cfg.Embedder.APIKey)
 }
 
 func TestSetOptionalAndFloatSettings(t *testing.T) {
-	cfg, err := loadConfig("", []string{"reuse.min_similarity=0.95", "reuse.enabled=false"})
+	cfg, err := config.Load("", []string{"reuse.min_similarity=0.95", "reuse.enabled=false"})
 	require.NoError(t, err)
 	require.NotNil(t, cfg.Reuse.MinSimilarity)
 	require.InDelta(t, 0.95, *cfg.Reuse.MinSimilarity, 1e-9)
 	require.NotNil(t, cfg.Reuse.Enabled)
 	require.False(t, *cfg.Reuse.Enabled)
-	require.True(t, cfg.Reuse.pipeline(cfg.Monitor, nil).Disabled)
-	_, err = loadConfig("", []string{"reuse.min_similarity=high"})
+	require.True(t, cfg.Reuse.Pipeline(cfg.Monitor, nil).Disabled)
+	_, err = config.Load("", []string{"reuse.min_similarity=high"})
 	require.ErrorContains(t, err, "want a number")
 }
 
 func TestValidateCoversReuseAndPurge(t *testing.T) {
-	cfg := defaultConfig()
+	cfg := config.Default()
 	bad := 1.5
 	cfg.Reuse.MinSimilarity = &bad
 	cfg.Purge.Interval = -time.Second
-	err := cfg.validate(false)
+	err := cfg.Validate(false)
 	require.ErrorContains(t, err, "min_similarity")
 	require.ErrorContains(t, err, "purge.interval")
 }

@@ -1,0 +1,199 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// BackfillConfig is a backfill: rows of the document database's tables
+// read as changes, through the pipeline, into the configured index and the
+// indexes that follow it.
+type BackfillConfig struct {
+	Index    IndexConfig
+	Source   backfill.Config
+	Pipeline PipelineConfig
+	// DryRun reads and counts without embedding or writing anything, and
+	// opens the index read-only: no schema, index or checkpoint is made.
+	DryRun bool
+	// Bulk loads an empty index with COPY and builds its HNSW index at the
+	// end, when no other index follows it.
+	Bulk bool
+	// Reconcile deletes, after a table is read whole in one snapshot, its
+	// documents whose rows are gone (backfill.Config.Reconcile); a dry run
+	// only counts them.
+	Reconcile bool
+	Logger    *slog.Logger
+	// PipelineLogger, when not nil, is the pipeline's own logger (a dry
+	// run's says only what is wrong: its summary would count what it only
+	// pretends to apply).
+	PipelineLogger *slog.Logger
+	// Progress, when not nil, runs while the rows are applied and must
+	// return once done is closed (the command's bar or log lines).
+	Progress func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{})
+}
+
+// BackfillResult is what a backfill did; Err is why its run stopped, if
+// it did.
+type BackfillResult struct {
+	Read  backfill.Progress
+	Took  time.Duration
+	Stats pipeline.Snapshot
+	// Bulk says the index was bulk-loaded; Build is its HNSW build's time
+	// (included in Took) and BuildErr its failure.
+	Bulk     bool
+	Build    time.Duration
+	BuildErr error
+	// Estimate is a dry run's count of what a real run would embed.
+	Estimate *backfill.Estimate
+	Err      error
+}
+
+// dryEmbedder counts instead of embedding, with the real client's identity.
+type dryEmbedder struct {
+	*backfill.DryRun
+	id embedder.Client
+}
+
+func (d dryEmbedder) Model() string         { return d.id.Model() }
+func (d dryEmbedder) Dimensions() int       { return d.id.Dimensions() }
+func (d dryEmbedder) ReportedModel() string { return d.id.ReportedModel() }
+
+// Backfill runs a backfill. The error is one that stopped it before it
+// read anything; the result's Err one that stopped its run.
+func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) {
+	logger := cfg.Logger
+	bc := cfg.Source
+	bc.Logger = logger
+	// A dry run only reads: it creates no schema, index or checkpoint.
+	open := func() (*Index, error) { return OpenIndex(ctx, cfg.Index, logger, nil) }
+	if cfg.DryRun {
+		open = func() (*Index, error) { return OpenIndexRead(ctx, cfg.Index, logger) }
+	}
+	ix, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer ix.Close()
+	var cp backfill.Checkpoints // nil: a dry run keeps none
+	if !cfg.DryRun {
+		cp = sink.NewCheckpoints(ix.Pool, ix.Schema, ix.Name)
+	}
+	if cfg.Reconcile {
+		// A dry run's deletes go to the dry run's sink, which writes
+		// nothing, like its upserts.
+		bc.Reconcile = ix.Store
+	}
+	src, err := backfill.Open(ctx, bc, cp)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+
+	var (
+		emb embedder.Client = ix.Emb
+		snk pipeline.Sink   = ix.Store
+		dry *backfill.DryRun
+	)
+	if cfg.DryRun {
+		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
+		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
+	}
+	var shadows []pipeline.Shadow
+	if !cfg.DryRun {
+		if shadows, err = FamilyShadows(ctx, cfg.Index, ix, logger); err != nil {
+			return nil, err
+		}
+	}
+	var bulk *sink.Bulk
+	var commit pipeline.Committer
+	// The bulk path writes one index; with indexes following this one,
+	// every row goes through the pipeline to all of them.
+	if !cfg.DryRun && cfg.Bulk && len(shadows) == 0 {
+		bulk, err = ix.Store.BeginBulk(ctx)
+		switch {
+		case errors.Is(err, sink.ErrNotEmpty):
+			bulk = nil
+		case err != nil:
+			return nil, err
+		default:
+			logger.Info("index is empty: bulk load, HNSW index built at the end")
+			// The pipeline flushes the bulk buffer before it saves any
+			// checkpoint (its commit hook).
+			snk, commit = bulk, bulk
+		}
+	}
+	// No dead-letter destination: a row that cannot be applied stops the
+	// backfill with the reason, and --resume retries from its page.
+	// The store is the vector cache (except for the dry run, which writes
+	// nothing): every answered request's vectors are cached as they arrive,
+	// before the request's slot is freed, so a kill loses at most the
+	// requests in flight, however many documents wait for the index (a
+	// page of rows outruns the index writes when the provider is fast);
+	// the resumed run and the bulk sink take them from the cache.
+	var store *sink.Store
+	if !cfg.DryRun {
+		store = ix.Store
+		// Rows share embedding requests across documents, as serve's
+		// changes do.
+		co, stop, err := PipelineEmbedder(cfg.Index.Embedder, emb, nil, ix.Store.CacheTexts)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		emb = co
+	}
+	// Read ahead at most about one page beyond the page being applied:
+	// what a kill loses is what was read and not yet checkpointed, and a
+	// page of rows already gives the coalescer plenty to share.
+	pc := cfg.Pipeline
+	if pc.Pipeline.MaxInFlightDocuments == 0 {
+		pc.Pipeline.MaxInFlightDocuments = src.PageRows()
+	}
+	plog := logger
+	if cfg.PipelineLogger != nil {
+		plog = cfg.PipelineLogger
+	}
+	p, err := NewPipeline(pc, Stages{Source: src, Embedder: emb, Sink: snk, Store: store, Commit: commit}, nil, prometheus.NewRegistry(), plog)
+	if err != nil {
+		return nil, err
+	}
+	// Backfilled rows reach the family's other indexes too, as serve's
+	// changes do (blue/green re-index).
+	p.SetShadows(shadows)
+	start := time.Now()
+	done := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		if cfg.Progress != nil {
+			cfg.Progress(src, p, done)
+		}
+	}()
+	res := &BackfillResult{Err: p.Run(ctx), Bulk: bulk != nil}
+	close(done)
+	<-progressDone
+	// The HNSW build is part of the run (its time is in the summary); it
+	// runs after an interruption too, so the index is searchable.
+	if bulk != nil {
+		bstart := time.Now()
+		if res.BuildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); res.BuildErr != nil {
+			logger.Error("build HNSW index failed; serve builds it at start", "error", res.BuildErr)
+		}
+		res.Build = time.Since(bstart)
+	}
+	res.Read, res.Stats, res.Took = src.Progress(), p.Stats(), time.Since(start)
+	if dry != nil {
+		e := dry.Estimate()
+		res.Estimate = &e
+	}
+	return res, nil
+}

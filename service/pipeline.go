@@ -1,0 +1,140 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/fault"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+// Conformance of the concrete stages to the pipeline's interfaces.
+var (
+	_ pipeline.Sink        = (*sink.Store)(nil)
+	_ pipeline.Splitter    = (*chunker.Chunker)(nil)
+	_ pipeline.Decoder     = (*cdc.Decoder)(nil)
+	_ pipeline.Source      = (*cdc.FileSource)(nil)
+	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
+	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
+	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+	_ pipeline.VectorCache = (*sink.Store)(nil)
+	_ pipeline.Committer   = (*sink.Bulk)(nil)
+)
+
+// PipelineConfig is what every pipeline of the service is built from
+// (serve's, a backfill's, a re-index pass's).
+type PipelineConfig struct {
+	// Pipeline is the pipeline's own configuration; its Logger and
+	// Registerer are set by NewPipeline, and its Reuse.Predictor is the
+	// one NewPipeline is given.
+	Pipeline pipeline.Config
+	Chunker  chunker.Config
+	Decoder  cdc.DecoderConfig
+	// Debt is the background repayment of reuse debt (serve only).
+	Debt pipeline.DebtConfig
+}
+
+// Stages are the parts of a pipeline that differ between uses.
+type Stages struct {
+	Source      pipeline.Source
+	DeadLetters pipeline.DeadLetters
+	Embedder    pipeline.Embedder
+	Sink        pipeline.Sink
+	// Store, when not nil, is the store Sink writes to: it receives each
+	// slice of a large document's new vectors as they are embedded
+	// (pipeline.embed_slice_chunks) and reads each document's stored
+	// state, chunks and cached hashes in one round trip.
+	Store *sink.Store
+	// Commit, when not nil, is the buffering sink's flush the pipeline
+	// calls before acknowledging any source position (the bulk loader).
+	Commit pipeline.Committer
+	// Traces, when not nil, is told each change's trace id, apply time and
+	// failure (the monitor).
+	Traces pipeline.TraceRecorder
+	// Observer, when not nil, hears of every write (the front door).
+	Observer pipeline.Observer
+}
+
+// NewPipeline wires every stage. pred, when not nil, is the reuse
+// predictor the repayment shares.
+func NewPipeline(cfg PipelineConfig, st Stages, pred *pipeline.Predictor, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
+	// Not a nil *sink.Store in an interface, which would not compare nil.
+	var cache pipeline.VectorCache
+	var lookup pipeline.DocumentLookup
+	if st.Store != nil {
+		cache, lookup = st.Store, st.Store
+	}
+	ch, err := chunker.New(cfg.Chunker)
+	if err != nil {
+		return nil, err
+	}
+	// Near-duplicate reuse: a chunk whose vector is predicted to stay
+	// within monitor.cosine_bound of a fresh one takes a stored vector
+	// instead of a call, and the repayment replaces it later.
+	pc := cfg.Pipeline
+	pc.Logger, pc.Registerer = logger, reg
+	pc.Reuse.Predictor = pred
+	return pipeline.New(pc, pipeline.Stages{
+		Source:      st.Source,
+		Decoder:     cdc.NewDecoder(cfg.Decoder),
+		Splitter:    ch,
+		Embedder:    st.Embedder,
+		Sink:        st.Sink,
+		DeadLetters: st.DeadLetters,
+		Cache:       cache,
+		Lookup:      lookup,
+		Transient:   Transient,
+		Fatal:       Fatal,
+		Traces:      st.Traces,
+		Commit:      st.Commit,
+		Observer:    st.Observer,
+	})
+}
+
+// PipelineEmbedder is the embedder every pipeline calls (serve, backfill,
+// reindex): for a remote provider a Coalescer, so that the chunks of the
+// documents in flight share requests (a 3,000-row backfill costs about one
+// request per max_batch_inputs texts, not one per row); queries keep the
+// plain client, which must not linger. The offline embedder has nothing to
+// share. stop closes the Coalescer once the pipeline has stopped. reg, when
+// not nil, receives the coalescer's metrics. keep, when not nil, receives
+// every answer as it arrives (embedder.CoalesceConfig.Keep).
+func PipelineEmbedder(ec embedder.Config, emb embedder.Client, reg prometheus.Registerer, keep func(context.Context, []string, [][]float32) error) (embedder.Client, func(), error) {
+	if ec.Provider != embedder.ProviderOpenAI {
+		return emb, func() {}, nil
+	}
+	cc := ec.Coalesce()
+	cc.Keep = keep
+	co := embedder.NewCoalescer(emb, cc)
+	if reg != nil {
+		if err := embedder.RegisterCoalescerMetrics(reg, co); err != nil {
+			co.Close()
+			return nil, nil, err
+		}
+	}
+	return co, co.Close, nil
+}
+
+// Transient says which failures mean "a dependency is down, wait for it"
+// rather than "this message is bad" (internal/fault's transient kind): the
+// pipeline retries those without limit, which stops fetching until the
+// dependency is back. Two more count as such here: a request that timed
+// out (the provider is slow, not the text bad) and a reused vector whose
+// origin left the embedding cache (the next try embeds it).
+func Transient(err error) bool {
+	return fault.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sink.ErrOriginGone)
+}
+
+// Fatal says which failures are configuration mistakes that every message
+// would hit (internal/fault's fatal kind: wrong dimensions, bad key,
+// unknown model, a lost privilege or dropped table): dead-lettering them
+// one by one would empty the topic into the DLQ, so the pipeline stops and
+// the error names the fix.
+func Fatal(err error) bool { return fault.IsFatal(err) }

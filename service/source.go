@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/sink"
+)
+
+var (
+	_ pipeline.Source = (*pgrepl.Source)(nil)
+	_ pgrepl.State    = sourceState{}
+	_ pgrepl.Index    = (*sink.Store)(nil)
+)
+
+// SourceConfig is the configured source of changes and where its dead
+// letters go.
+type SourceConfig struct {
+	// Kind is kafka, file or postgres.
+	Kind string
+	// File is the file source (Path, Follow); its Decoder is set here.
+	File cdc.FileConfig
+	// Kafka is the Kafka source; its Decoder, StopAtEnd and Logger are set
+	// here.
+	Kafka cdc.KafkaConfig
+	// Postgres is the logical-replication source; its State, Index,
+	// StopAtEnd, DLQPath, Logger and Registerer are set here.
+	Postgres pgrepl.Config
+	// DLQPath is the dead-letter file of the file and postgres sources;
+	// DLQTopic the Kafka source's dead-letter topic.
+	DLQPath, DLQTopic string
+	// Version is ragsync's version, recorded in every dead letter.
+	Version string
+}
+
+// source is a built source with what the rest of serve may use of it: a
+// capability is a field set by the constructor that knows the transport,
+// never discovered by type assertion.
+type source struct {
+	src   pipeline.Source
+	dlq   pipeline.DeadLetters
+	close func()
+	// lag, when not nil, is the consumer lag the monitor reads (Kafka).
+	lag monitor.LagSource
+	// collector, when not nil, exports the lag as metrics (Kafka).
+	collector prometheus.Collector
+	// unhealthy, when not nil, names a problem of the source that /readyz
+	// reports ("" when there is none: the Postgres slot).
+	unhealthy func() string
+}
+
+// newSource builds the configured source and its dead-letter destination.
+// once stops it at the end of what it holds at start.
+func newSource(ctx context.Context, cfg SourceConfig, decoder cdc.DecoderConfig, once bool, pool *pgxpool.Pool, st *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*source, error) {
+	switch cfg.Kind {
+	case "postgres":
+		// Its initial loads and what it created are recorded in the index
+		// schema; dead letters go to a JSON Lines file.
+		pc := cfg.Postgres
+		pc.State, pc.Logger, pc.Registerer = SourceState(pool), logger, reg
+		pc.Index = st
+		pc.StopAtEnd = once
+		pc.DLQPath = cfg.DLQPath
+		src, err := pgrepl.New(ctx, pc)
+		if err != nil {
+			return nil, err
+		}
+		return &source{src: src, dlq: cdc.NewFileDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy}, nil
+	case "file":
+		// The source decodes each line (the pipeline's decoder then only
+		// serves messages handed over as bytes).
+		fc := cfg.File
+		fc.Follow = fc.Follow && !once
+		fc.Decoder = cdc.NewDecoder(decoder)
+		src, err := cdc.NewFileSource(fc)
+		if err != nil {
+			return nil, err
+		}
+		return &source{src: src, dlq: cdc.NewFileDeadLetters(cfg.DLQPath, cfg.Version), close: func() { src.Close() }}, nil
+	case "kafka":
+		kc := cfg.Kafka
+		kc.Decoder = cdc.NewDecoder(decoder)
+		kc.StopAtEnd = once
+		kc.Logger = logger.With("stage", "kafka")
+		src, err := cdc.NewKafkaSource(kc)
+		if err != nil {
+			return nil, err
+		}
+		return &source{src: src, dlq: cdc.NewKafkaDeadLetters(src.Client(), cfg.DLQTopic, cfg.Version), close: src.Close,
+			lag: kafkaLag{src: src, topics: kc.Topics}, collector: cdc.NewLagCollector(src)}, nil
+	default:
+		return nil, fmt.Errorf("source.kind: %q is not one of kafka, file", cfg.Kind)
+	}
+}
+
+// SourceState is where the Postgres source records its finished initial
+// loads and what it created: the index schema of pool.
+func SourceState(pool *pgxpool.Pool) pgrepl.State { return sourceState{sink.NewSourceState(pool)} }
+
+// sourceState adapts sink.SourceState to pgrepl.State.
+type sourceState struct{ *sink.SourceState }
+
+func (s sourceState) Load(ctx context.Context, slot string) (pgrepl.LoadRecord, error) {
+	r, err := s.SourceState.Load(ctx, slot)
+	return pgrepl.LoadRecord(r), err
+}
+
+func (s sourceState) SaveLoad(ctx context.Context, slot string, r pgrepl.LoadRecord) error {
+	return s.SourceState.SaveLoad(ctx, slot, sink.SourceLoad(r))
+}
+
+// kafkaLag adapts the Kafka source to monitor.LagSource.
+type kafkaLag struct {
+	src    *cdc.KafkaSource
+	topics []string
+}
+
+func (k kafkaLag) Lag(ctx context.Context) (map[string]map[int32]int64, error) { return k.src.Lag(ctx) }
+
+func (k kafkaLag) Partitions(ctx context.Context) (int, error) {
+	td, err := kadm.NewClient(k.src.Client()).ListTopics(ctx, k.topics...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range td {
+		if t.Err != nil {
+			// An unknown topic would otherwise count as 0 partitions and
+			// bound the recommended replicas to 1.
+			return 0, fmt.Errorf("describe topic %s: %w", t.Topic, t.Err)
+		}
+		n += len(t.Partitions)
+	}
+	return n, nil
+}
