@@ -20,16 +20,19 @@ type CoalesceConfig struct {
 	Linger time.Duration
 	// MaxInFlight bounds the requests sent and not yet answered. While all
 	// the requests allowed are busy, texts queue and leave together when
-	// one returns. Fewer than MaxInFlight are allowed: as many as let a
-	// request leave every Linger while each takes the provider's observed
-	// latency (Little's law: latency ÷ Linger), at least MinInFlight, and
-	// no more than the rate limits can serve (see InFlightLimit), so a
-	// slower provider gets more requests in flight instead of capping
-	// throughput. MaxInFlight × MaxBatchInputs also bounds the vectors
-	// being received at once (memory). Defaults to 32.
+	// one returns. MinInFlight requests are allowed whatever they carry;
+	// more only while full requests wait (demand that the requests in
+	// flight cannot carry), up to as many as let a full request leave every
+	// Linger while each takes the provider's observed latency (Little's
+	// law: latency ÷ Linger), no more than the rate limits can serve (see
+	// InFlightLimit). A slower provider then gets more requests in flight
+	// instead of capping a backlog's throughput at MinInFlight requests per
+	// latency. MaxInFlight × MaxBatchInputs also bounds the vectors being
+	// received at once (memory). Defaults to 32.
 	MaxInFlight int
-	// MinInFlight is the requests allowed before any latency is observed,
-	// and whenever the provider answers in under MinInFlight × Linger.
+	// MinInFlight is the requests allowed in flight whatever they carry:
+	// before any latency is observed, while no full request waits, and
+	// whenever the provider answers in under MinInFlight × Linger.
 	// Defaults to 4, at most MaxInFlight.
 	MinInFlight int
 	// RequestsPerMinute and TokensPerMinute are the wrapped client's
@@ -193,6 +196,7 @@ func (co *Coalescer) EmbedCounted(ctx context.Context, texts []string, tokens []
 	co.mu.Unlock()
 	co.calls.Add(1)
 	co.signal()
+	signal(co.freed) // a full request may now take a slot beyond MinInFlight
 	out := make([][]float32, len(texts))
 	for _, p := range parts {
 		select {
@@ -260,12 +264,18 @@ func (co *Coalescer) run() {
 	}
 }
 
-// acquire waits until fewer requests than the limit are in flight and
-// counts one more; false once closed.
+// acquire waits until another request may go and counts it; false once
+// closed. Up to MinInFlight requests may be in flight whatever they carry;
+// beyond that, up to the limit the latency sets, only while the queue holds
+// a full request: demand that the requests in flight cannot carry. Partial
+// requests then keep waiting for a slot and fill meanwhile, as they would
+// with a fixed MinInFlight, so a provider that answers fast, or a load the
+// requests in flight carry, is batched as fully as before.
+
 func (co *Coalescer) acquire() bool {
 	for {
 		co.mu.Lock()
-		if co.busy < co.limit {
+		if co.busy < min(co.cfg.MinInFlight, co.limit) || (co.busy < co.limit && co.fullLocked()) {
 			co.busy++
 			co.mu.Unlock()
 			return true
@@ -306,15 +316,15 @@ func (co *Coalescer) observe(latency time.Duration, tokens int) {
 }
 
 // InFlightLimit is how many requests a coalescer with cfg allows in flight
-// when the provider answers in latency (zero: not known yet) with requests
-// of tokensPerRequest tokens: enough that a request can leave every Linger
-// while each takes latency (latency ÷ Linger, Little's law), so that
-// throughput is bounded by MaxBatchInputs per Linger whatever the
-// latency; at least MinInFlight; at most what the rate limits serve in
-// latency, plus one waiting at the limiter; at most MaxInFlight. The rate
-// of requests it allows, limit ÷ latency, is then at most one per Linger
-// above MinInFlight's, so a slow provider is not sent more requests per
-// second than a fast one.
+// while full requests wait, when the provider answers in latency (zero:
+// not known yet) with requests of tokensPerRequest tokens: enough that a
+// full request can leave every Linger while each takes latency (latency ÷
+// Linger, Little's law), so that a backlog drains at up to MaxBatchInputs
+// per Linger whatever the latency; at least MinInFlight; at most what the
+// rate limits serve in latency, plus one waiting at the limiter; at most
+// MaxInFlight. The rate of requests it allows, limit ÷ latency, is then at
+// most one per Linger above MinInFlight's, so a slow provider is not sent
+// more requests per second than a fast one.
 func InFlightLimit(cfg CoalesceConfig, latency time.Duration, tokensPerRequest float64) int {
 	cfg = cfg.withDefaults()
 	n := cfg.MinInFlight
@@ -369,6 +379,13 @@ func (co *Coalescer) next() []*part {
 		default:
 		}
 	}
+}
+
+// fullLocked reports whether the queue holds a full request. Called with
+// mu held.
+func (co *Coalescer) fullLocked() bool {
+	_, full := co.fits()
+	return full
 }
 
 // fits returns how many queued parts, from the front, one request takes
@@ -528,9 +545,9 @@ type CoalesceStats struct {
 	// KeepFailures counts answered requests whose Keep returned an error.
 	KeepFailures int64
 	// InFlight is the requests in flight now (the one being gathered
-	// included: it takes its slot first), Limit how many are allowed
-	// (see CoalesceConfig.MaxInFlight), Latency the moving average of the
-	// provider's answers (zero: none yet).
+	// included: it takes its slot first), Limit how many are allowed while
+	// full requests wait (see CoalesceConfig.MaxInFlight), Latency the
+	// moving average of the provider's answers (zero: none yet).
 	InFlight, Limit int
 	Latency         time.Duration
 }

@@ -107,3 +107,30 @@ func TestCoalescerConcurrencyWithinTheRateLimit(t *testing.T) {
 	require.Equal(t, 2, st.Limit)
 	require.Less(t, st.Latency, time.Second, "the limiter's waits (about 250 ms a request) are not the provider's latency")
 }
+
+// A slow provider and a load that the floor's requests carry: texts that
+// trickle in never fill a request, so no request beyond MinInFlight goes,
+// and the texts that wait for a slot leave together, as with a fixed
+// limit, instead of one small request per linger.
+func TestCoalescerPartialRequestsKeepTheFloor(t *testing.T) {
+	t.Parallel()
+	const delay, linger = 200 * time.Millisecond, 10 * time.Millisecond
+	co, b := coalesced(t, 0, embedder.CoalesceConfig{MaxInFlight: 32, MaxBatchInputs: 64, Linger: linger}, nil)
+	peak := concurrency(b, delay)
+	done := make(chan error, 200)
+	for d := range 200 {
+		go func() {
+			_, err := co.Embed(t.Context(), docTexts(d, 1))
+			done <- err
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 200 {
+		require.NoError(t, <-done)
+	}
+	st := co.Stats()
+	t.Logf("peak requests at the provider %d, limit %d, latency %s, %d requests for 200 inputs", peak.Load(), st.Limit, st.Latency, st.Requests)
+	require.GreaterOrEqual(t, st.Limit, int(delay/linger), "full requests would get more")
+	require.LessOrEqual(t, peak.Load(), int64(4), "partial requests keep to the floor")
+	require.LessOrEqual(t, st.Requests, int64(200/4), "requests waiting for a slot fill meanwhile (one per linger would be about 100)")
+}

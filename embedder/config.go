@@ -117,10 +117,10 @@ type Config struct {
 	Linger time.Duration `yaml:"linger"`
 	// MaxRequestsInFlight bounds the requests a pipeline (serve,
 	// backfill, reindex) has sent and not yet had answered; while all the
-	// requests allowed are busy, texts queue and leave together. Fewer are
-	// allowed while the provider answers fast: the provider's observed
-	// latency ÷ Linger, at least 4, within RequestsPerMinute and
-	// TokensPerMinute (see CoalesceConfig.MaxInFlight). Provider openai
+	// requests allowed are busy, texts queue and leave together. 4 are
+	// allowed whatever they carry; more only while full requests wait, up
+	// to the provider's observed latency ÷ Linger, within RequestsPerMinute
+	// and TokensPerMinute (see CoalesceConfig.MaxInFlight). Provider openai
 	// only. Defaults to 32.
 	MaxRequestsInFlight int `yaml:"max_requests_in_flight"`
 	// EncodingFormat is how the API sends vectors: "float" (JSON numbers)
@@ -278,7 +278,7 @@ func (c Config) Validate() error {
 		add("embedder.linger: must be in (0, 10s], e.g. 20ms (it delays every document that waits for a vector), got %s", c.Linger)
 	}
 	if c.MaxRequestsInFlight < 1 || c.MaxRequestsInFlight > 256 {
-		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 32 (fewer are used while the provider answers fast), got %d", c.MaxRequestsInFlight)
+		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 32 (more than 4 go only while full requests wait), got %d", c.MaxRequestsInFlight)
 	}
 	if c.EncodingFormat != EncodingAuto && c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
 		add("embedder.encoding_format: %q is not %q, %q or %q", c.EncodingFormat, EncodingAuto, EncodingFloat, EncodingBase64)

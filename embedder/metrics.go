@@ -55,7 +55,7 @@ func RegisterCoalescerMetrics(reg prometheus.Registerer, co *Coalescer) error {
 			func() float64 { return float64(co.shared.Load()) }),
 		gauge("ragsync_embedder_coalesced_requests_in_flight", "Shared requests in flight, the one being gathered included.",
 			func() float64 { return float64(co.Stats().InFlight) }),
-		gauge("ragsync_embedder_coalesced_requests_allowed", "Shared requests allowed in flight: the provider's observed latency ÷ embedder.linger, at least 4, within the rate limits and embedder.max_requests_in_flight.",
+		gauge("ragsync_embedder_coalesced_requests_allowed", "Shared requests allowed in flight while full requests wait: the provider's observed latency ÷ embedder.linger, at least 4, within the rate limits and embedder.max_requests_in_flight.",
 			func() float64 { return float64(co.Stats().Limit) }),
 		gauge("ragsync_embedder_coalesced_latency_seconds", "Moving average of the provider's answer time for shared requests (without rate-limit waits and retries).",
 			func() float64 { return co.Stats().Latency.Seconds() }),
