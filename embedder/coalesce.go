@@ -80,8 +80,9 @@ func (c CoalesceConfig) withDefaults() CoalesceConfig {
 // join a queue, and requests of up to MaxBatchInputs texts and
 // MaxBatchTokens tokens go to the wrapped Client as soon as one is full, or
 // once the oldest text has waited Linger, with as many in flight as the
-// provider's observed latency needs (see CoalesceConfig.MaxInFlight). One call per document then costs a fraction of a request, where
-// it cost at least one (a load once sent 2,000 requests for 9,387 inputs).
+// provider's observed latency needs (see CoalesceConfig.MaxInFlight). One
+// call per document then costs a fraction of a request, where it cost at
+// least one (a load once sent 2,000 requests for 9,387 inputs).
 //
 // Every call still returns only its own vectors, or the error of a request
 // that carried its texts: a failure never reaches calls whose texts were in
