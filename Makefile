@@ -11,7 +11,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
+.PHONY: base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,7 +34,16 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, freshness with reuse repayment, per-package Go benchmarks
+bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, freshness with reuse repayment, per-package Go benchmarks
+
+# BASE_REV=<git revision> builds that revision's ragsync as bin/ragsync-base
+# and makes it BASE_BIN: bench-backlog and bench-throughput then run it
+# beside bin/ragsync in the same run and print new ÷ base.
+BASE_REV    ?=
+BASE_BIN    ?= $(if $(BASE_REV),bin/ragsync-base)
+base-bin: ## build BASE_REV's ragsync as bin/ragsync-base (a baseline for bench-backlog and bench-throughput)
+	@test -n "$(BASE_REV)" || { echo "base-bin: set BASE_REV=<git revision>"; exit 2; }
+	GO="$(GO)" bash scripts/base-bin.sh $(BASE_REV) bin/ragsync-base
 
 bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
@@ -70,8 +79,8 @@ bench-bulk: services ## bulk load (COPY + one HNSW build) vs streaming upserts o
 bench-shadow: services ## pipeline changes/s into one index vs one index plus a dual-written shadow of another model, and their ratio
 	$(GO) run ./bench/shadow $(BENCH_SHADOW_FLAGS)
 
-bench-backlog: services build ## peak RSS and events/s draining a 200k-event Kafka backlog
-	$(GO) run ./bench/backlog -bin $(BIN) $(BENCH_BACKLOG_FLAGS)
+bench-backlog: services build $(if $(BASE_REV),base-bin) ## peak RSS and events/s draining a 200k-event Kafka backlog; BASE_REV=<rev> (or BASE_BIN) also drains it with that binary and prints new ÷ base
+	$(GO) run ./bench/backlog -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_BACKLOG_FLAGS)
 
 # The same changes drained from a replication slot and from kfake, each by
 # `serve --once`, alternating runs; medians and their ratio.
@@ -107,7 +116,14 @@ BENCH_THROUGHPUT_FLAGS ?= -docs 2000 -latencies 0s,150ms
 bench-freshness: services build ## commit-to-searchable p50/p95/p99 and applied rate at fixed change rates through Kafka (kfake) and the Postgres source (a slot of its own; in-process and into ragsync serve), provider latency BENCH_FRESHNESS_FLAGS="-latency 150ms -rates 5,50"
 	$(GO) run ./bench/freshness -bin $(BIN) $(BENCH_FRESHNESS_FLAGS)
 
-bench-throughput: services build ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
+# Raises the rate through the Kafka leg (in process), 60 s per rate, from 25
+# changes/s by ×1.5 until applied < 0.95 × offered; then 80% of the highest
+# rate sustained. Prints p99 against rate.
+BENCH_FRESHNESS_CURVE_FLAGS ?= -sources kafka -latency 150ms -duration 60s
+bench-freshness-curve: services build ## max-rate curve: p99 against offered rate until applied < 0.95× offered, the highest rate sustained, p99 at 80% of it (BENCH_FRESHNESS_CURVE_FLAGS)
+	$(GO) run ./bench/freshness -bin $(BIN) -curve $(BENCH_FRESHNESS_CURVE_FLAGS)
+
+bench-throughput: services build $(if $(BASE_REV),base-bin) ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
 
 bench-pgcost: services ## Postgres CPU of each write-path statement, per document, for a load and a 5-character edit

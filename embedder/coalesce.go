@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -18,9 +19,28 @@ type CoalesceConfig struct {
 	// request goes at once. Defaults to 20ms.
 	Linger time.Duration
 	// MaxInFlight bounds the requests sent and not yet answered. While all
-	// are busy, texts queue and leave together when one returns. Defaults
-	// to 4.
+	// the requests allowed are busy, texts queue and leave together when
+	// one returns. MinInFlight requests are allowed whatever they carry;
+	// more only while full requests wait (demand that the requests in
+	// flight cannot carry), up to as many as let a full request leave every
+	// Linger while each takes the provider's observed latency (Little's
+	// law: latency ÷ Linger), no more than the rate limits can serve (see
+	// InFlightLimit). A slower provider then gets more requests in flight
+	// instead of capping a backlog's throughput at MinInFlight requests per
+	// latency. MaxInFlight × MaxBatchInputs also bounds the vectors being
+	// received at once (memory). Defaults to 32.
 	MaxInFlight int
+	// MinInFlight is the requests allowed in flight whatever they carry:
+	// before any latency is observed, while no full request waits, and
+	// whenever the provider answers in under MinInFlight × Linger.
+	// Defaults to 4, at most MaxInFlight.
+	MinInFlight int
+	// RequestsPerMinute and TokensPerMinute are the wrapped client's
+	// rate limits (0: none). Requests beyond what they let through only
+	// wait at the client's limiter, their texts fixed, so the requests
+	// allowed stay within rate × latency + 1.
+	RequestsPerMinute int
+	TokensPerMinute   int
 	// MaxBatchInputs and MaxBatchTokens bound one request, as the wrapped
 	// client's Config does. Default to 256 and 250000.
 	MaxBatchInputs int
@@ -41,8 +61,12 @@ func (c CoalesceConfig) withDefaults() CoalesceConfig {
 		c.Linger = 20 * time.Millisecond
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 4
+		c.MaxInFlight = 32
 	}
+	if c.MinInFlight <= 0 {
+		c.MinInFlight = 4
+	}
+	c.MinInFlight = min(c.MinInFlight, c.MaxInFlight)
 	if c.MaxBatchInputs <= 0 {
 		c.MaxBatchInputs = 256
 	}
@@ -55,9 +79,10 @@ func (c CoalesceConfig) withDefaults() CoalesceConfig {
 // Coalescer lets concurrent Embed calls share requests: each call's texts
 // join a queue, and requests of up to MaxBatchInputs texts and
 // MaxBatchTokens tokens go to the wrapped Client as soon as one is full, or
-// once the oldest text has waited Linger, with at most MaxInFlight in
-// flight. One call per document then costs a fraction of a request, where
-// it cost at least one (a load once sent 2,000 requests for 9,387 inputs).
+// once the oldest text has waited Linger, with as many in flight as the
+// provider's observed latency needs (see CoalesceConfig.MaxInFlight). One
+// call per document then costs a fraction of a request, where it cost at
+// least one (a load once sent 2,000 requests for 9,387 inputs).
 //
 // Every call still returns only its own vectors, or the error of a request
 // that carried its texts: a failure never reaches calls whose texts were in
@@ -73,7 +98,7 @@ func (c CoalesceConfig) withDefaults() CoalesceConfig {
 type Coalescer struct {
 	client Client
 	cfg    CoalesceConfig
-	slots  chan struct{} // one per request in flight
+	freed  chan struct{} // a request finished, or more are allowed
 	wake   chan struct{} // the queue changed
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -81,6 +106,13 @@ type Coalescer struct {
 	mu     sync.Mutex
 	queue  []*part
 	closed bool
+	// busy counts the requests in flight; latency and tokensPerRequest
+	// are moving averages of the answered ones (zero: none yet), from
+	// which limit, the requests allowed, follows.
+	busy             int
+	latency          time.Duration
+	tokensPerRequest float64
+	limit            int
 
 	calls, requests, inputs, shared, keepFailures atomic.Int64
 }
@@ -110,8 +142,8 @@ var _ Client = (*Coalescer)(nil)
 // NewCoalescer wraps c; call Close when done.
 func NewCoalescer(c Client, cfg CoalesceConfig) *Coalescer {
 	cfg = cfg.withDefaults()
-	co := &Coalescer{client: c, cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	co := &Coalescer{client: c, cfg: cfg, freed: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), limit: cfg.MinInFlight}
 	co.wg.Add(1)
 	go co.run()
 	return co
@@ -168,6 +200,7 @@ func (co *Coalescer) EmbedCounted(ctx context.Context, texts []string, tokens []
 	co.mu.Unlock()
 	co.calls.Add(1)
 	co.signal()
+	signal(co.freed) // a full request may now take a slot beyond MinInFlight
 	out := make([][]float32, len(texts))
 	for _, p := range parts {
 		select {
@@ -183,9 +216,12 @@ func (co *Coalescer) EmbedCounted(ctx context.Context, texts []string, tokens []
 	return out, nil
 }
 
-func (co *Coalescer) signal() {
+func (co *Coalescer) signal() { signal(co.wake) }
+
+// signal wakes whoever waits on c, without blocking.
+func signal(c chan struct{}) {
 	select {
-	case co.wake <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -215,23 +251,98 @@ func (co *Coalescer) Close() {
 func (co *Coalescer) run() {
 	defer co.wg.Done()
 	for {
-		select {
-		case co.slots <- struct{}{}:
-		case <-co.done:
+		if !co.acquire() {
 			return
 		}
 		batch := co.next()
 		if batch == nil {
-			<-co.slots
+			co.release()
 			return
 		}
 		co.wg.Add(1)
 		go func() {
 			defer co.wg.Done()
-			defer func() { <-co.slots }()
+			defer co.release()
 			co.send(batch)
 		}()
 	}
+}
+
+// acquire waits until another request may go and counts it; false once
+// closed. Up to MinInFlight requests may be in flight whatever they carry;
+// beyond that, up to the limit the latency sets, only while the queue holds
+// a full request: demand that the requests in flight cannot carry. Partial
+// requests then keep waiting for a slot and fill meanwhile, as they would
+// with a fixed MinInFlight, so a provider that answers fast, or a load the
+// requests in flight carry, is batched as fully as before.
+
+func (co *Coalescer) acquire() bool {
+	for {
+		co.mu.Lock()
+		if co.busy < min(co.cfg.MinInFlight, co.limit) || (co.busy < co.limit && co.fullLocked()) {
+			co.busy++
+			co.mu.Unlock()
+			return true
+		}
+		co.mu.Unlock()
+		select {
+		case <-co.freed:
+		case <-co.done:
+			return false
+		}
+	}
+}
+
+func (co *Coalescer) release() {
+	co.mu.Lock()
+	co.busy--
+	co.mu.Unlock()
+	signal(co.freed)
+}
+
+// observe folds an answered request's latency and tokens into the moving
+// averages and sets the limit from them.
+func (co *Coalescer) observe(latency time.Duration, tokens int) {
+	const weight = 0.2 // of the newest answer
+	co.mu.Lock()
+	if co.latency == 0 {
+		co.latency, co.tokensPerRequest = latency, float64(tokens)
+	} else {
+		co.latency = time.Duration((1-weight)*float64(co.latency) + weight*float64(latency))
+		co.tokensPerRequest = (1-weight)*co.tokensPerRequest + weight*float64(tokens)
+	}
+	old := co.limit
+	co.limit = InFlightLimit(co.cfg, co.latency, co.tokensPerRequest)
+	co.mu.Unlock()
+	if co.limit > old {
+		signal(co.freed)
+	}
+}
+
+// InFlightLimit is how many requests a coalescer with cfg allows in flight
+// while full requests wait, when the provider answers in latency (zero:
+// not known yet) with requests of tokensPerRequest tokens: enough that a
+// full request can leave every Linger while each takes latency (latency ÷
+// Linger, Little's law), so that a backlog drains at up to MaxBatchInputs
+// per Linger whatever the latency; at least MinInFlight; at most what the
+// rate limits serve in latency, plus one waiting at the limiter; at most
+// MaxInFlight. The rate of requests it allows, limit ÷ latency, is then at
+// most one per Linger above MinInFlight's, so a slow provider is not sent
+// more requests per second than a fast one.
+func InFlightLimit(cfg CoalesceConfig, latency time.Duration, tokensPerRequest float64) int {
+	cfg = cfg.withDefaults()
+	n := cfg.MinInFlight
+	if latency <= 0 {
+		return n
+	}
+	n = max(n, int(math.Ceil(float64(latency)/float64(cfg.Linger))))
+	if cfg.RequestsPerMinute > 0 {
+		n = min(n, int(math.Ceil(float64(cfg.RequestsPerMinute)/60*latency.Seconds()))+1)
+	}
+	if cfg.TokensPerMinute > 0 && tokensPerRequest > 0 {
+		n = min(n, int(math.Ceil(float64(cfg.TokensPerMinute)/60/tokensPerRequest*latency.Seconds()))+1)
+	}
+	return min(n, cfg.MaxInFlight)
 }
 
 // next waits until the queue holds a full request or its oldest part has
@@ -272,6 +383,13 @@ func (co *Coalescer) next() []*part {
 		default:
 		}
 	}
+}
+
+// fullLocked reports whether the queue holds a full request. Called with
+// mu held.
+func (co *Coalescer) fullLocked() bool {
+	_, full := co.fits()
+	return full
 }
 
 // fits returns how many queued parts, from the front, one request takes
@@ -332,7 +450,20 @@ func (co *Coalescer) send(batch []*part) {
 	co.requests.Add(1)
 	co.inputs.Add(int64(len(texts)))
 	co.shared.Add(int64(carried - len(texts)))
-	vecs, err := co.client.EmbedCounted(ctx, texts, tokens)
+	probe := &serviceTime{}
+	start := time.Now()
+	vecs, err := co.client.EmbedCounted(withServiceTime(ctx, probe), texts, tokens)
+	if err == nil {
+		// The provider's own time when the client reports it (without
+		// waits at its rate limiter or between retries: counting those
+		// would raise the limit while the provider pushes back), else the
+		// whole call's.
+		latency := probe.get()
+		if latency == 0 {
+			latency = time.Since(start)
+		}
+		co.observe(latency, sum(tokens))
+	}
 	if err == nil && len(vecs) != len(texts) {
 		err = &ResponseError{Model: co.client.Model(), Reason: fmt.Sprintf("%d vectors for %s", len(vecs), inputs(len(texts)))}
 	}
@@ -417,9 +548,46 @@ type CoalesceStats struct {
 	Shared int64
 	// KeepFailures counts answered requests whose Keep returned an error.
 	KeepFailures int64
+	// InFlight is the requests in flight now (the one being gathered
+	// included: it takes its slot first), Limit how many are allowed while
+	// full requests wait (see CoalesceConfig.MaxInFlight), Latency the
+	// moving average of the provider's answers (zero: none yet).
+	InFlight, Limit int
+	Latency         time.Duration
 }
 
 // Stats returns a snapshot of the counters.
 func (co *Coalescer) Stats() CoalesceStats {
-	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load(), Shared: co.shared.Load(), KeepFailures: co.keepFailures.Load()}
+	co.mu.Lock()
+	busy, limit, latency := co.busy, co.limit, co.latency
+	co.mu.Unlock()
+	return CoalesceStats{Calls: co.calls.Load(), Requests: co.requests.Load(), Inputs: co.inputs.Load(), Shared: co.shared.Load(),
+		KeepFailures: co.keepFailures.Load(), InFlight: busy, Limit: limit, Latency: latency}
 }
+
+// serviceTime is where a client reports how long the provider took to
+// answer a call, without its waits at the rate limiter or between retries:
+// the longest of the call's successful attempts.
+type serviceTime struct{ ns atomic.Int64 }
+
+type serviceTimeKey struct{}
+
+func withServiceTime(ctx context.Context, s *serviceTime) context.Context {
+	return context.WithValue(ctx, serviceTimeKey{}, s)
+}
+
+// reportServiceTime records d for the caller of ctx, if it asked.
+func reportServiceTime(ctx context.Context, d time.Duration) {
+	s, _ := ctx.Value(serviceTimeKey{}).(*serviceTime)
+	if s == nil {
+		return
+	}
+	for {
+		old := s.ns.Load()
+		if int64(d) <= old || s.ns.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+func (s *serviceTime) get() time.Duration { return time.Duration(s.ns.Load()) }

@@ -117,9 +117,13 @@ type Config struct {
 	// requests (see Coalescer); a full request goes at once. Provider
 	// openai only. Defaults to 20ms.
 	Linger time.Duration `yaml:"linger"`
-	// MaxRequestsInFlight bounds the requests serve has sent and not yet
-	// had answered; while all are busy, texts queue and leave together.
-	// Provider openai only. Defaults to 4.
+	// MaxRequestsInFlight bounds the requests a pipeline (serve,
+	// backfill, reindex) has sent and not yet had answered; while all the
+	// requests allowed are busy, texts queue and leave together. 4 are
+	// allowed whatever they carry; more only while full requests wait, up
+	// to the provider's observed latency ÷ Linger, within RequestsPerMinute
+	// and TokensPerMinute (see CoalesceConfig.MaxInFlight). Provider openai
+	// only. Defaults to 32.
 	MaxRequestsInFlight int `yaml:"max_requests_in_flight"`
 	// EncodingFormat is how the API sends vectors: "float" (JSON numbers)
 	// or "base64" (little-endian float32s, what OpenAI's own clients ask
@@ -166,6 +170,7 @@ func (c Config) responseCap(n int) int64 {
 // Coalesce returns the Coalescer settings of c.
 func (c Config) Coalesce() CoalesceConfig {
 	return CoalesceConfig{Linger: c.Linger, MaxInFlight: c.MaxRequestsInFlight,
+		RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute,
 		MaxBatchInputs: c.MaxBatchInputs, MaxBatchTokens: c.MaxBatchTokens}
 }
 
@@ -205,7 +210,7 @@ func (c Config) WithDefaults() Config {
 		c.Linger = 20 * time.Millisecond
 	}
 	if c.MaxRequestsInFlight == 0 {
-		c.MaxRequestsInFlight = 4
+		c.MaxRequestsInFlight = 32
 	}
 	if c.EncodingFormat == "" {
 		c.EncodingFormat = EncodingAuto
@@ -278,7 +283,7 @@ func (c Config) Validate() error {
 		add("embedder.linger: must be in (0, 10s], e.g. 20ms (it delays every document that waits for a vector), got %s", c.Linger)
 	}
 	if c.MaxRequestsInFlight < 1 || c.MaxRequestsInFlight > 256 {
-		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 4 (raise it only within the provider's rate limits), got %d", c.MaxRequestsInFlight)
+		add("embedder.max_requests_in_flight: must be in 1..256, e.g. 32 (more than 4 go only while full requests wait), got %d", c.MaxRequestsInFlight)
 	}
 	if c.EncodingFormat != EncodingAuto && c.EncodingFormat != EncodingFloat && c.EncodingFormat != EncodingBase64 {
 		add("embedder.encoding_format: %q is not %q, %q or %q", c.EncodingFormat, EncodingAuto, EncodingFloat, EncodingBase64)

@@ -37,7 +37,7 @@ func TestConfig(t *testing.T) {
 		{name: "bad api type", cfg: embedder.Config{Provider: "openai", APIType: "gcp", Model: "m", Dimensions: 8, APIKey: "k"},
 			wantErr: []string{`embedder.api_type: "gcp" is not an API type`}},
 		{name: "coalescing bounds", cfg: embedder.Config{Provider: "hashing", Dimensions: 8, Linger: -time.Millisecond, MaxRequestsInFlight: 1000},
-			wantErr: []string{"embedder.linger: must be in (0, 10s], e.g. 20ms", "embedder.max_requests_in_flight: must be in 1..256, e.g. 4"}},
+			wantErr: []string{"embedder.linger: must be in (0, 10s], e.g. 20ms", "embedder.max_requests_in_flight: must be in 1..256, e.g. 32"}},
 		{name: "hashing has one model", cfg: embedder.Config{Provider: "hashing", Model: "hashing-v2", Dimensions: 8},
 			wantErr: []string{`embedder.model: provider hashing only has model "hashing-v1", got "hashing-v2"`}},
 		{name: "every problem at once", cfg: embedder.Config{Provider: "hashing", Dimensions: -1, MaxBatchInputs: 5000,
@@ -71,7 +71,7 @@ func TestConfigDefaults(t *testing.T) {
 	got := embedder.Config{Provider: "hashing"}.WithDefaults()
 	require.Equal(t, embedder.Config{Provider: "hashing", BaseURL: "https://api.openai.com/v1", APIType: "openai",
 		Model: "hashing-v1", MaxBatchInputs: 256, MaxBatchTokens: 250000, Timeout: 60 * time.Second, MaxRetries: 5,
-		MaxInputTokens: 8191, OnTooLong: "truncate", Linger: 20 * time.Millisecond, MaxRequestsInFlight: 4, EncodingFormat: "auto", SendDimensions: "auto"}, got)
+		MaxInputTokens: 8191, OnTooLong: "truncate", Linger: 20 * time.Millisecond, MaxRequestsInFlight: 32, EncodingFormat: "auto", SendDimensions: "auto"}, got)
 	require.Empty(t, embedder.Config{Provider: "openai"}.WithDefaults().Model, "openai has no default model")
 	require.Equal(t, "2024-02-01", embedder.Config{APIType: "azure"}.WithDefaults().APIVersion)
 }

@@ -34,10 +34,15 @@ func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 // ragsync_embedder_coalesced_calls_total (calls, one per document that
 // needed vectors), ragsync_embedder_coalesced_requests_total and
 // ragsync_embedder_coalesced_inputs_total; inputs ÷ requests is how full
-// requests leave.
+// requests leave. The gauges ragsync_embedder_coalesced_requests_in_flight,
+// _requests_allowed and _latency_seconds show the requests in flight
+// against how many the provider's observed latency allows.
 func RegisterCoalescerMetrics(reg prometheus.Registerer, co *Coalescer) error {
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	for _, c := range []prometheus.Collector{
 		counter("ragsync_embedder_coalesced_calls_total", "Embed calls (documents needing vectors) that queued texts for shared requests.",
@@ -48,6 +53,12 @@ func RegisterCoalescerMetrics(reg prometheus.Registerer, co *Coalescer) error {
 			func() float64 { return float64(co.inputs.Load()) }),
 		counter("ragsync_embedder_coalesced_shared_texts_total", "Texts not sent because the same text was already in the request for another document.",
 			func() float64 { return float64(co.shared.Load()) }),
+		gauge("ragsync_embedder_coalesced_requests_in_flight", "Shared requests in flight, the one being gathered included.",
+			func() float64 { return float64(co.Stats().InFlight) }),
+		gauge("ragsync_embedder_coalesced_requests_allowed", "Shared requests allowed in flight while full requests wait: the provider's observed latency ÷ embedder.linger, at least 4, within the rate limits and embedder.max_requests_in_flight.",
+			func() float64 { return float64(co.Stats().Limit) }),
+		gauge("ragsync_embedder_coalesced_latency_seconds", "Moving average of the provider's answer time for shared requests (without rate-limit waits and retries).",
+			func() float64 { return co.Stats().Latency.Seconds() }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

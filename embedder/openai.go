@@ -274,8 +274,10 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		if err != nil {
 			return nil, fmt.Errorf("wait for embedder rate limits: %w", err)
 		}
+		sent := time.Now()
 		vecs, hdr, err := o.attempt(ctx, batch)
 		if err == nil {
+			reportServiceTime(ctx, time.Since(sent))
 			return vecs, nil
 		}
 		if ctx.Err() != nil {

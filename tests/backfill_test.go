@@ -232,6 +232,26 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	require.LessOrEqual(t, sent, cleanInputs+slack, "re-reading committed pages must cost no embedding calls")
 }
 
+// TestBackfillSharesEmbeddingRequests: a 3,000-row backfill with the
+// default settings sends at most one embedding request per 32 inputs, on
+// the bulk path and on the streaming path, because the chunks of the rows
+// in flight share requests (one request per row would be 3,000).
+func TestBackfillSharesEmbeddingRequests(t *testing.T) {
+	const rows = 3000
+	w := newBackfillWorld(t, rows)
+	for _, bulk := range []string{"auto", "off"} {
+		cfg, schema := w.config()
+		requests, inputs := w.srv.Requests.Load(), w.srv.Inputs.Load()
+		out, err := exec.Command(bin, "backfill", "--config", cfg, "--bulk", bulk, "--progress", "none").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Len(t, w.documents(schema), rows)
+		requests, inputs = w.srv.Requests.Load()-requests, w.srv.Inputs.Load()-inputs
+		t.Logf("--bulk %s: %d requests for %d inputs (1/%.1f)", bulk, requests, inputs, float64(inputs)/float64(requests))
+		require.Equal(t, int64(rows*w.chunks), inputs, "every chunk embedded once")
+		require.LessOrEqual(t, requests*32, inputs, "--bulk %s: at most one request per 32 inputs", bulk)
+	}
+}
+
 // TestBackfillReconcilesThroughTheCLI: after rows are deleted while nothing
 // streamed their deletes, a --dry-run counts the documents a full backfill
 // would delete and deletes none, --no-reconcile and --where keep them, and

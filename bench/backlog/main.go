@@ -2,9 +2,13 @@
 // puts a backlog of Debezium events on an in-process Kafka (kfake), drains it
 // with `ragsync serve --once` as a separate process, samples the process's
 // peak RSS (VmHWM in /proc/<pid>/status) and reports events/s. It fails when
-// the peak exceeds -max-rss-mb, the documented bound.
+// the peak exceeds -max-rss-mb, the documented bound. With -base-bin it
+// drains the same backlog with that binary too (each run in a consumer
+// group and index schema of its own, the binaries alternating over -rounds)
+// and reports the medians and the ratios of peak RSS and events/s, new ÷
+// base.
 //
-//	go run ./bench/backlog -bin bin/ragsync [-events 200000] [-max-rss-mb 400]
+//	go run ./bench/backlog -bin bin/ragsync [-base-bin bin/ragsync-base] [-events 200000] [-max-rss-mb 400]
 package main
 
 import (
@@ -18,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,8 +44,10 @@ func main() {
 	docs := flag.Int("docs", 20_000, "distinct documents")
 	pgURL := flag.String("pg", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres URL")
 	maxRSS := flag.Int("max-rss-mb", 400, "fail when peak RSS exceeds this many MiB (the documented bound)")
+	baseBin := flag.String("base-bin", "", "a baseline ragsync binary to drain the same backlog with, for the ratios (optional)")
+	rounds := flag.Int("rounds", 1, "drains per binary, alternating when -base-bin is set; medians are reported")
 	flag.Parse()
-	if err := run(*bin, *events, *docs, *pgURL, *maxRSS); err != nil {
+	if err := run(*bin, *baseBin, *rounds, *events, *docs, *pgURL, *maxRSS); err != nil {
 		fmt.Fprintln(os.Stderr, "backlog:", err)
 		os.Exit(1)
 	}
@@ -53,7 +60,13 @@ func envOr(k, def string) string {
 	return def
 }
 
-func run(bin string, events, docs int, pgURL string, maxRSS int) error {
+// drained is one binary's drain of the backlog.
+type drained struct {
+	name           string
+	seconds, rssMB float64
+}
+
+func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int) error {
 	ctx := context.Background()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 	if err != nil {
@@ -77,6 +90,57 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
 	}
 	fmt.Printf("produced %d events over %d documents in %s\n", events, docs, time.Since(start).Round(time.Millisecond))
 
+	bins := []struct{ name, path string }{{"new", bin}}
+	if baseBin != "" {
+		bins = append([]struct{ name, path string }{{"base", baseBin}}, bins...)
+	}
+	var runs []drained
+	for r := range max(rounds, 1) {
+		order := slices.Clone(bins)
+		if r%2 == 1 {
+			slices.Reverse(order) // a drift of the shared machine falls on both
+		}
+		for _, b := range order {
+			d, err := drain(ctx, c, b.path, fmt.Sprintf("backlog-%s-%d", b.name, r), events, docs, pgURL)
+			if err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			d.name = b.name
+			runs = append(runs, d)
+			fmt.Printf("backlog %s: %d events in %.1fs = %.0f events/s, peak RSS %.1f MiB (bound %d MiB)\n",
+				b.name, events, d.seconds, float64(events)/d.seconds, d.rssMB, maxRSS)
+		}
+	}
+	med := func(name string, f func(drained) float64) float64 {
+		var xs []float64
+		for _, d := range runs {
+			if d.name == name {
+				xs = append(xs, f(d))
+			}
+		}
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	rss := func(d drained) float64 { return d.rssMB }
+	rate := func(d drained) float64 { return float64(events) / d.seconds }
+	fmt.Printf("backlog: %d events, medians of %d round(s): new %.0f events/s, peak RSS %.1f MiB (bound %d MiB)\n",
+		events, max(rounds, 1), med("new", rate), med("new", rss), maxRSS)
+	if baseBin != "" {
+		fmt.Printf("backlog: base %.0f events/s, peak RSS %.1f MiB; new ÷ base: peak RSS %.2f (target ≤ 1.5), events/s %.2f\n",
+			med("base", rate), med("base", rss), med("new", rss)/med("base", rss), med("new", rate)/med("base", rate))
+	}
+	for _, d := range runs {
+		if d.name == "new" && d.rssMB > float64(maxRSS) {
+			return fmt.Errorf("peak RSS %.1f MiB over the bound %d MiB", d.rssMB, maxRSS)
+		}
+	}
+	return nil
+}
+
+// drain runs bin's `serve --once` over the whole backlog as consumer group
+// group, into an index schema of its own, sampling its peak RSS.
+func drain(ctx context.Context, c *kfake.Cluster, bin, group string, events, docs int, pgURL string) (drained, error) {
+	var res drained
 	var b [5]byte
 	_, _ = crand.Read(b[:])
 	schema := "bench_backlog_" + hex.EncodeToString(b[:])
@@ -88,7 +152,7 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
 	}()
 	dir, err := os.MkdirTemp("", "backlog")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer os.RemoveAll(dir)
 	cfg := filepath.Join(dir, "ragsync.yaml")
@@ -97,17 +161,17 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
   kafka:
     brokers: [%s]
     topics: [%s]
-    group: backlog
-`, strings.Join(c.ListenAddrs(), ","), topic) + child.Settings("public.articles", pgURL, schema, "backlog")
+    group: %s
+`, strings.Join(c.ListenAddrs(), ","), topic, group) + child.Settings("public.articles", pgURL, schema, "backlog")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		return err
+		return res, err
 	}
 	cmd := exec.Command(bin, "serve", "--once", "--config", cfg)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	start = time.Now()
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return err
+		return res, err
 	}
 	var peak, samples atomic.Int64
 	done := make(chan struct{})
@@ -127,27 +191,21 @@ func run(bin string, events, docs int, pgURL string, maxRSS int) error {
 	<-done
 	elapsed := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("serve: %w\n%s", err, out.String())
+		return res, fmt.Errorf("serve: %w\n%s", err, out.String())
 	}
 	// Exit 0 means drained; still count what it did, so a summary that
 	// disagrees with the events produced fails the bench.
-	if drained := child.Drained(out.String()); drained < events {
-		return fmt.Errorf("serve stopped after %d of %d events: %s", drained, events, strings.TrimSpace(out.String()))
+	if n := child.Drained(out.String()); n < events {
+		return res, fmt.Errorf("serve stopped after %d of %d events: %s", n, events, strings.TrimSpace(out.String()))
 	}
-	peakMB := float64(peak.Load()) / 1024
-	res := map[string]any{
-		"events": events, "documents": docs, "seconds": elapsed.Seconds(),
-		"events_per_second": float64(events) / elapsed.Seconds(), "peak_rss_mib": peakMB,
-		"bound_mib": maxRSS, "rss_samples": samples.Load(), "summary": strings.TrimSpace(out.String()),
-	}
-	j, _ := json.MarshalIndent(res, "", "  ")
+	res.seconds, res.rssMB = elapsed.Seconds(), float64(peak.Load())/1024
+	j, _ := json.MarshalIndent(map[string]any{
+		"bin": bin, "events": events, "documents": docs, "seconds": res.seconds,
+		"events_per_second": float64(events) / res.seconds, "peak_rss_mib": res.rssMB,
+		"rss_samples": samples.Load(), "summary": strings.TrimSpace(out.String()),
+	}, "", "  ")
 	fmt.Println(string(j))
-	fmt.Printf("backlog: %d events in %s = %.0f events/s, peak RSS %.1f MiB (bound %d MiB)\n",
-		events, elapsed.Round(time.Millisecond), float64(events)/elapsed.Seconds(), peakMB, maxRSS)
-	if peakMB > float64(maxRSS) {
-		return fmt.Errorf("peak RSS %.1f MiB over the bound %d MiB", peakMB, maxRSS)
-	}
-	return nil
+	return res, nil
 }
 
 // vmHWM reads the peak resident set size (kB) of pid; false once it is gone.

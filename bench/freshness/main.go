@@ -17,7 +17,12 @@
 // the offered one. The postgres leg creates its schema, publication and
 // slot and drops them at the end.
 //
+// With -curve it instead raises the rate through each source until the
+// applied rate falls below 0.95 of the offered one, and reports the curve
+// of p99 against rate, the highest rate sustained, and p99 at 80% of it.
+//
 //	go run ./bench/freshness -sources kafka,postgres -rates 5,50 -latency 150ms -duration 30s
+//	go run ./bench/freshness -sources kafka -curve -curve-from 25 -curve-factor 1.5 -duration 60s
 package main
 
 import (
@@ -83,6 +88,13 @@ func main() {
 	flag.IntVar(&o.dims, "dims", 256, "embedding dimensions")
 	flag.IntVar(&o.workers, "workers", 0, "pipeline.workers (0: the pipeline's default); 32 reproduces serve's former default with a remote provider")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
+	var curve bool
+	var cur curveOptions
+	flag.BoolVar(&curve, "curve", false, "instead of -rates, raise the rate until applied < -curve-sustain × offered; report p99 against rate, the highest rate sustained and p99 at 80% of it")
+	flag.Float64Var(&cur.from, "curve-from", 25, "-curve: the first rate (changes/s)")
+	flag.Float64Var(&cur.factor, "curve-factor", 1.5, "-curve: each rate is this times the last")
+	flag.Float64Var(&cur.limit, "curve-limit", 5000, "-curve: the highest rate tried")
+	flag.Float64Var(&cur.sustain, "curve-sustain", 0.95, "-curve: applied ÷ offered a rate needs to count as sustained")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -109,6 +121,22 @@ func main() {
 		o.sources = append(o.sources, src)
 	}
 	failed := false
+	if curve {
+		if cur.from <= 0 || cur.factor <= 1 || cur.sustain <= 0 {
+			fatalf("-curve: want -curve-from > 0, -curve-factor > 1 and -curve-sustain > 0")
+		}
+		for _, src := range o.sources {
+			if err := runCurve(context.Background(), o, src, cur); err != nil {
+				warnf("%s: %v", src, err)
+				failed = true
+			}
+		}
+		if failed {
+			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+		return
+	}
 	for _, src := range o.sources {
 		switch src {
 		case "kafka":

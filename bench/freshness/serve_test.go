@@ -18,3 +18,9 @@ func TestHistogramQuantile(t *testing.T) {
 	// Past the last finite bound: that bound.
 	require.InDelta(t, 0.5, histogramQuantile(0.99, les, []float64{0, 0, 1, 10}), 1e-9)
 }
+
+// TestCurveRates: the curve's rates rise by the factor up to the limit.
+func TestCurveRates(t *testing.T) {
+	require.Equal(t, []float64{25, 38, 56, 84, 127, 190}, curveRates(curveOptions{from: 25, factor: 1.5, limit: 200}))
+	require.Equal(t, []float64{10}, curveRates(curveOptions{from: 10, factor: 2, limit: 10}))
+}

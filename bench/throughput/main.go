@@ -179,9 +179,12 @@ func run(ctx context.Context, o options) error {
 	if o.baseBin != "" {
 		bins = append([]struct{ name, path string }{{"base", o.baseBin}}, bins...)
 	}
+	// Rounds are the outer loop, so that each round measures every
+	// latency and binary close together in time: a shared machine whose
+	// load drifts then shifts whole rounds, not one latency's runs.
 	var results []result
-	for _, lat := range o.latencies {
-		for r := 0; r < o.rounds; r++ {
+	for r := 0; r < o.rounds; r++ {
+		for _, lat := range o.latencies {
 			if len(results) > 0 {
 				if raw, err = measureRaw(ctx, o, corpus); err != nil {
 					return err

@@ -54,7 +54,7 @@ func summarise(results []result, latencies []time.Duration) {
 		fmt.Printf("  %s %s: CPU-budget ceiling of ÷ raw on this machine %.2f (%.2f if serve used no CPU; Postgres spends %.2f× raw's CPU per row)\n",
 			n, latencies[0], rawPG/(pg+own+bench), rawPG/(pg+bench), pg/rawPG)
 		if len(latencies) > 1 {
-			fmt.Printf("  %s: chunks/s at %s ÷ at %s = %.2f\n", n, latencies[len(latencies)-1], latencies[0],
+			fmt.Printf("  %s: chunks/s at %s ÷ at %s = %.2f (a slow provider should not cap throughput: target ≥ 0.9)\n", n, latencies[len(latencies)-1], latencies[0],
 				med(key{n, latencies[len(latencies)-1]}, result.chunksPerSec)/med(key{n, latencies[0]}, result.chunksPerSec))
 		}
 	}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// curveOptions drive -curve: the rates tried, from from, each factor times
+// the last, until one is not sustained or up to limit.
+type curveOptions struct {
+	from, factor, limit float64
+	sustain             float64 // applied ÷ offered a rate needs to count as sustained
+}
+
+// curveRates returns the rates a curve tries, in order, up to limit.
+func curveRates(c curveOptions) []float64 {
+	var out []float64
+	for r := c.from; r <= c.limit; r *= c.factor {
+		out = append(out, math.Round(r))
+		if c.factor <= 1 {
+			break
+		}
+	}
+	return out
+}
+
+// measure runs one rate through src.
+func measure(ctx context.Context, o options, src string, rate float64) (result, error) {
+	if src == "postgres" {
+		return runServe(ctx, o, rate)
+	}
+	return run(ctx, o, src, rate)
+}
+
+// runCurve measures src at rising rates until the applied rate falls below
+// c.sustain of the offered one: the highest rate sustained is the
+// machine's maximum with these documents and provider latency. It then
+// measures 80% of that maximum, the rate the p99 target is stated at, and
+// prints the curve of p99 against rate.
+func runCurve(ctx context.Context, o options, src string, c curveOptions) error {
+	fmt.Printf("max-rate curve through %s: rates from %g/s, ×%g each, until applied < %.2f × offered; %s per rate, provider latency %s\n",
+		src, c.from, c.factor, c.sustain, o.duration, o.latency)
+	fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered |")
+	fmt.Println("|---|---|---|---|---|---|")
+	best := 0.0
+	var bestRes result
+	for _, rate := range curveRates(c) {
+		r, err := measure(ctx, o, src, rate)
+		if err != nil {
+			return fmt.Errorf("rate %g: %w", rate, err)
+		}
+		fmt.Println(r)
+		if r.applied < c.sustain*rate {
+			break
+		}
+		best, bestRes = rate, r
+	}
+	if best == 0 {
+		fmt.Printf("%s: not even %g/s was sustained\n", src, c.from)
+		return nil
+	}
+	at80 := math.Round(0.8*best*10) / 10
+	r, err := measure(ctx, o, src, at80)
+	if err != nil {
+		return fmt.Errorf("rate %g (80%% of the maximum): %w", at80, err)
+	}
+	fmt.Println(r)
+	fmt.Printf("%s: highest rate sustained %g changes/s (applied %.1f/s, p99 %s); at 80%% of it, %g/s: p50 %s, p99 %s, applied %.2f of offered (target: p99 ≤ 1 s)\n",
+		src, best, bestRes.applied, bestRes.p99.Round(time.Millisecond), at80, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.applied/at80)
+	return nil
+}
