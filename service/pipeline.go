@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/fault"
@@ -20,10 +22,10 @@ var (
 	_ pipeline.Sink        = (*sink.Store)(nil)
 	_ pipeline.Splitter    = (*chunker.Chunker)(nil)
 	_ pipeline.Decoder     = (*cdc.Decoder)(nil)
-	_ pipeline.Source      = (*cdc.FileSource)(nil)
-	_ pipeline.Source      = (*cdc.KafkaSource)(nil)
-	_ pipeline.DeadLetters = (*cdc.FileDeadLetters)(nil)
-	_ pipeline.DeadLetters = (*cdc.KafkaDeadLetters)(nil)
+	_ pipeline.Source      = (*file.Source)(nil)
+	_ pipeline.Source      = (*kafka.Source)(nil)
+	_ pipeline.DeadLetters = (*file.DeadLetters)(nil)
+	_ pipeline.DeadLetters = (*kafka.DeadLetters)(nil)
 	_ pipeline.VectorCache = (*sink.Store)(nil)
 	_ pipeline.Committer   = (*sink.Bulk)(nil)
 )

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
@@ -28,10 +30,10 @@ type SourceConfig struct {
 	// Kind is kafka, file or postgres.
 	Kind string
 	// File is the file source (Path, Follow); its Decoder is set here.
-	File cdc.FileConfig
+	File file.Config
 	// Kafka is the Kafka source; its Decoder, StopAtEnd and Logger are set
 	// here.
-	Kafka cdc.KafkaConfig
+	Kafka kafka.Config
 	// Postgres is the logical-replication source; its State, Index,
 	// StopAtEnd, DLQPath, Logger and Registerer are set here.
 	Postgres pgrepl.Config
@@ -74,29 +76,29 @@ func newSource(ctx context.Context, cfg SourceConfig, decoder cdc.DecoderConfig,
 		if err != nil {
 			return nil, err
 		}
-		return &source{src: src, dlq: cdc.NewFileDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy}, nil
+		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy}, nil
 	case "file":
 		// The source decodes each line (the pipeline's decoder then only
 		// serves messages handed over as bytes).
 		fc := cfg.File
 		fc.Follow = fc.Follow && !once
 		fc.Decoder = cdc.NewDecoder(decoder)
-		src, err := cdc.NewFileSource(fc)
+		src, err := file.NewSource(fc)
 		if err != nil {
 			return nil, err
 		}
-		return &source{src: src, dlq: cdc.NewFileDeadLetters(cfg.DLQPath, cfg.Version), close: func() { src.Close() }}, nil
+		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: func() { src.Close() }}, nil
 	case "kafka":
 		kc := cfg.Kafka
 		kc.Decoder = cdc.NewDecoder(decoder)
 		kc.StopAtEnd = once
 		kc.Logger = logger.With("stage", "kafka")
-		src, err := cdc.NewKafkaSource(kc)
+		src, err := kafka.NewSource(kc)
 		if err != nil {
 			return nil, err
 		}
-		return &source{src: src, dlq: cdc.NewKafkaDeadLetters(src.Client(), cfg.DLQTopic, cfg.Version), close: src.Close,
-			lag: kafkaLag{src: src, topics: kc.Topics}, collector: cdc.NewLagCollector(src)}, nil
+		return &source{src: src, dlq: kafka.NewDeadLetters(src.Client(), cfg.DLQTopic, cfg.Version), close: src.Close,
+			lag: kafkaLag{src: src, topics: kc.Topics}, collector: kafka.NewLagCollector(src)}, nil
 	default:
 		return nil, fmt.Errorf("source.kind: %q is not one of kafka, file", cfg.Kind)
 	}
@@ -120,7 +122,7 @@ func (s sourceState) SaveLoad(ctx context.Context, slot string, r pgrepl.LoadRec
 
 // kafkaLag adapts the Kafka source to monitor.LagSource.
 type kafkaLag struct {
-	src    *cdc.KafkaSource
+	src    *kafka.Source
 	topics []string
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 )
 
 func newInspectCmd(g *globals) *cobra.Command {
@@ -45,7 +46,7 @@ database; tables[].id from --config decide document keys.`,
 			// Each message is printed as soon as it is read, so a live
 			// `kcat -C -J | ragsync inspect` shows changes as they come.
 			err = cdc.ScanValues(in, inspectMaxLine, func(line int, v []byte) error {
-				m := cdc.ParseLine(v, int64(line))
+				m := file.ParseLine(v, int64(line))
 				ch, err := dec.Decode(m)
 				var skip *cdc.SkipError
 				switch {

@@ -7,7 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/service"
 )
 
@@ -57,8 +58,8 @@ func (c Config) serviceConfig() (service.Config, error) {
 		Index: c.indexConfig(),
 		Source: service.SourceConfig{
 			Kind: c.Source.Kind,
-			File: cdc.FileConfig{Path: c.Source.File.Path, Follow: c.Source.File.Follow},
-			Kafka: cdc.KafkaConfig{Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, MaxPollRecords: k.MaxPollRecords,
+			File: file.Config{Path: c.Source.File.Path, Follow: c.Source.File.Follow},
+			Kafka: kafka.Config{Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, MaxPollRecords: k.MaxPollRecords,
 				MaxPollBytes: k.MaxPollBytes, FetchMaxBytes: k.FetchMaxBytes, SessionTimeout: k.SessionTimeout, RevokeTimeout: k.RevokeTimeout},
 			DLQTopic: c.DLQ.Topic,
 			Version:  version,
