@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -80,7 +78,7 @@ Example:
 				if ctx.Err() != nil {
 					return nil
 				}
-				if err := printStatus(cmd.OutOrStdout(), st, asJSON); err != nil {
+				if err := st.Write(cmd.OutOrStdout(), asJSON); err != nil {
 					return err
 				}
 				if !watch {
@@ -138,7 +136,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(out, describeBaselines(b))
+			fmt.Fprintln(out, b.String())
 			return nil
 		},
 	}
@@ -148,81 +146,12 @@ Example:
 	return cmd
 }
 
-// describeBaselines is the one line that says whose canary baselines the
-// checks compare with.
-func describeBaselines(b monitor.Baselines) string {
-	if b.Probes == 0 {
-		return fmt.Sprintf("canary baselines: none of %d probes (serve takes them at its first check; ragsync monitor baseline takes them now)", b.Missing)
-	}
-	s := fmt.Sprintf("canary baselines: %d probes, taken by %s, newest %s", b.Probes, strings.Join(b.TakenBy, ", "), b.TakenAt.UTC().Format(time.RFC3339))
-	if b.Missing > 0 {
-		s += fmt.Sprintf("; %d probes have none (ragsync monitor baseline takes them)", b.Missing)
-	}
-	return s
-}
-
 // sampleOrOff maps a flag's 0 ("not asked") to "no sample".
 func sampleOrOff(n int) int {
 	if n <= 0 {
 		return -1
 	}
 	return n
-}
-
-func printStatus(w io.Writer, st monitor.Status, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(w).Encode(st)
-	}
-	state := "healthy"
-	if st.Breach {
-		state = "ALARM"
-	}
-	model, version := "", ""
-	if len(st.Events) > 0 {
-		model, version = st.Events[0].Model, st.Events[0].ModelVersion
-	}
-	fmt.Fprintf(w, "%s  %s  model %s", st.Time.UTC().Format(time.RFC3339), state, model)
-	if version != "" && version != model {
-		fmt.Fprintf(w, " (provider reports %s)", version)
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tMETHOD\tSCORE\tTHRESHOLD\tSTATE")
-	for _, e := range st.Events {
-		s := "ok"
-		if e.Signal.Exceeded {
-			s = "EXCEEDED"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%s\n", e.SemanticTag, e.Signal.Method, e.Signal.Score, e.Signal.Threshold, s)
-	}
-	if !st.Drift.Ready {
-		fmt.Fprintf(tw, "drift\t(windows filling: reference %d, current %d)\t\t\t\n", st.Drift.RefN, st.Drift.CurN)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, describeBaselines(st.Baselines))
-	if d := st.Debt; d != nil {
-		repaid := "n/a outside serve"
-		if d.RepaidTokens >= 0 {
-			repaid = fmt.Sprintf("%.0f tokens", d.RepaidTokens)
-		}
-		fmt.Fprintf(w, "reuse debt: %d vectors (~%d tokens to repay), oldest %.0fs (window %.0fs), repaid so far %s\n",
-			d.Vectors, d.Tokens, d.OldestAgeSeconds, d.WindowSeconds, repaid)
-	}
-	if len(st.Fidelity) > 0 {
-		return printAggregates(w, st.Fidelity)
-	}
-	return nil
-}
-
-func printAggregates(w io.Writer, aggs []monitor.Aggregate) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tN\tP50 COSINE\tP99 COSINE\tMAX\tOVER BOUND\tOVER L2 BOUND")
-	for _, a := range aggs {
-		fmt.Fprintf(tw, "%s\t%d\t%.4g\t%.4g\t%.4g\t%.1f%%\t%.1f%%\n", a.Kind, a.N, a.P50, a.P99, a.Max, 100*a.ShareOver, 100*a.ShareOverL2)
-	}
-	return tw.Flush()
 }
 
 func newMonitorReferenceCmd(g *globals) *cobra.Command {
@@ -327,10 +256,10 @@ Example:
 				if err := json.NewEncoder(out).Encode(map[string]any{"aggregates": st.Fidelity, "events": fid, "breach": len(breached) > 0}); err != nil {
 					return err
 				}
-			} else if err := printAggregates(out, st.Fidelity); err != nil {
+			} else if err := monitor.WriteAggregates(out, st.Fidelity); err != nil {
 				return err
 			} else {
-				fmt.Fprintln(out, describeBaselines(st.Baselines))
+				fmt.Fprintln(out, st.Baselines.String())
 			}
 			if len(breached) > 0 {
 				return fmt.Errorf("fidelity breach: %s (ragsync repair re-embeds the chunks past the bound; a changed model needs a new index)",
