@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ragsync/ragsync/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -93,7 +94,7 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 func closest(k string, fields map[string]reflect.Type) string {
 	best, bestD := "", len(k)/2+2
 	for name := range fields {
-		d := editDistance(k, name)
+		d := suggest.Distance(k, name)
 		if d < bestD || (d == bestD && name < best) {
 			best, bestD = name, d
 		}
@@ -102,27 +103,6 @@ func closest(k string, fields map[string]reflect.Type) string {
 		return ""
 	}
 	return best
-}
-
-// editDistance is Levenshtein's distance over bytes (keys are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // unknownSetting reports a --set path (or RAGSYNC_* name) that names no

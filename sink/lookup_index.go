@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ragsync/ragsync/internal/suggest"
 	"github.com/ragsync/ragsync/migrations"
 )
 
@@ -78,31 +79,11 @@ func (c *Catalog) names(ctx context.Context) ([]string, error) {
 func nearest(name string, known []string) string {
 	best, bestD := "", max(2, len(name)/3)+1
 	for _, k := range known {
-		if d := editDistance(name, k); d < bestD {
+		if d := suggest.Distance(name, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-// editDistance is Levenshtein's distance over bytes (index names are ASCII).
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Identity is what an index was built with: every reader and writer of it
