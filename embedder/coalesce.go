@@ -275,7 +275,6 @@ func (co *Coalescer) run() {
 // requests then keep waiting for a slot and fill meanwhile, as they would
 // with a fixed MinInFlight, so a provider that answers fast, or a load the
 // requests in flight carry, is batched as fully as before.
-
 func (co *Coalescer) acquire() bool {
 	for {
 		co.mu.Lock()
@@ -313,8 +312,9 @@ func (co *Coalescer) observe(latency time.Duration, tokens int) {
 	}
 	old := co.limit
 	co.limit = InFlightLimit(co.cfg, co.latency, co.tokensPerRequest)
+	raised := co.limit > old
 	co.mu.Unlock()
-	if co.limit > old {
+	if raised {
 		signal(co.freed)
 	}
 }
