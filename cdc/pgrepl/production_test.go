@@ -395,3 +395,110 @@ func TestRenamedTemplateColumnIsWarned(t *testing.T) {
 	require.Contains(t, logs.String(), "missing_columns=[body]")
 	require.Contains(t, logs.String(), "tables[].text")
 }
+
+// failingState is a MemoryState whose ForgetLoad fails: the step of a
+// first start right after the slot was created and recorded.
+type failingState struct{ pgrepl.State }
+
+func (failingState) ForgetLoad(context.Context, string) error {
+	return fmt.Errorf("state store down")
+}
+
+// TestFailedStartAfterTheSlotDropsTheSlot: when a step after the slot's
+// creation fails (here the state store, with the initial load's snapshot
+// exported, so the walsender still holds the slot), the start drops the slot
+// and the publication it created: nothing is left holding WAL.
+func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.InitialLoad = true
+	state := failingState{pgrepl.NewMemoryState()}
+	cfg.State = state
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "state store down")
+	pub, slot := b.exists(t)
+	require.False(t, slot, "the slot this start created is dropped again")
+	require.False(t, pub, "the publication this start created is dropped again")
+	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
+		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
+		created, _ := state.Created(t.Context(), kind, "test", name)
+		require.False(t, created, kind)
+	}
+}
+
+// TestRevokedSelectIsNamed: SELECT revoked from the source's role while the
+// initial load reads a table stops the source with the GRANT to run, and
+// says the next start resumes the load.
+func TestRevokedSelectIsNamed(t *testing.T) {
+	b := pgSetup(t)
+	role := "ragsync_ro_" + b.r.Slot[len("ragsync_test_"):]
+	b.r.Exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION`, role))
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	b.r.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s; GRANT SELECT ON %s TO %s`, b.r.Schema, role, b.table(), role))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s SELECT g, 'title '||g, 'body '||g FROM generate_series(1, 20) g`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, b.r.Publication, b.table()))
+	cfg := b.config()
+	require.Contains(t, cfg.URL, "postgres@")
+	cfg.URL = strings.Replace(cfg.URL, "postgres@", role+"@", 1)
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	b.r.Exec(t, fmt.Sprintf(`REVOKE SELECT ON %s FROM %s`, b.table(), role))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var err error
+	got := 1
+	for err == nil {
+		var batch cdc.Batch
+		if batch, err = s.Fetch(ctx); err == nil {
+			got += len(batch.Messages)
+			require.NoError(t, batch.Ack(ctx))
+		}
+	}
+	t.Log(err)
+	require.Less(t, got, 20, "the load stopped at the revoke")
+	name := pgx.Identifier{b.r.Schema, "articles"}.Sanitize()
+	require.ErrorContains(t, err, fmt.Sprintf("read %s: the source refused it (permission denied for table articles): run GRANT SELECT ON %s TO <role of source.postgres.url>, then start serve again, which resumes the load", name, name))
+	require.Equal(t, 1, strings.Count(err.Error(), "read "+name), "the read is named once: %v", err)
+	var perm interface{ Permanent() bool }
+	require.ErrorAs(t, err, &perm)
+}
+
+// TestRenamedTemplateColumnOfAPartitionedTableIsWarned: a column the text
+// template names, renamed on a partitioned table (which renames it in every
+// partition), is warned about under the parent's name when a partition's
+// next change reaches the stream through the parent.
+func TestRenamedTemplateColumnOfAPartitionedTableIsWarned(t *testing.T) {
+	b := pgSetup(t)
+	parent := b.r.Schema + ".events"
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s (id int, year int, body text, PRIMARY KEY (id, year)) PARTITION BY LIST (year)`, parent))
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.events_2024 PARTITION OF %s FOR VALUES IN (2024)`, b.r.Schema, parent))
+	var logs syncBuffer
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: parent}}
+	cfg.TextColumns = map[string][]string{parent: {"body"}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 2024, 'one')`, parent))
+	b.fetch(t, s, 1, true)
+	require.NotContains(t, logs.String(), "missing_columns")
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s RENAME COLUMN body TO content`, parent))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.events_2024 VALUES (2, 2024, 'two')`, b.r.Schema))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, parent, got[len(got)-1].Table)
+	t.Log(logs.String())
+	require.Contains(t, logs.String(), "missing_columns=[body]")
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "missing_columns") {
+			line = l
+		}
+	}
+	require.Contains(t, line, `events\"`, "named by the parent")
+	require.NotContains(t, line, "events_2024")
+	require.Contains(t, logs.String(), "tables[].text")
+}
