@@ -248,7 +248,17 @@ func (s *Source) dropCreated(conn *pgx.Conn, kind string) {
 	var err error
 	switch kind {
 	case KindSlot:
-		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
+		// The walsender of the replication connection closed just before
+		// holds the slot until it exits: a drop meanwhile is refused as in
+		// use (55006), so it is tried again until the slot is free.
+		for {
+			_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
+			var pe *pgconn.PgError
+			if err == nil || !errors.As(err, &pe) || pe.Code != "55006" || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	case KindPublication:
 		_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.cfg.Publication}.Sanitize())
 	}
