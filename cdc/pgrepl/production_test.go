@@ -502,3 +502,27 @@ func TestRenamedTemplateColumnOfAPartitionedTableIsWarned(t *testing.T) {
 	require.NotContains(t, line, "events_2024")
 	require.Contains(t, logs.String(), "tables[].text")
 }
+
+// TestNamesWithPatternCharacters: a table whose name holds the pattern
+// characters *, ? and [ is written in tables[].match with each escaped by
+// a backslash; the publication is created for it, and its changes arrive
+// under its own name, which the escaped match selects.
+func TestNamesWithPatternCharacters(t *testing.T) {
+	b := pgSetup(t)
+	table := `[draft] notes*?`
+	name := pgx.Identifier{b.r.Schema, table}.Sanitize()
+	b.r.Exec(t, "CREATE TABLE "+name+" (id int PRIMARY KEY, body text)")
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (1, 'loaded')")
+	match := b.r.Schema + `.\[draft] notes\*\?`
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: match}}
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, b.r.Schema+"."+table, got[0].Table)
+	_, ok := cdc.LookupTable(cfg.Tables, got[0].Table)
+	require.True(t, ok, "the escaped match selects the change's table")
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (2, 'streamed')")
+	got = b.fetch(t, s, 1, true)
+	require.Equal(t, "2", got[len(got)-1].DocKey)
+}
