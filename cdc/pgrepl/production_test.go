@@ -526,3 +526,50 @@ func TestNamesWithPatternCharacters(t *testing.T) {
 	got = b.fetch(t, s, 1, true)
 	require.Equal(t, "2", got[len(got)-1].DocKey)
 }
+
+// TestUnusableSlotOrPublicationIsRefused: a slot of the configured name
+// that another plugin or another database owns, and a publication that
+// does not publish every action, are refused with the fix, and the start
+// creates nothing.
+func TestUnusableSlotOrPublicationIsRefused(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.State = pgrepl.NewMemoryState()
+
+	b.r.Exec(t, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", b.r.Slot)
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, fmt.Sprintf(`source.postgres.slot: slot %q uses plugin "test_decoding", ragsync needs pgoutput: choose another slot name`, b.r.Slot))
+	pub, _ := b.exists(t)
+	require.False(t, pub, "no publication was created")
+	b.r.Exec(t, "SELECT pg_drop_replication_slot($1)", b.r.Slot)
+
+	// A pgoutput slot of that name in another database.
+	oc, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	oc.Database = "postgres"
+	other, err := pgx.ConnectConfig(t.Context(), oc)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	var db string
+	require.NoError(t, other.QueryRow(t.Context(), "SELECT current_database()").Scan(&db))
+	require.Equal(t, "postgres", db)
+	_, err = other.Exec(t.Context(), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", b.r.Slot)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = other.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", b.r.Slot) })
+	_, err = pgrepl.New(t.Context(), cfg)
+	var here string
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&here))
+	require.ErrorContains(t, err, fmt.Sprintf(`source.postgres.slot: slot %q belongs to database "postgres", not %q: choose another slot name`, b.r.Slot, here))
+	pub, _ = b.exists(t)
+	require.False(t, pub, "no publication was created")
+	_, err = other.Exec(t.Context(), "SELECT pg_drop_replication_slot($1)", b.r.Slot)
+	require.NoError(t, err)
+
+	// A publication of that name that publishes inserts only.
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, b.r.Publication, b.table()))
+	_, err = pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "does not publish update, delete, truncate")
+	require.ErrorContains(t, err, "ALTER PUBLICATION")
+	_, slot := b.exists(t)
+	require.False(t, slot, "no slot was created")
+}
