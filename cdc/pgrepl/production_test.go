@@ -631,3 +631,30 @@ func TestResumedLoadNeverReconciles(t *testing.T) {
 	s = b.source(t, cfg)
 	require.Equal(t, []string{"r:1", "r:2", "r:3", "r:4", "d:9"}, ops(b.fetch(t, s, 5, true)))
 }
+
+// TestAddedTableWithoutReplicaIdentityIsNotPublished: a table without a
+// usable replica identity that joins tables[] after ragsync created the
+// publication is refused with the fix, and not added to the publication,
+// where Postgres would refuse the application's UPDATE and DELETE on it.
+func TestAddedTableWithoutReplicaIdentityIsNotPublished(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	s.Close()
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.nokey (a int, b text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.nokey VALUES (1, 'x')`, b.r.Schema))
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".nokey"})
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = pgrepl.New(t.Context(), cfg)
+		return err != nil && !strings.Contains(err.Error(), "in use")
+	}, 10*time.Second, 100*time.Millisecond)
+	t.Log(err)
+	require.ErrorContains(t, err, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL", pgx.Identifier{b.r.Schema, "nokey"}.Sanitize()))
+	var published bool
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND tablename = 'nokey')`, b.r.Publication).Scan(&published))
+	require.False(t, published, "the table was not added to the publication")
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s.nokey SET b = 'y'`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.nokey`, b.r.Schema))
+}
