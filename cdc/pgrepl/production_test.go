@@ -658,3 +658,43 @@ func TestAddedTableWithoutReplicaIdentityIsNotPublished(t *testing.T) {
 	b.r.Exec(t, fmt.Sprintf(`UPDATE %s.nokey SET b = 'y'`, b.r.Schema))
 	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.nokey`, b.r.Schema))
 }
+
+// TestRevokedReplicationIsNamed: REPLICATION revoked from the source's role
+// while it streams stops the source at its next connection with the
+// ALTER ROLE to run, instead of reconnecting for ever with the server's
+// bare refusal.
+func TestRevokedReplicationIsNamed(t *testing.T) {
+	b := pgSetup(t)
+	role := "ragsync_rp_" + b.r.Slot[len("ragsync_test_"):]
+	b.r.Exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION`, role))
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	b.r.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s; GRANT SELECT ON %s TO %s`, b.r.Schema, role, b.table(), role))
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, b.r.Publication, b.table()))
+	cfg := b.config()
+	cfg.URL = strings.Replace(cfg.URL, "postgres@", role+"@", 1)
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	b.fetch(t, s, 1, true)
+
+	b.r.Exec(t, fmt.Sprintf(`ALTER ROLE %s NOREPLICATION`, role))
+	b.r.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND backend_type = 'walsender'`, b.r.App)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var err error
+	for err == nil {
+		var batch cdc.Batch
+		if batch, err = s.Fetch(ctx); err == nil {
+			require.NoError(t, batch.Ack(ctx))
+		}
+	}
+	t.Log(err)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the source kept reconnecting")
+	require.ErrorContains(t, err, "the source refused ragsync's role")
+	require.ErrorContains(t, err, "ALTER ROLE <role> REPLICATION")
+	var perm interface{ Permanent() bool }
+	require.ErrorAs(t, err, &perm)
+	require.Contains(t, s.Unhealthy(), "refused ragsync's role", "/readyz says it too")
+}

@@ -296,7 +296,12 @@ func (s *Source) run(ctx context.Context, st *setupResult) {
 	for {
 		var err error
 		if conn == nil {
-			conn, err = s.connectReplication(ctx)
+			// A refused login (REPLICATION revoked) is named with its fix
+			// like a refused START_REPLICATION; a server that is down is
+			// retried.
+			if conn, err = s.connectReplication(ctx); err != nil {
+				err = s.classify(ctx, err)
+			}
 		}
 		if err == nil {
 			start := max(st.start, pglogrepl.LSN(s.acked.Load()))
