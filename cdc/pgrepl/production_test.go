@@ -698,3 +698,34 @@ func TestRevokedReplicationIsNamed(t *testing.T) {
 	require.ErrorAs(t, err, &perm)
 	require.Contains(t, s.Unhealthy(), "refused ragsync's role", "/readyz says it too")
 }
+
+// TestAbandonDropsWhatThisStartCreated: a caller whose start-up fails after
+// New abandons the source; the slot and publication this start created go
+// (a first start leaves nothing holding WAL). A source that had a batch
+// acknowledged, or that created nothing, keeps them.
+func TestAbandonDropsWhatThisStartCreated(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	s.Abandon()
+	pub, slot := b.exists(t)
+	require.False(t, slot, "the slot this start created is dropped")
+	require.False(t, pub, "the publication this start created is dropped")
+
+	// Acknowledged: the slot holds the position of applied changes.
+	s = b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	s.Abandon()
+	pub, slot = b.exists(t)
+	require.True(t, pub && slot, "kept once a batch was acknowledged")
+
+	// Not created by this start: kept.
+	s = b.source(t, cfg)
+	s.Abandon()
+	pub, slot = b.exists(t)
+	require.True(t, pub && slot, "kept when an earlier start created them")
+}

@@ -114,6 +114,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 			return nil, err
 		}
 		undo = append(undo, func() { s.dropCreated(conn, KindPublication) })
+		s.created = append(s.created, KindPublication)
 	}
 	if len(p.addToPub) > 0 {
 		names := make([]string, len(p.addToPub))
@@ -157,6 +158,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 			return res, fmt.Errorf("create replication slot %q: %w (the role needs REPLICATION, and max_replication_slots a free slot)", s.cfg.Slot, err)
 		}
 		undo = append(undo, func() { s.dropCreated(conn, KindSlot) })
+		s.created = append(s.created, KindSlot)
 		if err := s.cfg.State.RecordCreated(ctx, KindSlot, s.db, s.cfg.Slot); err != nil {
 			return res, fmt.Errorf("record replication slot %q as created by ragsync: %w", s.cfg.Slot, err)
 		}

@@ -167,6 +167,16 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return err
 	}
 	defer closeSrc()
+	started := false // the pipeline runs
+	if pgSrc != nil {
+		// A later start-up step that fails (the monitor, the front door's
+		// Redis) must not leave the slot this start created holding WAL.
+		defer func() {
+			if !started {
+				pgSrc.Abandon()
+			}
+		}()
+	}
 	if ks, ok := src.(*kafka.Source); ok {
 		reg.MustRegister(kafka.NewLagCollector(ks))
 	}
@@ -237,6 +247,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return err
 	}
 
+	started = true
 	var running atomic.Bool
 	running.Store(true)
 	ready := func() bool { return running.Load() && p.Healthy() }
