@@ -729,3 +729,33 @@ func TestAbandonDropsWhatThisStartCreated(t *testing.T) {
 	pub, slot = b.exists(t)
 	require.True(t, pub && slot, "kept when an earlier start created them")
 }
+
+// TestTableAddedDuringAnUnfinishedLoadIsLoaded: a table that joins tables[]
+// while an earlier load is still unfinished is loaded in the same start,
+// after the resumed load, not left for a later start (its rows that no
+// change touches would be missing until then).
+func TestTableAddedDuringAnUnfinishedLoadIsLoaded(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s SELECT g, 't'||g, 'b'||g FROM generate_series(1, 3) g`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	b.fetch(t, s, 1, true)
+	s.Close() // the load of articles is unfinished
+
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.notes (id int PRIMARY KEY, body text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.notes VALUES (7, 'seven')`, b.r.Schema))
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".notes"})
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 3, true)
+	var rows []string
+	for _, ch := range got {
+		if ch.DocKey != "" {
+			rows = append(rows, string(ch.Op)+":"+ch.Table[len(b.r.Schema)+1:]+"/"+ch.DocKey)
+		}
+	}
+	require.Equal(t, []string{"r:articles/2", "r:articles/3", "r:notes/7"}, rows)
+}

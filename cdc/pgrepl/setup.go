@@ -197,6 +197,12 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		// skipped: it does not reconcile.
 		s.log.Warn("initial load did not finish before; resuming it", "lsn", res.start.String(), "table", rec.Table)
 		rec.Fenced = false
+		// Tables that joined tables[] meanwhile are loaded after it, in
+		// this start: the stream only carries their changes from now on.
+		if len(p.toLoad) > 0 {
+			s.log.Info("loading tables the slot has not loaded yet after the resumed load", "tables", strings.Join(p.toLoad, ", "))
+			rec.Pending = append(slices.Clone(rec.Pending), p.toLoad...)
+		}
 	case len(p.toLoad) > 0:
 		// Tables that joined tables[] (and the publication) since the
 		// last load: load them on a snapshot of now, versioned at the
@@ -455,18 +461,18 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &p.role, &p.sup
 		if p.record, err = s.cfg.State.Load(ctx, s.cfg.Slot); err != nil {
 			return nil, fmt.Errorf("read initial load state of slot %q: %w", s.cfg.Slot, err)
 		}
-		if len(p.record.Pending) == 0 {
-			loaded := map[string]bool{}
-			for _, n := range p.record.Loaded {
-				loaded[n] = true
-			}
-			for _, t := range p.tables {
-				// A record without the list predates it: it covered every
-				// table then published; only tables added now are new.
-				old := p.record.Exists && p.record.Loaded == nil && inPub[relKey(t.schema, t.table)]
-				if t.matched && !loaded[t.name] && !old {
-					p.toLoad = append(p.toLoad, t.name)
-				}
+		// Tables neither loaded nor in an unfinished load: loaded after
+		// it (or alone), in this start.
+		loaded := map[string]bool{}
+		for _, n := range append(slices.Clone(p.record.Loaded), p.record.Pending...) {
+			loaded[n] = true
+		}
+		for _, t := range p.tables {
+			// A record without the list predates it: it covered every
+			// table then published; only tables added now are new.
+			old := p.record.Exists && p.record.Loaded == nil && len(p.record.Pending) == 0 && inPub[relKey(t.schema, t.table)]
+			if t.matched && !loaded[t.name] && !old {
+				p.toLoad = append(p.toLoad, t.name)
 			}
 		}
 	}
