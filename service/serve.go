@@ -101,6 +101,16 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer src.close()
+	started := false // the pipeline runs
+	if src.abandon != nil {
+		// A later start-up step that fails (the monitor, the front door's
+		// Redis) must not leave the slot this start created holding WAL.
+		defer func() {
+			if !started {
+				src.abandon()
+			}
+		}()
+	}
 	if src.collector != nil {
 		reg.MustRegister(src.collector)
 	}
@@ -175,6 +185,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 
+	started = true
 	var running atomic.Bool
 	running.Store(true)
 	ready := func() bool { return running.Load() && p.Healthy() }

@@ -58,6 +58,10 @@ type source struct {
 	// unhealthy, when not nil, names a problem of the source that /readyz
 	// reports ("" when there is none: the Postgres slot).
 	unhealthy func() string
+	// abandon, when not nil, closes a source whose serve failed to start
+	// and drops what its start created (the Postgres slot and publication,
+	// which would hold WAL).
+	abandon func()
 }
 
 // newSource builds the configured source and its dead-letter destination.
@@ -76,7 +80,7 @@ func newSource(ctx context.Context, cfg SourceConfig, decoder cdc.DecoderConfig,
 		if err != nil {
 			return nil, err
 		}
-		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy}, nil
+		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy, abandon: src.Abandon}, nil
 	case "file":
 		// The source decodes each line (the pipeline's decoder then only
 		// serves messages handed over as bytes).

@@ -202,3 +202,20 @@ func TestFamiliesStayApart(t *testing.T) {
 	require.NoError(t, err, "it is articles' now")
 	require.False(t, errors.Is(err, sink.ErrNoIndex))
 }
+
+// Every other DDL on an index takes the same lock: registering a new index
+// (its HNSW index and view), promote and rollback (the alias view), claim,
+// and drop (the index's HNSW index and view).
+func TestEveryIndexDDLTakesTheOneDDLLock(t *testing.T) {
+	_, _, cat, b := setupFamily(t)
+	ctx := context.Background()
+	waitsFor(t, b.schema, func() error {
+		_, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles_v3", Model: "model-3", Dimensions: dims})
+		return err
+	})
+	waitsFor(t, b.schema, func() error { return cat.Claim(ctx, "articles_v2", "articles", true) })
+	require.NoError(t, cat.Follow(ctx, "articles_v2", "articles", sink.StateCaughtUp))
+	waitsFor(t, b.schema, func() error { _, err := cat.Promote(ctx, "articles", "articles_v2", false); return err })
+	waitsFor(t, b.schema, func() error { _, err := cat.Rollback(ctx, "articles"); return err })
+	waitsFor(t, b.schema, func() error { _, err := cat.Drop(ctx, "articles_v3", "articles", true); return err })
+}

@@ -395,3 +395,367 @@ func TestRenamedTemplateColumnIsWarned(t *testing.T) {
 	require.Contains(t, logs.String(), "missing_columns=[body]")
 	require.Contains(t, logs.String(), "tables[].text")
 }
+
+// failingState is a MemoryState whose ForgetLoad fails: the step of a
+// first start right after the slot was created and recorded.
+type failingState struct{ pgrepl.State }
+
+func (failingState) ForgetLoad(context.Context, string) error {
+	return fmt.Errorf("state store down")
+}
+
+// TestFailedStartAfterTheSlotDropsTheSlot: when a step after the slot's
+// creation fails (here the state store, with the initial load's snapshot
+// exported, so the walsender still holds the slot), the start drops the slot
+// and the publication it created: nothing is left holding WAL.
+func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.InitialLoad = true
+	state := failingState{pgrepl.NewMemoryState()}
+	cfg.State = state
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "state store down")
+	pub, slot := b.exists(t)
+	require.False(t, slot, "the slot this start created is dropped again")
+	require.False(t, pub, "the publication this start created is dropped again")
+	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
+		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
+		created, _ := state.Created(t.Context(), kind, "test", name)
+		require.False(t, created, kind)
+	}
+}
+
+// TestRevokedSelectIsNamed: SELECT revoked from the source's role while the
+// initial load reads a table stops the source with the GRANT to run, and
+// says the next start resumes the load.
+func TestRevokedSelectIsNamed(t *testing.T) {
+	b := pgSetup(t)
+	role := "ragsync_ro_" + b.r.Slot[len("ragsync_test_"):]
+	b.r.Exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION`, role))
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	b.r.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s; GRANT SELECT ON %s TO %s`, b.r.Schema, role, b.table(), role))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s SELECT g, 'title '||g, 'body '||g FROM generate_series(1, 20) g`, b.table()))
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, b.r.Publication, b.table()))
+	cfg := b.config()
+	require.Contains(t, cfg.URL, "postgres@")
+	cfg.URL = strings.Replace(cfg.URL, "postgres@", role+"@", 1)
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	b.r.Exec(t, fmt.Sprintf(`REVOKE SELECT ON %s FROM %s`, b.table(), role))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var err error
+	got := 1
+	for err == nil {
+		var batch cdc.Batch
+		if batch, err = s.Fetch(ctx); err == nil {
+			got += len(batch.Messages)
+			require.NoError(t, batch.Ack(ctx))
+		}
+	}
+	t.Log(err)
+	require.Less(t, got, 20, "the load stopped at the revoke")
+	name := pgx.Identifier{b.r.Schema, "articles"}.Sanitize()
+	require.ErrorContains(t, err, fmt.Sprintf("read %s: the source refused it (permission denied for table articles): run GRANT SELECT ON %s TO <role of source.postgres.url>, then start serve again, which resumes the load", name, name))
+	require.Equal(t, 1, strings.Count(err.Error(), "read "+name), "the read is named once: %v", err)
+	var perm interface{ Permanent() bool }
+	require.ErrorAs(t, err, &perm)
+}
+
+// TestRenamedTemplateColumnOfAPartitionedTableIsWarned: a column the text
+// template names, renamed on a partitioned table (which renames it in every
+// partition), is warned about under the parent's name when a partition's
+// next change reaches the stream through the parent.
+func TestRenamedTemplateColumnOfAPartitionedTableIsWarned(t *testing.T) {
+	b := pgSetup(t)
+	parent := b.r.Schema + ".events"
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s (id int, year int, body text, PRIMARY KEY (id, year)) PARTITION BY LIST (year)`, parent))
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.events_2024 PARTITION OF %s FOR VALUES IN (2024)`, b.r.Schema, parent))
+	var logs syncBuffer
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: parent}}
+	cfg.TextColumns = map[string][]string{parent: {"body"}}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 2024, 'one')`, parent))
+	b.fetch(t, s, 1, true)
+	require.NotContains(t, logs.String(), "missing_columns")
+	b.r.Exec(t, fmt.Sprintf(`ALTER TABLE %s RENAME COLUMN body TO content`, parent))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.events_2024 VALUES (2, 2024, 'two')`, b.r.Schema))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, parent, got[len(got)-1].Table)
+	t.Log(logs.String())
+	require.Contains(t, logs.String(), "missing_columns=[body]")
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "missing_columns") {
+			line = l
+		}
+	}
+	require.Contains(t, line, `events\"`, "named by the parent")
+	require.NotContains(t, line, "events_2024")
+	require.Contains(t, logs.String(), "tables[].text")
+}
+
+// TestNamesWithPatternCharacters: a table whose name holds the pattern
+// characters *, ? and [ is written in tables[].match with each escaped by
+// a backslash; the publication is created for it, and its changes arrive
+// under its own name, which the escaped match selects.
+func TestNamesWithPatternCharacters(t *testing.T) {
+	b := pgSetup(t)
+	table := `[draft] notes*?`
+	name := pgx.Identifier{b.r.Schema, table}.Sanitize()
+	b.r.Exec(t, "CREATE TABLE "+name+" (id int PRIMARY KEY, body text)")
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (1, 'loaded')")
+	match := b.r.Schema + `.\[draft] notes\*\?`
+	cfg := b.config()
+	cfg.Tables = []cdc.TableConfig{{Match: match}}
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, b.r.Schema+"."+table, got[0].Table)
+	_, ok := cdc.LookupTable(cfg.Tables, got[0].Table)
+	require.True(t, ok, "the escaped match selects the change's table")
+	b.r.Exec(t, "INSERT INTO "+name+" VALUES (2, 'streamed')")
+	got = b.fetch(t, s, 1, true)
+	require.Equal(t, "2", got[len(got)-1].DocKey)
+}
+
+// TestUnusableSlotOrPublicationIsRefused: a slot of the configured name
+// that another plugin or another database owns, and a publication that
+// does not publish every action, are refused with the fix, and the start
+// creates nothing.
+func TestUnusableSlotOrPublicationIsRefused(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.State = pgrepl.NewMemoryState()
+
+	b.r.Exec(t, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", b.r.Slot)
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, fmt.Sprintf(`source.postgres.slot: slot %q uses plugin "test_decoding", ragsync needs pgoutput: choose another slot name`, b.r.Slot))
+	pub, _ := b.exists(t)
+	require.False(t, pub, "no publication was created")
+	b.r.Exec(t, "SELECT pg_drop_replication_slot($1)", b.r.Slot)
+
+	// A pgoutput slot of that name in another database.
+	oc, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	oc.Database = "postgres"
+	other, err := pgx.ConnectConfig(t.Context(), oc)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	var db string
+	require.NoError(t, other.QueryRow(t.Context(), "SELECT current_database()").Scan(&db))
+	require.Equal(t, "postgres", db)
+	_, err = other.Exec(t.Context(), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", b.r.Slot)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = other.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", b.r.Slot) })
+	_, err = pgrepl.New(t.Context(), cfg)
+	var here string
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&here))
+	require.ErrorContains(t, err, fmt.Sprintf(`source.postgres.slot: slot %q belongs to database "postgres", not %q: choose another slot name`, b.r.Slot, here))
+	pub, _ = b.exists(t)
+	require.False(t, pub, "no publication was created")
+	_, err = other.Exec(t.Context(), "SELECT pg_drop_replication_slot($1)", b.r.Slot)
+	require.NoError(t, err)
+
+	// A publication of that name that publishes inserts only.
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, b.r.Publication, b.table()))
+	_, err = pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "does not publish update, delete, truncate")
+	require.ErrorContains(t, err, "ALTER PUBLICATION")
+	_, slot := b.exists(t)
+	require.False(t, slot, "no slot was created")
+}
+
+// staleIndex is an index whose every document of table is older than any
+// load: a reconcile would delete each one not loaded again.
+type staleIndex struct{ keys []string }
+
+func (x staleIndex) LiveVersions(_ context.Context, _ string, fn func(string, cdc.Version) error) error {
+	for _, k := range x.keys {
+		if err := fn(k, cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{1, 0}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestResumedLoadNeverReconciles: a load read from the slot's snapshot
+// deletes the documents whose rows it did not find; a load interrupted and
+// resumed on a later snapshot skips the rows it loaded before, so it cannot
+// tell them from gone rows, and deletes nothing.
+func TestResumedLoadNeverReconciles(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s SELECT g, 't'||g, 'b'||g FROM generate_series(1, 3) g`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	cfg.Index = staleIndex{keys: []string{"1", "2", "3", "9"}}
+	ops := func(got []cdc.Change) (out []string) {
+		for _, ch := range got {
+			if ch.DocKey != "" {
+				out = append(out, string(ch.Op)+":"+ch.DocKey)
+			}
+		}
+		return out
+	}
+
+	// Interrupted after the first row.
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r:1"}, ops(b.fetch(t, s, 1, true)))
+	s.Close()
+
+	// Resumed: rows 2 and 3, and no delete (not of 1, which it did not
+	// read again, nor of 9).
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 2, true)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (4, 'streamed', 'x')`, b.table()))
+	got = append(got, b.fetch(t, s, 1, true)...)
+	require.Equal(t, []string{"r:2", "r:3", "c:4"}, ops(got))
+	s.Close()
+
+	// A full load from a new slot's snapshot does reconcile: 9 is gone.
+	// (This index does not see what the load writes, so it lists only 9.)
+	require.Eventually(t, func() bool { _, err := pgrepl.Drop(t.Context(), cfg, false); return err == nil }, 10*time.Second, 100*time.Millisecond)
+	cfg.Index = staleIndex{keys: []string{"9"}}
+	cfg.BatchSize = 10
+	s = b.source(t, cfg)
+	require.Equal(t, []string{"r:1", "r:2", "r:3", "r:4", "d:9"}, ops(b.fetch(t, s, 5, true)))
+}
+
+// TestAddedTableWithoutReplicaIdentityIsNotPublished: a table without a
+// usable replica identity that joins tables[] after ragsync created the
+// publication is refused with the fix, and not added to the publication,
+// where Postgres would refuse the application's UPDATE and DELETE on it.
+func TestAddedTableWithoutReplicaIdentityIsNotPublished(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	s.Close()
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.nokey (a int, b text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.nokey VALUES (1, 'x')`, b.r.Schema))
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".nokey"})
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = pgrepl.New(t.Context(), cfg)
+		return err != nil && !strings.Contains(err.Error(), "in use")
+	}, 10*time.Second, 100*time.Millisecond)
+	t.Log(err)
+	require.ErrorContains(t, err, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL", pgx.Identifier{b.r.Schema, "nokey"}.Sanitize()))
+	var published bool
+	require.NoError(t, b.r.Conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND tablename = 'nokey')`, b.r.Publication).Scan(&published))
+	require.False(t, published, "the table was not added to the publication")
+	b.r.Exec(t, fmt.Sprintf(`UPDATE %s.nokey SET b = 'y'`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`DELETE FROM %s.nokey`, b.r.Schema))
+}
+
+// TestRevokedReplicationIsNamed: REPLICATION revoked from the source's role
+// while it streams stops the source at its next connection with the
+// ALTER ROLE to run, instead of reconnecting for ever with the server's
+// bare refusal.
+func TestRevokedReplicationIsNamed(t *testing.T) {
+	b := pgSetup(t)
+	role := "ragsync_rp_" + b.r.Slot[len("ragsync_test_"):]
+	b.r.Exec(t, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION`, role))
+	t.Cleanup(func() {
+		_, _ = b.r.Conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	b.r.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s; GRANT SELECT ON %s TO %s`, b.r.Schema, role, b.table(), role))
+	b.r.Exec(t, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, b.r.Publication, b.table()))
+	cfg := b.config()
+	cfg.URL = strings.Replace(cfg.URL, "postgres@", role+"@", 1)
+	cfg.State = pgrepl.NewMemoryState()
+	s := b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	b.fetch(t, s, 1, true)
+
+	b.r.Exec(t, fmt.Sprintf(`ALTER ROLE %s NOREPLICATION`, role))
+	b.r.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND backend_type = 'walsender'`, b.r.App)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var err error
+	for err == nil {
+		var batch cdc.Batch
+		if batch, err = s.Fetch(ctx); err == nil {
+			require.NoError(t, batch.Ack(ctx))
+		}
+	}
+	t.Log(err)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the source kept reconnecting")
+	require.ErrorContains(t, err, "the source refused ragsync's role")
+	require.ErrorContains(t, err, "ALTER ROLE <role> REPLICATION")
+	var perm interface{ Permanent() bool }
+	require.ErrorAs(t, err, &perm)
+	require.Contains(t, s.Unhealthy(), "refused ragsync's role", "/readyz says it too")
+}
+
+// TestAbandonDropsWhatThisStartCreated: a caller whose start-up fails after
+// New abandons the source; the slot and publication this start created go
+// (a first start leaves nothing holding WAL). A source that had a batch
+// acknowledged, or that created nothing, keeps them.
+func TestAbandonDropsWhatThisStartCreated(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	s.Abandon()
+	pub, slot := b.exists(t)
+	require.False(t, slot, "the slot this start created is dropped")
+	require.False(t, pub, "the publication this start created is dropped")
+
+	// Acknowledged: the slot holds the position of applied changes.
+	s = b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	s.Abandon()
+	pub, slot = b.exists(t)
+	require.True(t, pub && slot, "kept once a batch was acknowledged")
+
+	// Not created by this start: kept.
+	s = b.source(t, cfg)
+	s.Abandon()
+	pub, slot = b.exists(t)
+	require.True(t, pub && slot, "kept when an earlier start created them")
+}
+
+// TestTableAddedDuringAnUnfinishedLoadIsLoaded: a table that joins tables[]
+// while an earlier load is still unfinished is loaded in the same start,
+// after the resumed load, not left for a later start (its rows that no
+// change touches would be missing until then).
+func TestTableAddedDuringAnUnfinishedLoadIsLoaded(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s SELECT g, 't'||g, 'b'||g FROM generate_series(1, 3) g`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.BatchSize = 1
+	cfg.State = pgrepl.NewMemoryState()
+	s, err := pgrepl.New(t.Context(), cfg)
+	require.NoError(t, err)
+	b.fetch(t, s, 1, true)
+	s.Close() // the load of articles is unfinished
+
+	b.r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.notes (id int PRIMARY KEY, body text)`, b.r.Schema))
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s.notes VALUES (7, 'seven')`, b.r.Schema))
+	cfg.Tables = append(cfg.Tables, cdc.TableConfig{Match: b.r.Schema + ".notes"})
+	s = b.source(t, cfg)
+	got := b.fetch(t, s, 3, true)
+	var rows []string
+	for _, ch := range got {
+		if ch.DocKey != "" {
+			rows = append(rows, string(ch.Op)+":"+ch.Table[len(b.r.Schema)+1:]+"/"+ch.DocKey)
+		}
+	}
+	require.Equal(t, []string{"r:articles/2", "r:articles/3", "r:notes/7"}, rows)
+}

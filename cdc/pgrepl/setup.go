@@ -114,6 +114,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 			return nil, err
 		}
 		undo = append(undo, func() { s.dropCreated(conn, KindPublication) })
+		s.created = append(s.created, KindPublication)
 	}
 	if len(p.addToPub) > 0 {
 		names := make([]string, len(p.addToPub))
@@ -157,6 +158,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 			return res, fmt.Errorf("create replication slot %q: %w (the role needs REPLICATION, and max_replication_slots a free slot)", s.cfg.Slot, err)
 		}
 		undo = append(undo, func() { s.dropCreated(conn, KindSlot) })
+		s.created = append(s.created, KindSlot)
 		if err := s.cfg.State.RecordCreated(ctx, KindSlot, s.db, s.cfg.Slot); err != nil {
 			return res, fmt.Errorf("record replication slot %q as created by ragsync: %w", s.cfg.Slot, err)
 		}
@@ -195,6 +197,12 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		// skipped: it does not reconcile.
 		s.log.Warn("initial load did not finish before; resuming it", "lsn", res.start.String(), "table", rec.Table)
 		rec.Fenced = false
+		// Tables that joined tables[] meanwhile are loaded after it, in
+		// this start: the stream only carries their changes from now on.
+		if len(p.toLoad) > 0 {
+			s.log.Info("loading tables the slot has not loaded yet after the resumed load", "tables", strings.Join(p.toLoad, ", "))
+			rec.Pending = append(slices.Clone(rec.Pending), p.toLoad...)
+		}
 	case len(p.toLoad) > 0:
 		// Tables that joined tables[] (and the publication) since the
 		// last load: load them on a snapshot of now, versioned at the
@@ -248,7 +256,17 @@ func (s *Source) dropCreated(conn *pgx.Conn, kind string) {
 	var err error
 	switch kind {
 	case KindSlot:
-		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
+		// The walsender of the replication connection closed just before
+		// holds the slot until it exits: a drop meanwhile is refused as in
+		// use (55006), so it is tried again until the slot is free.
+		for {
+			_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
+			var pe *pgconn.PgError
+			if err == nil || !errors.As(err, &pe) || pe.Code != "55006" || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	case KindPublication:
 		_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.cfg.Publication}.Sanitize())
 	}
@@ -443,18 +461,18 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &p.role, &p.sup
 		if p.record, err = s.cfg.State.Load(ctx, s.cfg.Slot); err != nil {
 			return nil, fmt.Errorf("read initial load state of slot %q: %w", s.cfg.Slot, err)
 		}
-		if len(p.record.Pending) == 0 {
-			loaded := map[string]bool{}
-			for _, n := range p.record.Loaded {
-				loaded[n] = true
-			}
-			for _, t := range p.tables {
-				// A record without the list predates it: it covered every
-				// table then published; only tables added now are new.
-				old := p.record.Exists && p.record.Loaded == nil && inPub[relKey(t.schema, t.table)]
-				if t.matched && !loaded[t.name] && !old {
-					p.toLoad = append(p.toLoad, t.name)
-				}
+		// Tables neither loaded nor in an unfinished load: loaded after
+		// it (or alone), in this start.
+		loaded := map[string]bool{}
+		for _, n := range append(slices.Clone(p.record.Loaded), p.record.Pending...) {
+			loaded[n] = true
+		}
+		for _, t := range p.tables {
+			// A record without the list predates it: it covered every
+			// table then published; only tables added now are new.
+			old := p.record.Exists && p.record.Loaded == nil && len(p.record.Pending) == 0 && inPub[relKey(t.schema, t.table)]
+			if t.matched && !loaded[t.name] && !old {
+				p.toLoad = append(p.toLoad, t.name)
 			}
 		}
 	}

@@ -166,6 +166,10 @@ type Source struct {
 	tables    map[string]*tableInfo // by (schema, table) of the publication
 	stopAt    pglogrepl.LSN         // with StopAtEnd: the WAL position at start
 	warned    sync.Map              // Change.Table → the missing columns last warned about
+	// created lists what this start created (KindPublication, KindSlot),
+	// for Abandon; acks counts acknowledged batches.
+	created []string
+	acks    atomic.Int64
 }
 
 type fetched struct {
@@ -216,6 +220,30 @@ func (s *Source) Close() {
 	<-s.done
 }
 
+// Abandon is Close for a caller whose own start-up failed after New: when
+// no batch was acknowledged yet, it also drops the slot and the
+// publication that this start created, as a start that fails inside New
+// does, so a failed first start leaves no slot holding WAL and no
+// publication behind. Otherwise it only closes.
+func (s *Source) Abandon() {
+	s.Close()
+	if len(s.created) == 0 || s.acks.Load() > 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := s.connectSQL(ctx)
+	if err != nil {
+		s.log.Error("could not undo what this failed start created: drop it by hand", "created", s.created, "error", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for i := len(s.created) - 1; i >= 0; i-- {
+		s.dropCreated(conn, s.created[i])
+	}
+	s.created = nil
+}
+
 // Fetch returns the next batch of changes, waiting for one.
 func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	select {
@@ -235,6 +263,7 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 func (s *Source) batch(msgs []cdc.Message, upTo pglogrepl.LSN, after func(context.Context) error) cdc.Batch {
 	s.unacked.Add(1)
 	return cdc.Batch{Messages: msgs, Ack: func(ctx context.Context) error {
+		s.acks.Add(1)
 		if after != nil {
 			if err := after(ctx); err != nil {
 				return err
@@ -296,7 +325,12 @@ func (s *Source) run(ctx context.Context, st *setupResult) {
 	for {
 		var err error
 		if conn == nil {
-			conn, err = s.connectReplication(ctx)
+			// A refused login (REPLICATION revoked) is named with its fix
+			// like a refused START_REPLICATION; a server that is down is
+			// retried.
+			if conn, err = s.connectReplication(ctx); err != nil {
+				err = s.classify(ctx, err)
+			}
 		}
 		if err == nil {
 			start := max(st.start, pglogrepl.LSN(s.acked.Load()))

@@ -401,6 +401,15 @@ func TestPostgresSourceReadyzFailsWhenSlotDropped(t *testing.T) {
 	_, err := s.Fetch(ctx)
 	var perm interface{ Permanent() bool }
 	require.True(t, errors.As(err, &perm) && perm.Permanent(), "a lost slot stops the pipeline: %v", err)
+	require.ErrorContains(t, err, fmt.Sprintf("replication slot %q was dropped outside ragsync", b.r.Slot))
+	require.ErrorContains(t, err, "start serve again, which creates it and loads the tables again")
+	s.Close()
+
+	// Following the advice recovers: a start creates the slot again.
+	s = b.source(t, cfg)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (5,'five','e')`, b.table()))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, "5", got[len(got)-1].DocKey)
 }
 
 // TestDropSlot: `ragsync slot drop` refuses while serve streams, then drops

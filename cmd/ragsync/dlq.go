@@ -64,9 +64,13 @@ Example:
 headers removed): a Kafka dead letter goes back to its original topic (a
 consumer group on the dead-letter topic remembers how far replay got), a
 file source's dead letters are appended to source.file.path and their file
-is emptied, --frontdoor puts requests back on <prefix>:requests (ids already
-answered are not answered twice). Fix the cause first: the config, the
-connector, or the dependency that was down.
+is emptied, a Postgres source's dead letters are queued in <dlq file>.replay
+(each row read again when applied), --frontdoor puts requests back on
+<prefix>:requests (ids already answered are not answered twice). Fix the
+cause first: the config, the connector, or the dependency that was down.
+
+A Postgres source applies the queued changes only when serve starts: a
+running serve does not see them, so restart it after the replay.
 
 Example:
   ragsync dlq replay --config ragsync.yaml
