@@ -46,17 +46,20 @@ func ChunkEditSimilarity(old, new []Piece) int {
 		if left[p.Hash] > 0 {
 			left[p.Hash]--
 			kept[p.Hash]++
+			// The old chunk of the same hash has the same words: the
+			// old version's unchanged text is not read again.
+			n += w
 			continue
 		}
 		added.WriteString(p.Text)
 		added.WriteByte(' ')
 	}
 	for _, p := range old {
-		n += countWords(p.Text)
 		if kept[p.Hash] > 0 {
 			kept[p.Hash]--
 			continue
 		}
+		n += countWords(p.Text)
 		removed.WriteString(p.Text)
 		removed.WriteByte(' ')
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/glaslos/ssdeep"
+	"golang.org/x/text/unicode/norm"
 )
 
 // FuzzyMinBytes is the smallest input ssdeep hashes: github.com/glaslos/ssdeep
@@ -71,15 +72,28 @@ func DocSimilarityTo(a, b, hb string, errB error) (score int, method string) {
 }
 
 // Words returns the normalised words of s, the unit every similarity here
-// counts in.
-func Words(s string) []string { return strings.Fields(Normalize(s)) }
+// counts in. Normalize is NFC with whitespace runs collapsed, and the
+// collapsing changes no word, so the words are those of the NFC text.
+func Words(s string) []string { return strings.Fields(norm.NFC.String(s)) }
+
+// WordCount is len(Words(s)) without normalising or allocating: NFC
+// neither adds, removes nor moves whitespace, so the count of the raw text
+// is the count of the normalised one.
+func WordCount(s string) int { return countWords(s) }
 
 // ShingleSimilarity is the Jaccard similarity (0..1) of the sets of 3-word
 // shingles of the two normalised texts; texts under three words compare as
 // their single shingle. Two empty texts are identical (1). One changed word
 // in a 350-word text changes up to 3 shingles, about 0.983.
 func ShingleSimilarity(a, b string) float64 {
-	sa, sb := shingles(Words(a)), shingles(Words(b))
+	return ShingleSimilarityWords(Words(a), Words(b))
+}
+
+// ShingleSimilarityWords is ShingleSimilarity of two texts already cut
+// into their words (Words), so that a text compared with many others is
+// normalised and cut once.
+func ShingleSimilarityWords(wa, wb []string) float64 {
+	sa, sb := shingles(wa), shingles(wb)
 	if len(sa) == 0 && len(sb) == 0 {
 		return 1
 	}
@@ -122,11 +136,44 @@ func EditSimilarity(a, b string, min float64) float64 {
 	return editSimilarityWords(Words(a), Words(b), min)
 }
 
-func editSimilarityWords(wa, wb []string, min float64) float64 {
+// EditSimilarityWords is EditSimilarity of two texts already cut into
+// their words (Words), so that a text compared with many others is
+// normalised and cut once. Words are compared as strings, without the
+// table of word ids EditSimilarity builds: a pair that is far apart costs
+// O(D²) comparisons for the D edits min allows, not a pass over its words.
+func EditSimilarityWords(wa, wb []string, min float64) float64 {
 	n, m := len(wa), len(wb)
 	if n+m == 0 {
 		return 1
 	}
+	maxD, ok := editBudget(n, m, min)
+	if !ok {
+		return 0
+	}
+	d, ok := myers(wa, wb, maxD)
+	if !ok {
+		return 0
+	}
+	return 1 - float64(d)/float64(n+m)
+}
+
+// EditLengthsAllow reports whether texts of n and m words can have an
+// EditSimilarity of at least min: their length difference alone costs
+// |n−m| edits. A false answer is exactly EditSimilarity's early 0, so a
+// caller that knows the word counts (WordCount) can skip the pair
+// without cutting either text.
+func EditLengthsAllow(n, m int, min float64) bool {
+	if n+m == 0 {
+		return true
+	}
+	_, ok := editBudget(n, m, min)
+	return ok
+}
+
+// editBudget returns the most edits a pair of n and m words (n+m > 0) may
+// have to score at least min, and false if their length difference alone
+// is more.
+func editBudget(n, m int, min float64) (int, bool) {
 	if min < 0 {
 		min = 0
 	}
@@ -134,6 +181,18 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 	maxD := int((1-min)*float64(n+m) + 1e-9)
 	// The length difference alone costs |n−m| edits.
 	if d := n - m; d > maxD || -d > maxD {
+		return 0, false
+	}
+	return maxD, true
+}
+
+func editSimilarityWords(wa, wb []string, min float64) float64 {
+	n, m := len(wa), len(wb)
+	if n+m == 0 {
+		return 1
+	}
+	maxD, ok := editBudget(n, m, min)
+	if !ok {
 		return 0
 	}
 	ids := make(map[string]int32, n)
@@ -162,7 +221,7 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 
 // myers returns the insert/delete edit distance of a and b if it is at most
 // maxD (E. Myers, "An O(ND) Difference Algorithm and Its Variations", 1986).
-func myers(a, b []int32, maxD int) (int, bool) {
+func myers[T comparable](a, b []T, maxD int) (int, bool) {
 	n, m := len(a), len(b)
 	if maxD > n+m {
 		maxD = n + m

@@ -2,6 +2,7 @@ package chunker_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -141,5 +142,63 @@ func BenchmarkEditSimilarity(b *testing.B) {
 	x, y := strings.Join(base, " "), strings.Join(ed, " ")
 	for b.Loop() {
 		chunker.EditSimilarity(x, y, 0.97)
+	}
+}
+
+// TestWordsParity: the word-list functions the reuse planner calls once per
+// text agree with the string functions that normalise every time: Words
+// with the words of Normalize, WordCount with len(Words), EditLengthsAllow
+// with EditSimilarity's early 0, EditSimilarityWords with EditSimilarity
+// and ShingleSimilarityWords with ShingleSimilarity.
+func TestWordsParity(t *testing.T) {
+	texts := []string{"", " ", "\n\t", "a", " a b ", "a  b\n\nc", "e\u0301 x", "é x", "\u0301a b", "x \u2003 y\u2000z",
+		"a\u00a0b\u3000c", "\u2028one\u2029two\u0085three", "caf\u0065\u0301 au lait", "bad \xff utf8 \xc3", "Ω\u212b \u00c5 A\u030a"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := []string{"a", "b", "c", "é", "e\u0301", "Å", "A\u030a", " ", "  ", "\n", "\u00a0", "\u2003", "\u0301", "x", "\t", "word", "Word"}
+	for range 300 {
+		var b strings.Builder
+		for range rng.IntN(40) {
+			b.WriteString(vocab[rng.IntN(len(vocab))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, s := range texts {
+		want := strings.Fields(chunker.Normalize(s))
+		require.Equal(t, want, chunker.Words(s), "%q", s)
+		require.Equal(t, len(want), chunker.WordCount(s), "%q", s)
+	}
+	for i, a := range texts {
+		b := texts[(i*7+3)%len(texts)]
+		if i%3 == 0 && len(a) > 2 { // a near neighbour
+			b = a[:len(a)/2] + " x " + a[len(a)/2:]
+		}
+		wa, wb := chunker.Words(a), chunker.Words(b)
+		for _, min := range []float64{0, 0.5, 0.9, 0.99} {
+			want := chunker.EditSimilarity(a, b, min)
+			require.Equal(t, want, chunker.EditSimilarityWords(wa, wb, min), "%q %q %v", a, b, min)
+			if !chunker.EditLengthsAllow(chunker.WordCount(a), chunker.WordCount(b), min) {
+				require.Zero(t, want, "%q %q %v", a, b, min)
+			}
+		}
+		require.Equal(t, chunker.ShingleSimilarity(a, b), chunker.ShingleSimilarityWords(wa, wb), "%q %q", a, b)
+	}
+	// Long texts a few edits apart, and far apart.
+	base := words(400, "w")
+	for _, n := range []int{0, 1, 3, 10, 50, 400} {
+		ed := append([]string(nil), base...)
+		for k := range n {
+			ed[(k*37)%len(ed)] = fmt.Sprintf("x%d", k)
+		}
+		a, b := strings.Join(base, " "), strings.Join(ed, " ")
+		for _, min := range []float64{0, 0.9, 0.99} {
+			require.Equal(t, chunker.EditSimilarity(a, b, min), chunker.EditSimilarityWords(base, ed, min), "%d edits, min %v", n, min)
+		}
+	}
+}
+
+func BenchmarkEditSimilarityWordsFar(b *testing.B) {
+	x, y := words(350, "w"), words(350, "v")
+	for b.Loop() {
+		chunker.EditSimilarityWords(x, y, 0.99)
 	}
 }

@@ -118,12 +118,13 @@ func (c ReuseConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// similarity scores two normalised word lists by the configured method.
-func (c ReuseConfig) similarity(a, b string, min float64) float64 {
+// similarity scores two texts, cut into their normalised words
+// (chunker.Words), by the configured method.
+func (c ReuseConfig) similarity(a, b []string, min float64) float64 {
 	if c.Method == ReuseMethodShingle {
-		return chunker.ShingleSimilarity(a, b)
+		return chunker.ShingleSimilarityWords(a, b)
 	}
-	return chunker.EditSimilarity(a, b, min)
+	return chunker.EditSimilarityWords(a, b, min)
 }
 
 // ChunkStore is what near-duplicate reuse and edit measurement need from the
@@ -133,15 +134,32 @@ type ChunkStore interface {
 	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 }
 
-// origin is a stored vector a new chunk may take.
+// origin is a stored vector a new chunk may take. Its text is normalised
+// and cut into words only when a new chunk's word count leaves their
+// similarity able to reach the floor: a small edit of a large document
+// compares its changed chunk with every origin, and most are ruled out by
+// their word counts alone.
 type origin struct {
-	hash  string
-	text  string // normalised
-	words map[string]bool
+	hash string
+	raw  string // the text as stored
+	n    int    // its words (chunker.WordCount)
+	text string // normalised; set with words
+	// words are text's words, nil until compared; set its distinct words,
+	// nil until a chunk chose this origin.
+	words []string
+	set   map[string]bool
 	// since is when the oldest stored chunk that reuses this vector ran
 	// into debt (zero: none does): a chunk taking it again inherits the
 	// date, so a chain of edits cannot keep a vector stale past the window.
 	since time.Time
+}
+
+// cut normalises the origin's text and cuts it into words, once.
+func (o *origin) cut() {
+	if o.words == nil {
+		o.text = chunker.Normalize(o.raw)
+		o.words = strings.Fields(o.text)
+	}
 }
 
 // planReuse fills VectorHash for each chunk in missing (indexes into
@@ -168,11 +186,16 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 		if !ok {
 			i = len(origins)
 			at[s.VectorHash] = i
-			origins = append(origins, origin{hash: s.VectorHash, text: chunker.Normalize(s.OriginText)})
+			origins = append(origins, origin{hash: s.VectorHash, raw: s.OriginText, n: chunker.WordCount(s.OriginText)})
 		}
 		if o := &origins[i]; !s.DebtSince.IsZero() && (o.since.IsZero() || s.DebtSince.Before(o.since)) {
 			o.since = s.DebtSince
 		}
+	}
+	if len(byHash) == 0 && len(origins) == 0 {
+		// A new document, or one whose vectors left the cache: nothing
+		// to take, and nothing to normalise.
+		return missing
 	}
 	now := cfg.Now(doc.SourceTS)
 	var rest []int
@@ -189,9 +212,15 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			continue
 		}
 		text := chunker.Normalize(c.Text)
+		words := strings.Fields(text) // chunker.Words(c.Text)
 		best, bestSim := -1, 0.0
-		for j, o := range origins {
-			if sim := cfg.similarity(text, o.text, minSim); sim >= minSim && sim > bestSim {
+		for j := range origins {
+			o := &origins[j]
+			if cfg.Method == ReuseMethodEdit && !chunker.EditLengthsAllow(len(words), o.n, minSim) {
+				continue // EditSimilarity would be 0, below minSim
+			}
+			o.cut()
+			if sim := cfg.similarity(words, o.words, minSim); sim >= minSim && sim > bestSim {
 				best, bestSim = j, sim
 			}
 		}
@@ -200,10 +229,10 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			continue
 		}
 		o := &origins[best]
-		if o.words == nil {
-			o.words = wordSet(o.text)
+		if o.set == nil {
+			o.set = wordSet(o.text)
 		}
-		fresh := newWords(text, o.words)
+		fresh := newWords(text, o.set)
 		if fresh && cfg.NewWords == NewWordsEmbed {
 			p.stats.add("reuse_new_words_embedded", 1)
 			rest = append(rest, i)
