@@ -86,7 +86,7 @@ func countWords(s string) int {
 		c := s[i]
 		var space bool
 		if c < utf8.RuneSelf {
-			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+			space = asciiSpace[c] != 0
 			i++
 		} else {
 			r, size := utf8.DecodeRuneInString(s[i:])
@@ -100,3 +100,6 @@ func countWords(s string) int {
 	}
 	return n
 }
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace accepts.
+var asciiSpace = [utf8.RuneSelf]uint8{'\t': 1, '\n': 1, '\v': 1, '\f': 1, '\r': 1, ' ': 1}

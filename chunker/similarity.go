@@ -195,8 +195,12 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 	if !ok {
 		return 0
 	}
-	ids := make(map[string]int32, n)
-	ia, ib := make([]int32, n), make([]int32, m)
+	// A common prefix and suffix are part of a longest common
+	// subsequence: the distance is the middles', and a small edit of a
+	// long text numbers only the words around it.
+	wa, wb = trimCommon(wa, wb)
+	ids := make(map[string]int32, len(wa))
+	ia, ib := make([]int32, len(wa)), make([]int32, len(wb))
 	for i, w := range wa {
 		id, ok := ids[w]
 		if !ok {
@@ -217,6 +221,20 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 		return 0
 	}
 	return 1 - float64(d)/float64(n+m)
+}
+
+// trimCommon returns a and b without their common prefix and suffix.
+func trimCommon(a, b []string) ([]string, []string) {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	a, b = a[i:], b[i:]
+	j := 0
+	for j < len(a) && j < len(b) && a[len(a)-1-j] == b[len(b)-1-j] {
+		j++
+	}
+	return a[:len(a)-j], b[:len(b)-j]
 }
 
 // myers returns the insert/delete edit distance of a and b if it is at most

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/monitor"
@@ -143,9 +144,8 @@ type origin struct {
 	hash string
 	raw  string // the text as stored
 	n    int    // its words (chunker.WordCount)
-	text string // normalised; set with words
-	// words are text's words, nil until compared; set its distinct words,
-	// nil until a chunk chose this origin.
+	// words are its normalised words (chunker.Words), nil until compared;
+	// set its distinct words (wordSet), nil until a chunk chose it.
 	words []string
 	set   map[string]bool
 	// since is when the oldest stored chunk that reuses this vector ran
@@ -154,11 +154,10 @@ type origin struct {
 	since time.Time
 }
 
-// cut normalises the origin's text and cuts it into words, once.
+// cut cuts the origin's text into its normalised words, once.
 func (o *origin) cut() {
 	if o.words == nil {
-		o.text = chunker.Normalize(o.raw)
-		o.words = strings.Fields(o.text)
+		o.words = chunker.Words(o.raw)
 	}
 }
 
@@ -211,8 +210,7 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			}
 			continue
 		}
-		text := chunker.Normalize(c.Text)
-		words := strings.Fields(text) // chunker.Words(c.Text)
+		words := chunker.Words(c.Text)
 		best, bestSim := -1, 0.0
 		for j := range origins {
 			o := &origins[j]
@@ -230,9 +228,9 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 		}
 		o := &origins[best]
 		if o.set == nil {
-			o.set = wordSet(o.text)
+			o.set = wordSet(o.words)
 		}
-		fresh := newWords(text, o.set)
+		fresh := newWords(words, o.set)
 		if fresh && cfg.NewWords == NewWordsEmbed {
 			p.stats.add("reuse_new_words_embedded", 1)
 			rest = append(rest, i)
@@ -256,22 +254,62 @@ func splitWords(text string) []string {
 	})
 }
 
-// wordSet returns the distinct words of a text.
-func wordSet(text string) map[string]bool {
-	ws := splitWords(text)
-	out := make(map[string]bool, len(ws))
-	for _, w := range ws {
-		out[w] = true
+// eachWord calls f with each of splitWords(w)'s words, without allocating
+// for an ASCII word already in lower case (the common case).
+func eachWord(w string, f func(string)) {
+	for i := 0; i < len(w); i++ {
+		if w[i] >= utf8.RuneSelf {
+			for _, x := range splitWords(w) {
+				f(x)
+			}
+			return
+		}
+	}
+	// ASCII: the letters are A-Z and a-z, the digits 0-9.
+	start, upper := -1, false
+	for i := 0; i <= len(w); i++ {
+		if i < len(w) {
+			c := w[i]
+			lowerOrDigit := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+			if isUpper := 'A' <= c && c <= 'Z'; lowerOrDigit || isUpper {
+				if start < 0 {
+					start, upper = i, false
+				}
+				upper = upper || isUpper
+				continue
+			}
+		}
+		if start >= 0 {
+			run := w[start:i]
+			if upper {
+				run = strings.ToLower(run)
+			}
+			f(run)
+			start = -1
+		}
+	}
+}
+
+// wordSet returns the distinct words (splitWords) of a text cut into its
+// normalised words (chunker.Words). Whitespace separates splitWords' words
+// too, and lower-casing maps rune by rune, so cutting each word is cutting
+// the text.
+func wordSet(words []string) map[string]bool {
+	out := make(map[string]bool, len(words))
+	for _, w := range words {
+		eachWord(w, func(x string) { out[x] = true })
 	}
 	return out
 }
 
-// newWords says whether text has a word (case and punctuation aside) that
-// origin lacks: a new sentence, name or number, which the origin's vector
-// cannot match.
-func newWords(text string, origin map[string]bool) bool {
-	for _, w := range splitWords(text) {
-		if !origin[w] {
+// newWords says whether a text, cut into its normalised words, has a word
+// (case and punctuation aside) that origin lacks: a new sentence, name or
+// number, which the origin's vector cannot match.
+func newWords(words []string, origin map[string]bool) bool {
+	fresh := false
+	for _, w := range words {
+		eachWord(w, func(x string) { fresh = fresh || !origin[x] })
+		if fresh {
 			return true
 		}
 	}

@@ -77,9 +77,15 @@ func planReuseReference(p *Pipeline, cfg ReuseConfig, stored []sink.StoredChunk,
 		}
 		o := &origins[best]
 		if o.words == nil {
-			o.words = wordSet(o.text)
+			o.words = map[string]bool{}
+			for _, w := range splitWords(o.text) {
+				o.words[w] = true
+			}
 		}
-		fresh := newWords(text, o.words)
+		fresh := false
+		for _, w := range splitWords(text) {
+			fresh = fresh || !o.words[w]
+		}
 		if fresh && cfg.NewWords == NewWordsEmbed {
 			p.stats.add("reuse_new_words_embedded", 1)
 			rest = append(rest, i)
@@ -105,7 +111,7 @@ func planReuseReference(p *Pipeline, cfg ReuseConfig, stored []sink.StoredChunk,
 func TestPlanReuseMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	word := func() string {
-		ws := []string{"alpha", "beta", "gamma", "delta", "café", "cafe\u0301", "Zeta", "eta", "theta", "iota", "kappa", "42", "x-ray"}
+		ws := []string{"alpha", "beta", "gamma", "delta", "café", "cafe\u0301", "Zeta", "eta", "theta", "iota", "kappa", "42", "x-ray", "Don't", "end.", "ÉTÉ", "\ufb01ne", "(v2)"}
 		return ws[rng.IntN(len(ws))]
 	}
 	para := func(n int) []string {
@@ -213,4 +219,26 @@ func TestPlanReuseMatchesReference(t *testing.T) {
 		}
 	}
 	require.Greater(t, compared, 100, "the trials reuse vectors, so the decisions compared are not all to embed")
+}
+
+// TestEachWordMatchesSplitWords: the allocation-free cut of a word gives
+// splitWords' words, in order, for ASCII (mixed case, digits, punctuation)
+// and for other text.
+func TestEachWordMatchesSplitWords(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	parts := []string{"a", "Z", "q", "7", "-", ".", "'", "_", "(", "É", "é", "ß", "İ", "\ufb01", "Ω", "٣", "\xff", "AbC", "x9"}
+	for range 2000 {
+		var b strings.Builder
+		for range rng.IntN(8) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		w := b.String()
+		var got []string
+		eachWord(w, func(x string) { got = append(got, x) })
+		want := splitWords(w)
+		if len(want) == 0 {
+			want = nil
+		}
+		require.Equal(t, want, got, "%q", w)
+	}
 }
