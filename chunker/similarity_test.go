@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -154,7 +155,7 @@ func TestWordsParity(t *testing.T) {
 	texts := []string{"", " ", "\n\t", "a", " a b ", "a  b\n\nc", "e\u0301 x", "é x", "\u0301a b", "x \u2003 y\u2000z",
 		"a\u00a0b\u3000c", "\u2028one\u2029two\u0085three", "caf\u0065\u0301 au lait", "bad \xff utf8 \xc3", "Ω\u212b \u00c5 A\u030a"}
 	rng := rand.New(rand.NewPCG(1, 2))
-	vocab := []string{"a", "b", "c", "é", "e\u0301", "Å", "A\u030a", " ", "  ", "\n", "\u00a0", "\u2003", "\u0301", "x", "\t", "word", "Word"}
+	vocab := []string{"a", "b", "c", "é", "e\u0301", "Å", "A\u030a", " ", "  ", "\n", "\u00a0", "\u2003", "\u0301", "x", "\t", "\r", "\v", "\f", "\u0085", "\u2028", "word", "Word"}
 	for range 300 {
 		var b strings.Builder
 		for range rng.IntN(40) {
@@ -163,6 +164,7 @@ func TestWordsParity(t *testing.T) {
 		texts = append(texts, b.String())
 	}
 	for _, s := range texts {
+		require.Equal(t, strings.Join(strings.Fields(norm.NFC.String(s)), " "), chunker.Normalize(s), "%q", s)
 		want := strings.Fields(chunker.Normalize(s))
 		require.Equal(t, want, chunker.Words(s), "%q", s)
 		require.Equal(t, len(want), chunker.WordCount(s), "%q", s)
