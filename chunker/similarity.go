@@ -3,6 +3,8 @@ package chunker
 import (
 	"errors"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/glaslos/ssdeep"
 	"golang.org/x/text/unicode/norm"
@@ -157,17 +159,67 @@ func EditSimilarityWords(wa, wb []string, min float64) float64 {
 	return 1 - float64(d)/float64(n+m)
 }
 
-// EditLengthsAllow reports whether texts of n and m words can have an
-// EditSimilarity of at least min: their length difference alone costs
-// |n−m| edits. A false answer is exactly EditSimilarity's early 0, so a
-// caller that knows the word counts (WordCount) can skip the pair
-// without cutting either text.
-func EditLengthsAllow(n, m int, min float64) bool {
+// EditBudget returns the most word edits two texts of n and m words may be
+// apart and still have an EditSimilarity of at least min, and false when
+// their length difference alone costs more: EditSimilarity's early 0, so a
+// caller that knows the word counts (WordCount) can skip the pair without
+// cutting either text.
+func EditBudget(n, m int, min float64) (int, bool) {
 	if n+m == 0 {
+		return 0, true
+	}
+	return editBudget(n, m, min)
+}
+
+// EditPrefixAllows reports whether a text of words a can be within maxD word
+// edits of a text that starts with the words prefix, which must hold that
+// text's first 2·maxD+1 words (or all of them). When it cannot, the pair's
+// EditSimilarity at the min that gave maxD (EditBudget) is 0, so a caller
+// comparing one text with many rules most of the far ones out by their
+// first words (WordsPrefix). Within maxD edits at most maxD of a's words
+// are deleted, so if a has more than maxD words one of a[0..maxD] is kept,
+// matched to a word b[j] of the other text; the words before the two
+// differ in number by |i−j|, each an edit, so j ≤ i+maxD ≤ 2·maxD.
+func EditPrefixAllows(a, prefix []string, maxD int) bool {
+	if len(a) <= maxD {
 		return true
 	}
-	_, ok := editBudget(n, m, min)
-	return ok
+	for i := 0; i <= maxD; i++ {
+		for j := max(0, i-maxD); j <= i+maxD && j < len(prefix); j++ {
+			if a[i] == prefix[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WordsPrefix returns the first k of Words(s), all of them when s has fewer,
+// normalising and cutting only the part of s they take. The cut falls on
+// whitespace, which NFC never composes or reorders across, so the words are
+// those Words(s) begins with.
+func WordsPrefix(s string, k int) []string {
+	n, in := 0, false
+	for i := 0; i < len(s); {
+		c := s[i]
+		size, space := 1, false
+		if c < utf8.RuneSelf {
+			space = asciiSpace[c] != 0
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+		}
+		if !space && !in {
+			if n == k {
+				return Words(s[:i])
+			}
+			n++
+		}
+		in = !space
+		i += size
+	}
+	return Words(s)
 }
 
 // editBudget returns the most edits a pair of n and m words (n+m > 0) may

@@ -168,6 +168,10 @@ func TestWordsParity(t *testing.T) {
 		want := strings.Fields(chunker.Normalize(s))
 		require.Equal(t, want, chunker.Words(s), "%q", s)
 		require.Equal(t, len(want), chunker.WordCount(s), "%q", s)
+		for _, k := range []int{0, 1, 2, 5, 1000} {
+			got := chunker.WordsPrefix(s, k)
+			require.Equal(t, want[:min(k, len(want))], got, "%q, %d words", s, k)
+		}
 	}
 	for i, a := range texts {
 		b := texts[(i*7+3)%len(texts)]
@@ -178,7 +182,10 @@ func TestWordsParity(t *testing.T) {
 		for _, min := range []float64{0, 0.5, 0.9, 0.99} {
 			want := chunker.EditSimilarity(a, b, min)
 			require.Equal(t, want, chunker.EditSimilarityWords(wa, wb, min), "%q %q %v", a, b, min)
-			if !chunker.EditLengthsAllow(chunker.WordCount(a), chunker.WordCount(b), min) {
+			maxD, ok := chunker.EditBudget(chunker.WordCount(a), chunker.WordCount(b), min)
+			if !ok {
+				require.Zero(t, want, "%q %q %v", a, b, min)
+			} else if !chunker.EditPrefixAllows(wa, chunker.WordsPrefix(b, 2*maxD+1), maxD) {
 				require.Zero(t, want, "%q %q %v", a, b, min)
 			}
 		}
@@ -193,7 +200,13 @@ func TestWordsParity(t *testing.T) {
 		}
 		a, b := strings.Join(base, " "), strings.Join(ed, " ")
 		for _, min := range []float64{0, 0.9, 0.99} {
-			require.Equal(t, chunker.EditSimilarity(a, b, min), chunker.EditSimilarityWords(base, ed, min), "%d edits, min %v", n, min)
+			want := chunker.EditSimilarity(a, b, min)
+			require.Equal(t, want, chunker.EditSimilarityWords(base, ed, min), "%d edits, min %v", n, min)
+			maxD, ok := chunker.EditBudget(len(base), len(ed), min)
+			require.True(t, ok)
+			if want > 0 {
+				require.True(t, chunker.EditPrefixAllows(ed, chunker.WordsPrefix(a, 2*maxD+1), maxD), "%d edits, min %v", n, min)
+			}
 		}
 	}
 }
@@ -203,4 +216,41 @@ func BenchmarkEditSimilarityWordsFar(b *testing.B) {
 	for b.Loop() {
 		chunker.EditSimilarityWords(x, y, 0.99)
 	}
+}
+
+// TestEditPrefixAllowsIsSound: on short random word sequences over a small
+// vocabulary, every pair within maxD edits passes the prefix test, and the
+// test rules out some pairs, so it is not vacuous.
+func TestEditPrefixAllowsIsSound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	seq := func() []string {
+		out := make([]string, rng.IntN(12))
+		for i := range out {
+			out[i] = string(rune('a' + rng.IntN(5)))
+		}
+		return out
+	}
+	ruledOut := 0
+	for range 20000 {
+		a, b := seq(), seq()
+		if rng.IntN(2) == 0 && len(a) > 0 { // b a few edits from a
+			b = append([]string(nil), a...)
+			for range rng.IntN(3) {
+				b[rng.IntN(len(b))] = "z"
+			}
+		}
+		sim := chunker.EditSimilarityWords(a, b, 0)
+		d := int((1-sim)*float64(len(a)+len(b)) + 0.5)
+		for maxD := range 5 {
+			prefix := b[:min(len(b), 2*maxD+1)]
+			ok := chunker.EditPrefixAllows(a, prefix, maxD)
+			if d <= maxD {
+				require.True(t, ok, "%v %v within %d edits (%d)", a, b, maxD, d)
+			}
+			if !ok {
+				ruledOut++
+			}
+		}
+	}
+	require.Greater(t, ruledOut, 1000)
 }

@@ -136,18 +136,19 @@ type ChunkStore interface {
 }
 
 // origin is a stored vector a new chunk may take. Its text is normalised
-// and cut into words only when a new chunk's word count leaves their
-// similarity able to reach the floor: a small edit of a large document
-// compares its changed chunk with every origin, and most are ruled out by
-// their word counts alone.
+// and cut into words only when a new chunk's word count and first words
+// leave their similarity able to reach the floor: a small edit of a large
+// document compares its changed chunk with every origin, and most are ruled
+// out by their word counts or their first words alone.
 type origin struct {
 	hash string
 	raw  string // the text as stored
 	n    int    // its words (chunker.WordCount)
 	// words are its normalised words (chunker.Words), nil until compared;
-	// set its distinct words (wordSet), nil until a chunk chose it.
-	words []string
-	set   map[string]bool
+	// pre its first words (chunker.WordsPrefix), for ruling it out; set
+	// its distinct words (wordSet), nil until a chunk chose it.
+	words, pre []string
+	set        map[string]bool
 	// since is when the oldest stored chunk that reuses this vector ran
 	// into debt (zero: none does): a chunk taking it again inherits the
 	// date, so a chain of edits cannot keep a vector stale past the window.
@@ -159,6 +160,18 @@ func (o *origin) cut() {
 	if o.words == nil {
 		o.words = chunker.Words(o.raw)
 	}
+}
+
+// prefix returns the origin's first k normalised words (all of them if it
+// has fewer), cutting no more of its text than it must.
+func (o *origin) prefix(k int) []string {
+	if o.words != nil {
+		return o.words[:min(k, len(o.words))]
+	}
+	if len(o.pre) < k && len(o.pre) < o.n {
+		o.pre = chunker.WordsPrefix(o.raw, k)
+	}
+	return o.pre[:min(k, len(o.pre))]
 }
 
 // planReuse fills VectorHash for each chunk in missing (indexes into
@@ -214,8 +227,12 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 		best, bestSim := -1, 0.0
 		for j := range origins {
 			o := &origins[j]
-			if cfg.Method == ReuseMethodEdit && !chunker.EditLengthsAllow(len(words), o.n, minSim) {
-				continue // EditSimilarity would be 0, below minSim
+			if cfg.Method == ReuseMethodEdit {
+				// Where EditSimilarity would be 0, below minSim.
+				maxD, ok := chunker.EditBudget(len(words), o.n, minSim)
+				if !ok || !chunker.EditPrefixAllows(words, o.prefix(2*maxD+1), maxD) {
+					continue
+				}
 			}
 			o.cut()
 			if sim := cfg.similarity(words, o.words, minSim); sim >= minSim && sim > bestSim {
