@@ -247,6 +247,16 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 	if !ok {
 		return 0
 	}
+	d, ok := editDistance(wa, wb, maxD)
+	if !ok {
+		return 0
+	}
+	return 1 - float64(d)/float64(n+m)
+}
+
+// editDistance returns the insert/delete distance of wa and wb if it is at
+// most maxD, numbering the words so that they compare as integers.
+func editDistance(wa, wb []string, maxD int) (int, bool) {
 	// A common prefix and suffix are part of a longest common
 	// subsequence: the distance is the middles', and a small edit of a
 	// long text numbers only the words around it.
@@ -268,11 +278,7 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 		}
 		ib[i] = id
 	}
-	d, ok := myers(ia, ib, maxD)
-	if !ok {
-		return 0
-	}
-	return 1 - float64(d)/float64(n+m)
+	return myers(ia, ib, maxD)
 }
 
 // trimCommon returns a and b without their common prefix and suffix.
