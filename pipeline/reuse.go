@@ -162,6 +162,58 @@ func (o *origin) cut() {
 	}
 }
 
+// lacksWords says whether words (a new text's, compared with this origin,
+// which is cut) hold a word (splitWords) the origin lacks: newWords. The
+// words of their common prefix and suffix are the origin's own, so only
+// the rest is looked up; a short rest is looked for in the origin's words
+// directly, a long one in their set (built once).
+func (o *origin) lacksWords(words []string) bool {
+	ow := o.words
+	for len(words) > 0 && len(ow) > 0 && words[0] == ow[0] {
+		words, ow = words[1:], ow[1:]
+	}
+	for len(words) > 0 && len(ow) > 0 && words[len(words)-1] == ow[len(ow)-1] {
+		words, ow = words[:len(words)-1], ow[:len(ow)-1]
+	}
+	if len(words) == 0 {
+		return false
+	}
+	if o.set == nil && len(words) <= lookupWords {
+		fresh := false
+		for _, w := range words {
+			eachWord(w, func(x string) {
+				if !fresh && !o.has(x) {
+					fresh = true
+				}
+			})
+			if fresh {
+				return true
+			}
+		}
+		return false
+	}
+	if o.set == nil {
+		o.set = wordSet(o.words)
+	}
+	return newWords(words, o.set)
+}
+
+// lookupWords is how many words lacksWords looks up by scanning the
+// origin's words rather than by building their set.
+const lookupWords = 4
+
+// has says whether one of the origin's words has x among its splitWords.
+func (o *origin) has(x string) bool {
+	found := false
+	for _, w := range o.words {
+		eachWord(w, func(y string) { found = found || y == x })
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
 // prefix returns the origin's first k normalised words (all of them if it
 // has fewer), cutting no more of its text than it must.
 func (o *origin) prefix(k int) []string {
@@ -244,10 +296,7 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			continue
 		}
 		o := &origins[best]
-		if o.set == nil {
-			o.set = wordSet(o.words)
-		}
-		fresh := newWords(words, o.set)
+		fresh := o.lacksWords(words)
 		if fresh && cfg.NewWords == NewWordsEmbed {
 			p.stats.add("reuse_new_words_embedded", 1)
 			rest = append(rest, i)
