@@ -46,33 +46,73 @@ func ChunkEditSimilarity(old, new []Piece) int {
 		if left[p.Hash] > 0 {
 			left[p.Hash]--
 			kept[p.Hash]++
+			// The old chunk of the same hash has the same words: the
+			// old version's unchanged text is not read again.
+			n += w
 			continue
 		}
 		added.WriteString(p.Text)
 		added.WriteByte(' ')
 	}
 	for _, p := range old {
-		n += countWords(p.Text)
 		if kept[p.Hash] > 0 {
 			kept[p.Hash]--
 			continue
 		}
+		n += countWords(p.Text)
 		removed.WriteString(p.Text)
 		removed.WriteByte(' ')
 	}
 	if n+m == 0 {
 		return 100
 	}
-	wa, wb := Words(removed.String()), Words(added.String())
-	d := len(wa) + len(wb)
+	// The changed texts share all but the edit: only their middles, cut
+	// at whitespace, are cut into words; the common ends are counted.
+	r, a := removed.String(), added.String()
+	pre, suf := commonEnds(r, a)
+	ends := countWords(r[:pre]) + countWords(r[len(r)-suf:])
+	wa, wb := Words(r[pre:len(r)-suf]), Words(a[pre:len(a)-suf])
+	na, nb := ends+len(wa), ends+len(wb)
+	d := na + nb
 	if d > 0 {
 		min := 1 - float64(editCapWords)/float64(d)
-		if sim := editSimilarityWords(wa, wb, min); sim > 0 {
-			// Rounded: sim is 1 − D/d, computed in floating point.
-			d = int(float64(d)*(1-sim) + 0.5)
+		// editSimilarityWords of the whole word lists: the common ends
+		// are part of a longest common subsequence.
+		if maxD, ok := editBudget(na, nb, min); ok {
+			if dist, ok := editDistance(wa, wb, maxD); ok {
+				if sim := 1 - float64(dist)/float64(d); sim > 0 {
+					// Rounded: sim is 1 − D/d, computed in floating point.
+					d = int(float64(d)*(1-sim) + 0.5)
+				}
+			}
 		}
 	}
 	return int(100*(1-float64(d)/float64(n+m)) + 0.5)
+}
+
+// commonEnds returns the byte lengths of a common prefix and a common
+// suffix of a and b that do not overlap in either and are cut at ASCII
+// whitespace: the prefix ends with it and the suffix starts with it (or
+// they are empty). NFC never composes or reorders across whitespace, so
+// the words of a are those of its prefix, its middle and its suffix.
+func commonEnds(a, b string) (pre, suf int) {
+	limit := min(len(a), len(b))
+	p := 0
+	for p < limit && a[p] == b[p] {
+		p++
+	}
+	for p > 0 && (a[p-1] >= utf8.RuneSelf || asciiSpace[a[p-1]] == 0) {
+		p--
+	}
+	limit -= p
+	q := 0
+	for q < limit && a[len(a)-1-q] == b[len(b)-1-q] {
+		q++
+	}
+	for q > 0 && (a[len(a)-q] >= utf8.RuneSelf || asciiSpace[a[len(a)-q]] == 0) {
+		q--
+	}
+	return p, q
 }
 
 // countWords counts the words of s as strings.Fields would (NFC does not
@@ -83,7 +123,7 @@ func countWords(s string) int {
 		c := s[i]
 		var space bool
 		if c < utf8.RuneSelf {
-			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+			space = asciiSpace[c] != 0
 			i++
 		} else {
 			r, size := utf8.DecodeRuneInString(s[i:])
@@ -97,3 +137,6 @@ func countWords(s string) int {
 	}
 	return n
 }
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace accepts.
+var asciiSpace = [utf8.RuneSelf]uint8{'\t': 1, '\n': 1, '\v': 1, '\f': 1, '\r': 1, ' ': 1}

@@ -22,10 +22,14 @@ func Normalize(s string) string {
 	space, copied, words, lastEnd := false, false, 0, 0
 	for i := 0; i < len(s); {
 		r, size := rune(s[i]), 1
-		if r >= utf8.RuneSelf {
+		var isSpace bool
+		if r < utf8.RuneSelf {
+			isSpace = asciiSpace[r] != 0
+		} else {
 			r, size = utf8.DecodeRuneInString(s[i:])
+			isSpace = unicode.IsSpace(r)
 		}
-		if unicode.IsSpace(r) {
+		if isSpace {
 			if !copied && (r != ' ' || space || words == 0) {
 				b.Grow(len(s))
 				b.WriteString(s[:lastEnd]) // up to the last word's end
@@ -42,10 +46,14 @@ func Normalize(s string) string {
 		// The start of a word.
 		j := i + size
 		for j < len(s) {
-			r, size := rune(s[j]), 1
-			if r >= utf8.RuneSelf {
-				r, size = utf8.DecodeRuneInString(s[j:])
+			if c := s[j]; c < utf8.RuneSelf {
+				if asciiSpace[c] != 0 {
+					break
+				}
+				j++
+				continue
 			}
+			r, size := utf8.DecodeRuneInString(s[j:])
 			if unicode.IsSpace(r) {
 				break
 			}

@@ -3,8 +3,11 @@ package chunker
 import (
 	"errors"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/glaslos/ssdeep"
+	"golang.org/x/text/unicode/norm"
 )
 
 // FuzzyMinBytes is the smallest input ssdeep hashes: github.com/glaslos/ssdeep
@@ -71,15 +74,28 @@ func DocSimilarityTo(a, b, hb string, errB error) (score int, method string) {
 }
 
 // Words returns the normalised words of s, the unit every similarity here
-// counts in.
-func Words(s string) []string { return strings.Fields(Normalize(s)) }
+// counts in. Normalize is NFC with whitespace runs collapsed, and the
+// collapsing changes no word, so the words are those of the NFC text.
+func Words(s string) []string { return strings.Fields(norm.NFC.String(s)) }
+
+// WordCount is len(Words(s)) without normalising or allocating: NFC
+// neither adds, removes nor moves whitespace, so the count of the raw text
+// is the count of the normalised one.
+func WordCount(s string) int { return countWords(s) }
 
 // ShingleSimilarity is the Jaccard similarity (0..1) of the sets of 3-word
 // shingles of the two normalised texts; texts under three words compare as
 // their single shingle. Two empty texts are identical (1). One changed word
 // in a 350-word text changes up to 3 shingles, about 0.983.
 func ShingleSimilarity(a, b string) float64 {
-	sa, sb := shingles(Words(a)), shingles(Words(b))
+	return ShingleSimilarityWords(Words(a), Words(b))
+}
+
+// ShingleSimilarityWords is ShingleSimilarity of two texts already cut
+// into their words (Words), so that a text compared with many others is
+// normalised and cut once.
+func ShingleSimilarityWords(wa, wb []string) float64 {
+	sa, sb := shingles(wa), shingles(wb)
 	if len(sa) == 0 && len(sb) == 0 {
 		return 1
 	}
@@ -122,11 +138,94 @@ func EditSimilarity(a, b string, min float64) float64 {
 	return editSimilarityWords(Words(a), Words(b), min)
 }
 
-func editSimilarityWords(wa, wb []string, min float64) float64 {
+// EditSimilarityWords is EditSimilarity of two texts already cut into
+// their words (Words), so that a text compared with many others is
+// normalised and cut once. Words are compared as strings, without the
+// table of word ids EditSimilarity builds: a pair that is far apart costs
+// O(D²) comparisons for the D edits min allows, not a pass over its words.
+func EditSimilarityWords(wa, wb []string, min float64) float64 {
 	n, m := len(wa), len(wb)
 	if n+m == 0 {
 		return 1
 	}
+	maxD, ok := editBudget(n, m, min)
+	if !ok {
+		return 0
+	}
+	d, ok := myers(wa, wb, maxD)
+	if !ok {
+		return 0
+	}
+	return 1 - float64(d)/float64(n+m)
+}
+
+// EditBudget returns the most word edits two texts of n and m words may be
+// apart and still have an EditSimilarity of at least min, and false when
+// their length difference alone costs more: EditSimilarity's early 0, so a
+// caller that knows the word counts (WordCount) can skip the pair without
+// cutting either text.
+func EditBudget(n, m int, min float64) (int, bool) {
+	if n+m == 0 {
+		return 0, true
+	}
+	return editBudget(n, m, min)
+}
+
+// EditPrefixAllows reports whether a text of words a can be within maxD word
+// edits of a text that starts with the words prefix, which must hold that
+// text's first 2·maxD+1 words (or all of them). When it cannot, the pair's
+// EditSimilarity at the min that gave maxD (EditBudget) is 0, so a caller
+// comparing one text with many rules most of the far ones out by their
+// first words (WordsPrefix). Within maxD edits at most maxD of a's words
+// are deleted, so if a has more than maxD words one of a[0..maxD] is kept,
+// matched to a word b[j] of the other text; the words before the two
+// differ in number by |i−j|, each an edit, so j ≤ i+maxD ≤ 2·maxD.
+func EditPrefixAllows(a, prefix []string, maxD int) bool {
+	if len(a) <= maxD {
+		return true
+	}
+	for i := 0; i <= maxD; i++ {
+		for j := max(0, i-maxD); j <= i+maxD && j < len(prefix); j++ {
+			if a[i] == prefix[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WordsPrefix returns the first k of Words(s), all of them when s has fewer,
+// normalising and cutting only the part of s they take. The cut falls on
+// whitespace, which NFC never composes or reorders across, so the words are
+// those Words(s) begins with.
+func WordsPrefix(s string, k int) []string {
+	n, in := 0, false
+	for i := 0; i < len(s); {
+		c := s[i]
+		size, space := 1, false
+		if c < utf8.RuneSelf {
+			space = asciiSpace[c] != 0
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+		}
+		if !space && !in {
+			if n == k {
+				return Words(s[:i])
+			}
+			n++
+		}
+		in = !space
+		i += size
+	}
+	return Words(s)
+}
+
+// editBudget returns the most edits a pair of n and m words (n+m > 0) may
+// have to score at least min, and false if their length difference alone
+// is more.
+func editBudget(n, m int, min float64) (int, bool) {
 	if min < 0 {
 		min = 0
 	}
@@ -134,10 +233,36 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 	maxD := int((1-min)*float64(n+m) + 1e-9)
 	// The length difference alone costs |n−m| edits.
 	if d := n - m; d > maxD || -d > maxD {
+		return 0, false
+	}
+	return maxD, true
+}
+
+func editSimilarityWords(wa, wb []string, min float64) float64 {
+	n, m := len(wa), len(wb)
+	if n+m == 0 {
+		return 1
+	}
+	maxD, ok := editBudget(n, m, min)
+	if !ok {
 		return 0
 	}
-	ids := make(map[string]int32, n)
-	ia, ib := make([]int32, n), make([]int32, m)
+	d, ok := editDistance(wa, wb, maxD)
+	if !ok {
+		return 0
+	}
+	return 1 - float64(d)/float64(n+m)
+}
+
+// editDistance returns the insert/delete distance of wa and wb if it is at
+// most maxD, numbering the words so that they compare as integers.
+func editDistance(wa, wb []string, maxD int) (int, bool) {
+	// A common prefix and suffix are part of a longest common
+	// subsequence: the distance is the middles', and a small edit of a
+	// long text numbers only the words around it.
+	wa, wb = trimCommon(wa, wb)
+	ids := make(map[string]int32, len(wa))
+	ia, ib := make([]int32, len(wa)), make([]int32, len(wb))
 	for i, w := range wa {
 		id, ok := ids[w]
 		if !ok {
@@ -153,16 +278,26 @@ func editSimilarityWords(wa, wb []string, min float64) float64 {
 		}
 		ib[i] = id
 	}
-	d, ok := myers(ia, ib, maxD)
-	if !ok {
-		return 0
+	return myers(ia, ib, maxD)
+}
+
+// trimCommon returns a and b without their common prefix and suffix.
+func trimCommon(a, b []string) ([]string, []string) {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
 	}
-	return 1 - float64(d)/float64(n+m)
+	a, b = a[i:], b[i:]
+	j := 0
+	for j < len(a) && j < len(b) && a[len(a)-1-j] == b[len(b)-1-j] {
+		j++
+	}
+	return a[:len(a)-j], b[:len(b)-j]
 }
 
 // myers returns the insert/delete edit distance of a and b if it is at most
 // maxD (E. Myers, "An O(ND) Difference Algorithm and Its Variations", 1986).
-func myers(a, b []int32, maxD int) (int, bool) {
+func myers[T comparable](a, b []T, maxD int) (int, bool) {
 	n, m := len(a), len(b)
 	if maxD > n+m {
 		maxD = n + m

@@ -2,10 +2,12 @@ package chunker_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/ragsync/ragsync/chunker"
 )
@@ -142,4 +144,113 @@ func BenchmarkEditSimilarity(b *testing.B) {
 	for b.Loop() {
 		chunker.EditSimilarity(x, y, 0.97)
 	}
+}
+
+// TestWordsParity: the word-list functions the reuse planner calls once per
+// text agree with the string functions that normalise every time: Words
+// with the words of Normalize, WordCount with len(Words), EditLengthsAllow
+// with EditSimilarity's early 0, EditSimilarityWords with EditSimilarity
+// and ShingleSimilarityWords with ShingleSimilarity.
+func TestWordsParity(t *testing.T) {
+	texts := []string{"", " ", "\n\t", "a", " a b ", "a  b\n\nc", "e\u0301 x", "é x", "\u0301a b", "x \u2003 y\u2000z",
+		"a\u00a0b\u3000c", "\u2028one\u2029two\u0085three", "caf\u0065\u0301 au lait", "bad \xff utf8 \xc3", "Ω\u212b \u00c5 A\u030a"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := []string{"a", "b", "c", "é", "e\u0301", "Å", "A\u030a", " ", "  ", "\n", "\u00a0", "\u2003", "\u0301", "x", "\t", "\r", "\v", "\f", "\u0085", "\u2028", "word", "Word"}
+	for range 300 {
+		var b strings.Builder
+		for range rng.IntN(40) {
+			b.WriteString(vocab[rng.IntN(len(vocab))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, s := range texts {
+		require.Equal(t, strings.Join(strings.Fields(norm.NFC.String(s)), " "), chunker.Normalize(s), "%q", s)
+		want := strings.Fields(chunker.Normalize(s))
+		require.Equal(t, want, chunker.Words(s), "%q", s)
+		require.Equal(t, len(want), chunker.WordCount(s), "%q", s)
+		for _, k := range []int{0, 1, 2, 5, 1000} {
+			got := chunker.WordsPrefix(s, k)
+			require.Equal(t, want[:min(k, len(want))], got, "%q, %d words", s, k)
+		}
+	}
+	for i, a := range texts {
+		b := texts[(i*7+3)%len(texts)]
+		if i%3 == 0 && len(a) > 2 { // a near neighbour
+			b = a[:len(a)/2] + " x " + a[len(a)/2:]
+		}
+		wa, wb := chunker.Words(a), chunker.Words(b)
+		for _, min := range []float64{0, 0.5, 0.9, 0.99} {
+			want := chunker.EditSimilarity(a, b, min)
+			require.Equal(t, want, chunker.EditSimilarityWords(wa, wb, min), "%q %q %v", a, b, min)
+			maxD, ok := chunker.EditBudget(chunker.WordCount(a), chunker.WordCount(b), min)
+			if !ok {
+				require.Zero(t, want, "%q %q %v", a, b, min)
+			} else if !chunker.EditPrefixAllows(wa, chunker.WordsPrefix(b, 2*maxD+1), maxD) {
+				require.Zero(t, want, "%q %q %v", a, b, min)
+			}
+		}
+		require.Equal(t, chunker.ShingleSimilarity(a, b), chunker.ShingleSimilarityWords(wa, wb), "%q %q", a, b)
+	}
+	// Long texts a few edits apart, and far apart.
+	base := words(400, "w")
+	for _, n := range []int{0, 1, 3, 10, 50, 400} {
+		ed := append([]string(nil), base...)
+		for k := range n {
+			ed[(k*37)%len(ed)] = fmt.Sprintf("x%d", k)
+		}
+		a, b := strings.Join(base, " "), strings.Join(ed, " ")
+		for _, min := range []float64{0, 0.9, 0.99} {
+			want := chunker.EditSimilarity(a, b, min)
+			require.Equal(t, want, chunker.EditSimilarityWords(base, ed, min), "%d edits, min %v", n, min)
+			maxD, ok := chunker.EditBudget(len(base), len(ed), min)
+			require.True(t, ok)
+			if want > 0 {
+				require.True(t, chunker.EditPrefixAllows(ed, chunker.WordsPrefix(a, 2*maxD+1), maxD), "%d edits, min %v", n, min)
+			}
+		}
+	}
+}
+
+func BenchmarkEditSimilarityWordsFar(b *testing.B) {
+	x, y := words(350, "w"), words(350, "v")
+	for b.Loop() {
+		chunker.EditSimilarityWords(x, y, 0.99)
+	}
+}
+
+// TestEditPrefixAllowsIsSound: on short random word sequences over a small
+// vocabulary, every pair within maxD edits passes the prefix test, and the
+// test rules out some pairs, so it is not vacuous.
+func TestEditPrefixAllowsIsSound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	seq := func() []string {
+		out := make([]string, rng.IntN(12))
+		for i := range out {
+			out[i] = string(rune('a' + rng.IntN(5)))
+		}
+		return out
+	}
+	ruledOut := 0
+	for range 20000 {
+		a, b := seq(), seq()
+		if rng.IntN(2) == 0 && len(a) > 0 { // b a few edits from a
+			b = append([]string(nil), a...)
+			for range rng.IntN(3) {
+				b[rng.IntN(len(b))] = "z"
+			}
+		}
+		sim := chunker.EditSimilarityWords(a, b, 0)
+		d := int((1-sim)*float64(len(a)+len(b)) + 0.5)
+		for maxD := range 5 {
+			prefix := b[:min(len(b), 2*maxD+1)]
+			ok := chunker.EditPrefixAllows(a, prefix, maxD)
+			if d <= maxD {
+				require.True(t, ok, "%v %v within %d edits (%d)", a, b, maxD, d)
+			}
+			if !ok {
+				ruledOut++
+			}
+		}
+	}
+	require.Greater(t, ruledOut, 1000)
 }

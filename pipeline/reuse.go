@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/monitor"
@@ -118,12 +119,13 @@ func (c ReuseConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// similarity scores two normalised word lists by the configured method.
-func (c ReuseConfig) similarity(a, b string, min float64) float64 {
+// similarity scores two texts, cut into their normalised words
+// (chunker.Words), by the configured method.
+func (c ReuseConfig) similarity(a, b []string, min float64) float64 {
 	if c.Method == ReuseMethodShingle {
-		return chunker.ShingleSimilarity(a, b)
+		return chunker.ShingleSimilarityWords(a, b)
 	}
-	return chunker.EditSimilarity(a, b, min)
+	return chunker.EditSimilarityWords(a, b, min)
 }
 
 // ChunkStore is what near-duplicate reuse and edit measurement need from the
@@ -133,15 +135,95 @@ type ChunkStore interface {
 	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 }
 
-// origin is a stored vector a new chunk may take.
+// origin is a stored vector a new chunk may take. Its text is normalised
+// and cut into words only when a new chunk's word count and first words
+// leave their similarity able to reach the floor: a small edit of a large
+// document compares its changed chunk with every origin, and most are ruled
+// out by their word counts or their first words alone.
 type origin struct {
-	hash  string
-	text  string // normalised
-	words map[string]bool
+	hash string
+	raw  string // the text as stored
+	n    int    // its words (chunker.WordCount)
+	// words are its normalised words (chunker.Words), nil until compared;
+	// pre its first words (chunker.WordsPrefix), for ruling it out; set
+	// its distinct words (wordSet), nil until a chunk chose it.
+	words, pre []string
+	set        map[string]bool
 	// since is when the oldest stored chunk that reuses this vector ran
 	// into debt (zero: none does): a chunk taking it again inherits the
 	// date, so a chain of edits cannot keep a vector stale past the window.
 	since time.Time
+}
+
+// cut cuts the origin's text into its normalised words, once.
+func (o *origin) cut() {
+	if o.words == nil {
+		o.words = chunker.Words(o.raw)
+	}
+}
+
+// lacksWords says whether words (a new text's, compared with this origin,
+// which is cut) hold a word (splitWords) the origin lacks: newWords. The
+// words of their common prefix and suffix are the origin's own, so only
+// the rest is looked up; a short rest is looked for in the origin's words
+// directly, a long one in their set (built once).
+func (o *origin) lacksWords(words []string) bool {
+	ow := o.words
+	for len(words) > 0 && len(ow) > 0 && words[0] == ow[0] {
+		words, ow = words[1:], ow[1:]
+	}
+	for len(words) > 0 && len(ow) > 0 && words[len(words)-1] == ow[len(ow)-1] {
+		words, ow = words[:len(words)-1], ow[:len(ow)-1]
+	}
+	if len(words) == 0 {
+		return false
+	}
+	if o.set == nil && len(words) <= lookupWords {
+		fresh := false
+		for _, w := range words {
+			eachWord(w, func(x string) {
+				if !fresh && !o.has(x) {
+					fresh = true
+				}
+			})
+			if fresh {
+				return true
+			}
+		}
+		return false
+	}
+	if o.set == nil {
+		o.set = wordSet(o.words)
+	}
+	return newWords(words, o.set)
+}
+
+// lookupWords is how many words lacksWords looks up by scanning the
+// origin's words rather than by building their set.
+const lookupWords = 4
+
+// has says whether one of the origin's words has x among its splitWords.
+func (o *origin) has(x string) bool {
+	found := false
+	for _, w := range o.words {
+		eachWord(w, func(y string) { found = found || y == x })
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// prefix returns the origin's first k normalised words (all of them if it
+// has fewer), cutting no more of its text than it must.
+func (o *origin) prefix(k int) []string {
+	if o.words != nil {
+		return o.words[:min(k, len(o.words))]
+	}
+	if len(o.pre) < k && len(o.pre) < o.n {
+		o.pre = chunker.WordsPrefix(o.raw, k)
+	}
+	return o.pre[:min(k, len(o.pre))]
 }
 
 // planReuse fills VectorHash for each chunk in missing (indexes into
@@ -168,11 +250,16 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 		if !ok {
 			i = len(origins)
 			at[s.VectorHash] = i
-			origins = append(origins, origin{hash: s.VectorHash, text: chunker.Normalize(s.OriginText)})
+			origins = append(origins, origin{hash: s.VectorHash, raw: s.OriginText, n: chunker.WordCount(s.OriginText)})
 		}
 		if o := &origins[i]; !s.DebtSince.IsZero() && (o.since.IsZero() || s.DebtSince.Before(o.since)) {
 			o.since = s.DebtSince
 		}
+	}
+	if len(byHash) == 0 && len(origins) == 0 {
+		// A new document, or one whose vectors left the cache: nothing
+		// to take, and nothing to normalise.
+		return missing
 	}
 	now := cfg.Now(doc.SourceTS)
 	var rest []int
@@ -188,10 +275,19 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			}
 			continue
 		}
-		text := chunker.Normalize(c.Text)
+		words := chunker.Words(c.Text)
 		best, bestSim := -1, 0.0
-		for j, o := range origins {
-			if sim := cfg.similarity(text, o.text, minSim); sim >= minSim && sim > bestSim {
+		for j := range origins {
+			o := &origins[j]
+			if cfg.Method == ReuseMethodEdit {
+				// Where EditSimilarity would be 0, below minSim.
+				maxD, ok := chunker.EditBudget(len(words), o.n, minSim)
+				if !ok || !chunker.EditPrefixAllows(words, o.prefix(2*maxD+1), maxD) {
+					continue
+				}
+			}
+			o.cut()
+			if sim := cfg.similarity(words, o.words, minSim); sim >= minSim && sim > bestSim {
 				best, bestSim = j, sim
 			}
 		}
@@ -200,10 +296,7 @@ func (p *Pipeline) planReuse(cfg ReuseConfig, stored []sink.StoredChunk, doc *si
 			continue
 		}
 		o := &origins[best]
-		if o.words == nil {
-			o.words = wordSet(o.text)
-		}
-		fresh := newWords(text, o.words)
+		fresh := o.lacksWords(words)
 		if fresh && cfg.NewWords == NewWordsEmbed {
 			p.stats.add("reuse_new_words_embedded", 1)
 			rest = append(rest, i)
@@ -227,22 +320,62 @@ func splitWords(text string) []string {
 	})
 }
 
-// wordSet returns the distinct words of a text.
-func wordSet(text string) map[string]bool {
-	ws := splitWords(text)
-	out := make(map[string]bool, len(ws))
-	for _, w := range ws {
-		out[w] = true
+// eachWord calls f with each of splitWords(w)'s words, without allocating
+// for an ASCII word already in lower case (the common case).
+func eachWord(w string, f func(string)) {
+	for i := 0; i < len(w); i++ {
+		if w[i] >= utf8.RuneSelf {
+			for _, x := range splitWords(w) {
+				f(x)
+			}
+			return
+		}
+	}
+	// ASCII: the letters are A-Z and a-z, the digits 0-9.
+	start, upper := -1, false
+	for i := 0; i <= len(w); i++ {
+		if i < len(w) {
+			c := w[i]
+			lowerOrDigit := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+			if isUpper := 'A' <= c && c <= 'Z'; lowerOrDigit || isUpper {
+				if start < 0 {
+					start, upper = i, false
+				}
+				upper = upper || isUpper
+				continue
+			}
+		}
+		if start >= 0 {
+			run := w[start:i]
+			if upper {
+				run = strings.ToLower(run)
+			}
+			f(run)
+			start = -1
+		}
+	}
+}
+
+// wordSet returns the distinct words (splitWords) of a text cut into its
+// normalised words (chunker.Words). Whitespace separates splitWords' words
+// too, and lower-casing maps rune by rune, so cutting each word is cutting
+// the text.
+func wordSet(words []string) map[string]bool {
+	out := make(map[string]bool, len(words))
+	for _, w := range words {
+		eachWord(w, func(x string) { out[x] = true })
 	}
 	return out
 }
 
-// newWords says whether text has a word (case and punctuation aside) that
-// origin lacks: a new sentence, name or number, which the origin's vector
-// cannot match.
-func newWords(text string, origin map[string]bool) bool {
-	for _, w := range splitWords(text) {
-		if !origin[w] {
+// newWords says whether a text, cut into its normalised words, has a word
+// (case and punctuation aside) that origin lacks: a new sentence, name or
+// number, which the origin's vector cannot match.
+func newWords(words []string, origin map[string]bool) bool {
+	fresh := false
+	for _, w := range words {
+		eachWord(w, func(x string) { fresh = fresh || !origin[x] })
+		if fresh {
 			return true
 		}
 	}

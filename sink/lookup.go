@@ -2,14 +2,20 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Lookup is what the pipeline reads of a document before embedding it.
 type Lookup struct {
-	// Doc is the stored document; Found is false if the index never saw it.
+	// Doc is the stored document's identity and fence: ID, Table, Key,
+	// Version, SourceTS, Deleted and DeletedAt. Its metadata, tenant, row
+	// and chunk hashes are not read (Document reads them): deciding what
+	// to embed needs none of them, and the row is as large as the
+	// document. Found is false if the index never saw it.
 	Doc   StoredDocument
 	Found bool
 	// Chunks are its stored chunks with their vectors' origins, as
@@ -20,15 +26,16 @@ type Lookup struct {
 	Cached map[string]bool
 }
 
-// Lookup reads document id, its stored chunks and which of hashes have a
-// cached vector in one round trip, where Document, StoredChunks and Cached
-// cost one each. It marks the cached entries used, as Cached does. The three reads are separate statements, each with its own
-// snapshot, as the separate calls were: the sink fences again under the
-// row lock, so what they return only decides what to embed.
+// Lookup reads document id's fence (see Lookup.Doc), its stored chunks and
+// which of hashes have a cached vector in one round trip, where Document,
+// StoredChunks and Cached cost one each. It marks the cached entries used,
+// as Cached does. The three reads are separate statements, each with its
+// own snapshot, as the separate calls were: the sink fences again under
+// the row lock, so what they return only decides what to embed.
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
 	l := Lookup{Cached: make(map[string]bool, len(hashes))}
 	b := &pgx.Batch{}
-	b.Queue(s.documentSQL(), s.cfg.Index, id)
+	b.Queue(s.fenceSQL(), s.cfg.Index, id)
 	b.Queue(s.storedChunksSQL(), s.cfg.Index, id, s.cfg.Model, s.cfg.Dimensions)
 	if len(hashes) > 0 {
 		b.Queue(s.cachedSQL(), s.cachedArgs(hashes)...)
@@ -39,7 +46,7 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 		return Lookup{}, fmt.Errorf("look up %s: %s: %w", id, what, classify(err, s.cfg.Schema))
 	}
 	var err error
-	if l.Doc, l.Found, err = scanDocument(br.QueryRow(), id); err != nil {
+	if l.Doc, l.Found, err = scanFence(br.QueryRow(), id); err != nil {
 		return fail("read document", err)
 	}
 	rows, err := br.Query()
@@ -66,4 +73,37 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 		return fail("read", err)
 	}
 	return l, nil
+}
+
+// fenceSQL reads what Lookup keeps of a document (see Lookup.Doc).
+func (s *Store) fenceSQL() string {
+	return "SELECT source_table, doc_key, version, source_ts, deleted_at FROM " + s.tDocs +
+		" WHERE index_name = $1 AND id = $2"
+}
+
+// scanFence reads the row of fenceSQL for document id; ok is false when
+// there is none.
+func scanFence(row pgx.Row, id string) (StoredDocument, bool, error) {
+	d := StoredDocument{ID: id}
+	var (
+		version             string
+		sourceTS, deletedAt *time.Time
+	)
+	err := row.Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StoredDocument{}, false, nil
+	}
+	if err != nil {
+		return StoredDocument{}, false, err
+	}
+	if d.Version, err = storedVersion(version, sourceTS); err != nil {
+		return StoredDocument{}, false, err
+	}
+	if sourceTS != nil {
+		d.SourceTS = *sourceTS
+	}
+	if deletedAt != nil {
+		d.Deleted, d.DeletedAt = true, *deletedAt
+	}
+	return d, true, nil
 }

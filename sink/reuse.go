@@ -22,7 +22,10 @@ type StoredChunk struct {
 	OriginCached bool
 	// OriginText is the text the vector was computed from, as sent to the
 	// embedding API; empty if the cache entry is gone or predates
-	// migration 00002 (such an origin is never compared).
+	// migration 00002 (such an origin is never compared). For a chunk
+	// whose vector is its own (VectorHash is Hash) it is the chunk's Text:
+	// equal content hashes are equal normalised texts, so the cache's
+	// copy, which may differ only in layout, is not read again.
 	OriginText string
 	// DebtSince, DebtDistance and DebtNewWords are the row's reuse debt
 	// (see Chunk); DebtSince is zero when the vector is the chunk's own.
@@ -53,8 +56,12 @@ func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, err
 }
 
 func (s *Store) storedChunksSQL() string {
+	// The origin text is NULL for a chunk whose vector is its own and
+	// whose cache entry has a text: scanStoredChunk takes the chunk's.
 	return "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash)," +
-		" e.text IS NOT NULL, coalesce(e.text, ''), c.debt_since, coalesce(c.debt_distance, 0), c.debt_new_words" +
+		" e.text IS NOT NULL," +
+		" CASE WHEN coalesce(c.vector_hash, c.content_hash) = c.content_hash AND octet_length(e.text) > 0 THEN NULL ELSE coalesce(e.text, '') END," +
+		" c.debt_since, coalesce(c.debt_distance, 0), c.debt_new_words" +
 		" FROM " + s.tChunks + " c LEFT JOIN LATERAL (SELECT coalesce(x.text, '') AS text FROM " + s.tCache + " x" +
 		" WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = coalesce(c.vector_hash, c.content_hash) LIMIT 1) e ON true" +
 		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position"
@@ -64,7 +71,12 @@ func scanStoredChunk(r pgx.CollectableRow) (StoredChunk, error) {
 	var c StoredChunk
 	var since *time.Time
 	var dist float32
-	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &c.OriginText, &since, &dist, &c.DebtNewWords)
+	var origin *string
+	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &origin, &since, &dist, &c.DebtNewWords)
+	c.OriginText = c.Text
+	if origin != nil {
+		c.OriginText = *origin
+	}
 	if since != nil {
 		c.DebtSince = *since
 	}

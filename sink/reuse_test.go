@@ -149,3 +149,33 @@ ragsync_sink_edit_similarity_count{method="shingle"} 1
 	require.Equal(t, "3:abc:def", *fuzzy)
 	require.Nil(t, sim, "an unmeasured update clears the last magnitude")
 }
+
+// TestStoredChunksOwnVectorOriginIsChunkText: a chunk whose vector is its
+// own has its own text as origin text (the same normalised text as the
+// cache's copy), so the cache's copy is not read; one whose cache entry
+// has no text still has none, and a reused vector's origin is the cache's
+// text.
+func TestStoredChunksOwnVectorOriginIsChunkText(t *testing.T) {
+	s, b := setup(t)
+	ctx := t.Context()
+	_, err := s.Upsert(ctx, doc("1", 1, chunks("a", "b", "c")))
+	require.NoError(t, err)
+	cs := chunks("a2", "b", "c")
+	cs[0].Vector, cs[0].VectorHash = nil, "a"
+	_, err = s.Upsert(ctx, doc("1", 2, cs))
+	require.NoError(t, err)
+	// The cache's copies differ from the chunks' texts (as a reflowed
+	// text would), and c's has no text.
+	_, err = b.pool.Exec(ctx, fmt.Sprintf("UPDATE %s.embedding_cache SET text = CASE content_hash WHEN 'c' THEN NULL ELSE 'cached ' || content_hash END", b.schema))
+	require.NoError(t, err)
+	got, err := s.StoredChunks(ctx, "public.articles/1")
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.Equal(t, "cached a", got[0].OriginText, "a reused vector's origin is the cache's text")
+	require.Equal(t, "text of b", got[1].OriginText, "an own vector's origin is the chunk's text")
+	require.True(t, got[2].OriginCached)
+	require.Empty(t, got[2].OriginText, "a cache entry without text is never compared")
+	l, err := s.Lookup(ctx, "public.articles/1", nil)
+	require.NoError(t, err)
+	require.Equal(t, got, l.Chunks)
+}

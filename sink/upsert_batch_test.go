@@ -105,9 +105,10 @@ func TestUpsertNewDocumentMissingVector(t *testing.T) {
 	require.Equal(t, sink.Outcome{Applied: true, Inserted: 1}, out)
 }
 
-// TestLookupMatchesSeparateReads: Lookup returns what Document,
-// StoredChunks and Cached return, for a stored, a deleted and an unknown
-// document.
+// TestLookupMatchesSeparateReads: Lookup returns what Document (but only
+// its identity and fence: not the row, as large as the document, nor its
+// metadata or hashes), StoredChunks and Cached return, for a stored, a
+// deleted and an unknown document.
 func TestLookupMatchesSeparateReads(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
@@ -129,6 +130,11 @@ func TestLookupMatchesSeparateReads(t *testing.T) {
 		cached, err := s.Cached(ctx, hashes)
 		require.NoError(t, err)
 		require.Equal(t, found, l.Found, id)
+		// The fence and identity, not the row, metadata or hashes.
+		require.Nil(t, l.Doc.Row, id)
+		require.Nil(t, l.Doc.Metadata, id)
+		require.Nil(t, l.Doc.Hashes, id)
+		d.Metadata, d.Tenant, d.Row, d.Hashes = nil, "", nil, nil
 		require.Empty(t, cmp.Diff(d, l.Doc), id)
 		require.Empty(t, cmp.Diff(cs, l.Chunks), id)
 		require.Equal(t, cached, l.Cached, id)

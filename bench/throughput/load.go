@@ -75,9 +75,9 @@ func (r result) editLine() string {
 		return "no edit run"
 	}
 	e := r.edit
-	return fmt.Sprintf("edit of %d docs in %s: CPU %.3f ms/doc (%.2f of the load's CPU), PG CPU %.3f ms/doc (all processes %.3f), %d chunk rows written, %d texts embedded",
+	return fmt.Sprintf("edit of %d docs in %s: CPU %.3f ms/doc (%.2f of the load's CPU), PG CPU %.3f ms/doc (all processes %.3f), %d chunk rows written, %d texts embedded in %d requests",
 		e.docs, e.wall.Round(time.Millisecond), e.perDocMs(e.cpu), float64(e.cpu)/float64(r.cpu),
-		e.perDocMs(e.pg.backends), e.perDocMs(e.pg.all), e.written, e.inputs)
+		e.perDocMs(e.pg.backends), e.perDocMs(e.pg.all), e.written, e.inputs, e.reqs)
 }
 
 func (r result) row() string {
@@ -93,6 +93,7 @@ type editResult struct {
 	docs    int64 // documents updated
 	written int64 // chunk rows the edit inserted (new content)
 	inputs  int64 // texts sent to the embedding server
+	reqs    int64 // requests they went in
 	wall    time.Duration
 	cpu     time.Duration // serve's
 	pg      pgUsage
@@ -268,7 +269,7 @@ http:
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM ragsync.chunks").Scan(&lastID); err != nil {
 		return res, err
 	}
-	inputs0 := srv.Inputs.Load()
+	inputs0, reqs0 := srv.Inputs.Load(), srv.Requests.Load()
 	stop = make(chan struct{})
 	pgCPU = db.backendCPU(ctx, stop)
 	args = []string{"serve", "--once", "--config", editCfg}
@@ -289,7 +290,7 @@ http:
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		e.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	e.inputs = srv.Inputs.Load() - inputs0
+	e.inputs, e.reqs = srv.Inputs.Load()-inputs0, srv.Requests.Load()-reqs0
 	// Documents that took their update: an update records its edit's
 	// magnitude, a create does not.
 	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE edit_method IS NOT NULL), (SELECT count(*) FROM ragsync.chunks WHERE id > $1) FROM ragsync.documents",
