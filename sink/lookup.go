@@ -96,8 +96,19 @@ func scanFence(row pgx.Row, id string) (StoredDocument, bool, error) {
 	if err != nil {
 		return StoredDocument{}, false, err
 	}
-	if d.Version, err = storedVersion(version, sourceTS); err != nil {
+	if err := d.setFence(version, sourceTS, deletedAt); err != nil {
 		return StoredDocument{}, false, err
+	}
+	return d, true, nil
+}
+
+// setFence fills what fences a change against the stored document: its
+// version (its stored text, dated by the source time for rows written in
+// versions were, see storedVersion), source time and deletion.
+func (d *StoredDocument) setFence(version string, sourceTS, deletedAt *time.Time) error {
+	var err error
+	if d.Version, err = storedVersion(version, sourceTS); err != nil {
+		return err
 	}
 	if sourceTS != nil {
 		d.SourceTS = *sourceTS
@@ -105,5 +116,5 @@ func scanFence(row pgx.Row, id string) (StoredDocument, bool, error) {
 	if deletedAt != nil {
 		d.Deleted, d.DeletedAt = true, *deletedAt
 	}
-	return d, true, nil
+	return nil
 }

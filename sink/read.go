@@ -151,14 +151,8 @@ func scanDocument(row pgx.Row, id string) (StoredDocument, bool, error) {
 	if err != nil {
 		return StoredDocument{}, false, err
 	}
-	if d.Version, err = storedVersion(version, sourceTS); err != nil {
+	if err := d.setFence(version, sourceTS, deletedAt); err != nil {
 		return StoredDocument{}, false, err
-	}
-	if sourceTS != nil {
-		d.SourceTS = *sourceTS
-	}
-	if deletedAt != nil {
-		d.Deleted, d.DeletedAt = true, *deletedAt
 	}
 	if tenant != nil {
 		d.Tenant = *tenant
