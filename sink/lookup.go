@@ -103,8 +103,8 @@ func scanFence(row pgx.Row, id string) (StoredDocument, bool, error) {
 }
 
 // setFence fills what fences a change against the stored document: its
-// version (its stored text, dated by the source time for rows written in
-// versions were, see storedVersion), source time and deletion.
+// version (parsed by storedVersion, which dates versions of the old text
+// form by the source time), the source time and the deletion.
 func (d *StoredDocument) setFence(version string, sourceTS, deletedAt *time.Time) error {
 	var err error
 	if d.Version, err = storedVersion(version, sourceTS); err != nil {
