@@ -122,7 +122,7 @@ func TestBadInputDoesNotOpenTheBreaker(t *testing.T) {
 	res, err := b.search(t, Query{Text: "pgvector embeddings", K: 2})
 	require.NoError(t, err)
 	require.Equal(t, StatusOK, res.Status)
-	require.Equal(t, SourceSearch, res.Source)
+	requireSearched(t, res)
 }
 
 // writeDoc stores a document as the pipeline would, through the same calls
@@ -191,7 +191,7 @@ func TestDeletedAndMovedDocumentsLeaveAnswers(t *testing.T) {
 	res, err = b.search(t, q)
 	require.NoError(t, err)
 	require.Equal(t, StatusOK, res.Status)
-	require.Equal(t, SourceSearch, res.Source)
+	requireSearched(t, res)
 	require.Empty(t, res.Hits, "acme has no documents left: %v", docIDs(res.Hits))
 
 	// Degraded answers reuse the stale store (kept from before the

@@ -135,7 +135,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 		res, err := b.client.Search(ctx, Query{Text: fmt.Sprint("recovered ", i), K: 1})
 		require.NoError(t, err)
 		if res.Status == StatusOK {
-			require.Equal(t, SourceSearch, res.Source)
+			requireSearched(t, res)
 			break
 		}
 		require.Equal(t, StatusDegraded, res.Status)

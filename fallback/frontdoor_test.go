@@ -80,7 +80,7 @@ func TestNegativeCache(t *testing.T) {
 	res, err := b.search(t, q)
 	require.NoError(t, err)
 	require.Empty(t, res.Hits)
-	require.Equal(t, SourceSearch, res.Source)
+	requireSearched(t, res)
 
 	res, err = b.search(t, q)
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestUnknownTenantsNeverReachPostgres(t *testing.T) {
 	require.Equal(t, SourceBloom, res.Source)
 	res, err = b.search(t, Query{Text: "redis", K: 1, Tenant: "acme"})
 	require.NoError(t, err)
-	require.Equal(t, SourceSearch, res.Source)
+	requireSearched(t, res)
 	require.EqualValues(t, 1, b.searcher.searches.Load())
 }
 

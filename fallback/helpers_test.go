@@ -331,3 +331,13 @@ func waitCounter(t *testing.T, m *metrics, outcome string, want float64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// requireSearched checks that a reply came from a search of the index, not
+// from the cache or a defence: SourceSearch, or SourceShared when, on a
+// loaded machine, the request was redelivered past the tests' short
+// min_idle and its second delivery joined the search already running for
+// it (still one search).
+func requireSearched(t testing.TB, res Result) {
+	t.Helper()
+	require.Contains(t, []string{SourceSearch, SourceShared}, res.Source)
+}
