@@ -89,7 +89,11 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   if [ ! -x "$SMOKE_DIR/rootfs/bin/bash" ]; then
     say "debootstrap: a minimal Debian bookworm (a few minutes)"
     rm -rf "$SMOKE_DIR/rootfs"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$SMOKE_DIR/rootfs" http://deb.debian.org/debian >"$SMOKE_DIR/debootstrap.log" 2>&1 ||
+    # The Debian mirror this machine's apt already uses (DEBIAN_MIRROR
+    # overrides it), so the smoke test reaches what the machine reaches.
+    mirror=${DEBIAN_MIRROR:-$( (grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'; awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null) | grep -v security | head -n 1)}
+    [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list(.d); set DEBIAN_MIRROR to one"
+    debootstrap --variant=minbase --include=ca-certificates bookworm "$SMOKE_DIR/rootfs" "$mirror" >"$SMOKE_DIR/debootstrap.log" 2>&1 ||
       die "debootstrap failed; see $SMOKE_DIR/debootstrap.log"
   fi
   # The machine's own trust store, so that builds reach the Go module
