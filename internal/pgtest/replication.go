@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Replica is a test's own corner of the source database for logical
@@ -66,7 +68,15 @@ func (r *Replica) drop(t testing.TB) {
 			break // gone, or never created
 		}
 		if !active {
-			if _, err := r.Conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.Slot); err != nil {
+			_, err := r.Conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.Slot)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55006" && ctx.Err() == nil {
+				// A walsender took the slot between the check and the
+				// drop (a closing source's last connection): wait again.
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
 				t.Errorf("pgtest: drop slot %s: %v", r.Slot, err)
 			}
 			break
