@@ -185,12 +185,11 @@ type bundle struct {
 	client   *Client
 }
 
-// testConfig is fast enough for tests: short idle/reclaim times so retries
-// and dead-lettering happen within a test, without any timed assertion.
-// testConfig is the front door the tests run. Its min_idle (2 s) is long
-// enough that a loaded machine does not redeliver a request that is merely
-// slow (which answered "shared" or searched twice where a test did not
-// expect it); tests about reclaim wait for it or set their own.
+// testConfig is the front door the tests run: retries and dead-lettering
+// happen within a test, without any timed assertion. Its min_idle (2 s) is
+// long enough that a loaded machine does not redeliver a request that is
+// merely slow (which answered "shared" or searched twice where a test did
+// not expect it); tests about reclaim wait for it or set their own.
 func testConfig(prefix string) Config {
 	return Config{
 		Prefix: prefix, Index: "articles", Workers: 2,
