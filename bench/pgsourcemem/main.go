@@ -27,8 +27,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/sink"
 )
 
 func main() {
@@ -143,8 +145,14 @@ FROM generate_series(1, %d) g`, src, words, rows)); err != nil {
 	if drained := child.Drained(out.String()); drained < rows {
 		return fmt.Errorf("serve stopped after %d of %d rows: %s", drained, rows, strings.TrimSpace(out.String()))
 	}
-	var indexed int
-	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s.documents WHERE deleted_at IS NULL AND source_table = $1", schema), src+".articles").Scan(&indexed); err != nil {
+	// What serve indexed, read through the index's owner.
+	pool, err := pgxpool.New(ctx, pgURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	indexed, err := sink.NewCatalog(pool, schema).LiveDocuments(ctx, src+".articles")
+	if err != nil {
 		return err
 	}
 	peakMiB := float64(peak.Load()) / 1024
@@ -154,7 +162,7 @@ FROM generate_series(1, %d) g`, src, words, rows)); err != nil {
 	fmt.Println(string(j))
 	fmt.Printf("pgsourcemem: one %.0f MB transaction (%d rows) applied in %s, peak RSS %.1f MiB (bound %d MiB), %d of %d rows indexed\n",
 		float64(textBytes)/1e6, rows, elapsed.Round(time.Second), peakMiB, maxRSS, indexed, rows)
-	if indexed != rows {
+	if indexed != int64(rows) {
 		return fmt.Errorf("%d of %d rows indexed", indexed, rows)
 	}
 	if peakMiB > float64(maxRSS) {

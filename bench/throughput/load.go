@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/internal/openaitest"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // result is one load, and the edit run after it when there is one.
@@ -244,14 +246,18 @@ http:
 		return res, err
 	}
 	res.xacts = x1 - x0
-	conn, err := pgx.Connect(ctx, db.url)
+	pool, err := pgxpool.New(ctx, db.url)
 	if err != nil {
 		return res, err
 	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM ragsync.documents), (SELECT count(*) FROM ragsync.chunks)").Scan(&res.docs, &res.chunks); err != nil {
+	defer pool.Close()
+	// What the child wrote, read through the index's owner.
+	cat := sink.NewCatalog(pool, "ragsync")
+	w, err := cat.Writes(ctx, 0)
+	if err != nil {
 		return res, err
 	}
+	res.docs, res.chunks = w.Documents, w.Chunks
 	if res.docs == 0 || res.chunks == 0 {
 		return res, fmt.Errorf("nothing loaded: %s", out.String())
 	}
@@ -265,10 +271,7 @@ http:
 	if err := os.WriteFile(editCfg, []byte(yamlFor(edits)), 0o644); err != nil {
 		return res, err
 	}
-	var lastID int64
-	if err := conn.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM ragsync.chunks").Scan(&lastID); err != nil {
-		return res, err
-	}
+	lastID := w.LastChunk
 	inputs0, reqs0 := srv.Inputs.Load(), srv.Requests.Load()
 	stop = make(chan struct{})
 	pgCPU = db.backendCPU(ctx, stop)
@@ -293,10 +296,10 @@ http:
 	e.inputs, e.reqs = srv.Inputs.Load()-inputs0, srv.Requests.Load()-reqs0
 	// Documents that took their update: an update records its edit's
 	// magnitude, a create does not.
-	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE edit_method IS NOT NULL), (SELECT count(*) FROM ragsync.chunks WHERE id > $1) FROM ragsync.documents",
-		lastID).Scan(&e.docs, &e.written); err != nil {
+	if w, err = cat.Writes(ctx, lastID); err != nil {
 		return res, err
 	}
+	e.docs, e.written = w.Updated, w.ChunksAfter
 	if e.docs == 0 {
 		return res, fmt.Errorf("no document took its edit: %s", out.String())
 	}
