@@ -7,34 +7,20 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/sink"
 )
 
 // store is the monitor's view of the index: sink.MonitorState reads and
-// writes the index's tables for it. The pool and the table names remain
-// for repair, which writes chunks itself.
+// writes the index's tables for it; index names the index in messages.
 type store struct {
-	ms         *sink.MonitorState
-	pool       *pgxpool.Pool
-	index      string
-	model      string
-	dims       int
-	tChunks    string
-	tCache     string
-	tSamples   string
-	chunkBatch int
+	ms    *sink.MonitorState
+	index string
 }
 
 func newStore(pool *pgxpool.Pool, schema, index, model string, dims int) *store {
-	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	return &store{
-		ms:   sink.NewMonitorState(pool, schema, index, model, dims),
-		pool: pool, index: index, model: model, dims: dims,
-		tChunks: q("chunks"), tCache: q("embedding_cache"), tSamples: q("monitor_samples"), chunkBatch: 2000,
-	}
+	return &store{ms: sink.NewMonitorState(pool, schema, index, model, dims), index: index}
 }
 
 func textHash(s string) string {
