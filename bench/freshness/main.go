@@ -219,6 +219,21 @@ type tbShim struct {
 func (s *tbShim) Helper()          {}
 func (s *tbShim) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
 
+// fakeProvider starts the OpenAI-compatible fake embedding server, every
+// answer delayed by the provider latency -latency sets; stop stops it.
+func fakeProvider(o options) (srv *openaitest.Server, stop func()) {
+	shim := &tbShim{}
+	srv = openaitest.New(shim, openaitest.Options{Dimensions: o.dims})
+	if o.latency > 0 {
+		srv.SetHook(func(openaitest.Request) *openaitest.Fault { return &openaitest.Fault{Delay: o.latency} })
+	}
+	return srv, func() {
+		for i := len(shim.cleanups) - 1; i >= 0; i-- {
+			shim.cleanups[i]()
+		}
+	}
+}
+
 var words = strings.Fields("harbour lighthouse glacier orchard valley river meadow granite ferry tide market lantern bridge quarry " +
 	"canal spire beacon willow heron cobble pier mill forge thatch reef dune marsh summit hollow grove basin")
 
@@ -250,16 +265,8 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	if err := migrations.Up(ctx, pool, schema, slog.New(slog.DiscardHandler)); err != nil {
 		return res, err
 	}
-	shim := &tbShim{}
-	srv := openaitest.New(shim, openaitest.Options{Dimensions: o.dims})
-	defer func() {
-		for i := len(shim.cleanups) - 1; i >= 0; i-- {
-			shim.cleanups[i]()
-		}
-	}()
-	if o.latency > 0 {
-		srv.SetHook(func(openaitest.Request) *openaitest.Fault { return &openaitest.Fault{Delay: o.latency} })
-	}
+	srv, closeSrv := fakeProvider(o)
+	defer closeSrv()
 	ecfg := embedder.Config{Provider: embedder.ProviderOpenAI, BaseURL: srv.URL, Model: "text-embedding-3-small", Dimensions: o.dims, APIKey: "bench"}.WithDefaults()
 	client, err := embedder.NewOpenAI(ecfg)
 	if err != nil {

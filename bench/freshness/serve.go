@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/ragsync/ragsync/internal/openaitest"
 )
 
 // runServe measures freshness through `ragsync serve` (o.bin, a child
@@ -47,16 +45,8 @@ func runServe(ctx context.Context, o options, rate float64) (result, error) {
 			warnf("clean up: drop schema %s: %v", schema, err)
 		}
 	}()
-	shim := &tbShim{}
-	srv := openaitest.New(shim, openaitest.Options{Dimensions: o.dims})
-	defer func() {
-		for i := len(shim.cleanups) - 1; i >= 0; i-- {
-			shim.cleanups[i]()
-		}
-	}()
-	if o.latency > 0 {
-		srv.SetHook(func(openaitest.Request) *openaitest.Fault { return &openaitest.Fault{Delay: o.latency} })
-	}
+	srv, closeSrv := fakeProvider(o)
+	defer closeSrv()
 	name, write, drop, err := pgSource(ctx, o)
 	if err != nil {
 		return res, err
