@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -145,6 +146,29 @@ type DLQConfig struct {
 	Topic string `yaml:"topic"`
 	// Path is the dead-letter file for the file source; default "<path>.dlq.jsonl".
 	Path string `yaml:"path"`
+}
+
+// DeadLetterPath is the dead-letter file of a file or Postgres source:
+// dlq.path, else "<source.file.path>.dlq.jsonl" for a file source and
+// "ragsync-<slot>.dlq.jsonl" for a Postgres source; "" for a file source
+// without either. A Kafka source's dead letters live in topics, so it has
+// none.
+func (c Config) DeadLetterPath() string {
+	switch {
+	case c.Source.Kind != "file" && c.Source.Kind != "postgres":
+		return ""
+	case c.DLQ.Path != "":
+		return filepath.Clean(c.DLQ.Path)
+	case c.Source.Kind == "file" && c.Source.File.Path == "":
+		return ""
+	case c.Source.Kind == "file":
+		return filepath.Clean(c.Source.File.Path + ".dlq.jsonl")
+	}
+	slot := c.Source.Postgres.Slot
+	if slot == "" {
+		slot = "ragsync"
+	}
+	return "ragsync-" + slot + ".dlq.jsonl"
 }
 
 type HTTPConfig struct {

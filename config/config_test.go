@@ -132,3 +132,24 @@ func TestValidateCoversReuseAndPurge(t *testing.T) {
 	require.ErrorContains(t, err, "min_similarity")
 	require.ErrorContains(t, err, "purge.interval")
 }
+
+// TestDeadLetterPath pins where each source's dead-letter file is: dlq.path
+// when set, else beside the file source's input, else named after the
+// Postgres source's slot; a Kafka source's live in topics.
+func TestDeadLetterPath(t *testing.T) {
+	var c config.Config
+	c.Source.Kind = "file"
+	c.Source.File.Path = "in/./events.jsonl"
+	require.Equal(t, "in/events.jsonl.dlq.jsonl", c.DeadLetterPath())
+	c.DLQ.Path = "dead//letters.jsonl"
+	require.Equal(t, "dead/letters.jsonl", c.DeadLetterPath())
+	c.DLQ.Path, c.Source.File.Path = "", ""
+	require.Equal(t, "", c.DeadLetterPath(), "a file source with neither path has none")
+	c.Source.Kind = "postgres"
+	require.Equal(t, "ragsync-ragsync.dlq.jsonl", c.DeadLetterPath())
+	c.Source.Postgres.Slot = "docs"
+	require.Equal(t, "ragsync-docs.dlq.jsonl", c.DeadLetterPath())
+	c.Source.Kind = "kafka"
+	c.DLQ.Path = "ignored.jsonl"
+	require.Equal(t, "", c.DeadLetterPath())
+}

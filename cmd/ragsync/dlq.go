@@ -1,16 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"io"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/service"
 )
 
 // dlqFlags selects which dead letters a dlq subcommand works on.
@@ -101,36 +100,28 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 	if err != nil {
 		return err
 	}
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	if !f.frontdoor {
-		var stores []dlqStore
-		var closeStores func()
-		switch cfg.Source.Kind {
-		case "file":
-			stores, closeStores, err = fileDLQ(cfg, action)
-		case "postgres":
-			stores, closeStores, err = postgresDLQ(cfg)
-		default:
-			stores, closeStores, err = kafkaDLQ(cfg)
-		}
+		k := cfg.Source.Kafka
+		stores, closeStores, err := service.OpenDeadLetters(service.DeadLetterConfig{Kind: cfg.Source.Kind, Path: cfg.DeadLetterPath(),
+			FilePath: cfg.Source.File.Path, Brokers: k.Brokers, Topics: k.Topics, DLQTopic: cfg.DLQ.Topic}, action)
 		if err != nil {
 			return err
 		}
 		defer closeStores()
-		return driveDLQ(cmd, stores, f, action)
+		for _, s := range stores {
+			if err := driveDLQ(ctx, out, s, f, action); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	ctx := cmd.Context()
-	fcfg := cfg.frontDoorConfig()
-	rdb, err := fallback.OpenRedis(ctx, fcfg.RedisURL)
+	fcfg := cfg.FrontDoorConfig()
+	fd, closeFD, err := service.OpenFrontDoorAdmin(ctx, fcfg)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	// Admin only: no embedder or searcher, so this front door cannot Run.
-	fd, err := fallback.NewFrontDoor(fcfg, rdb, nil, nil, prometheus.NewRegistry(), nil)
-	if err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
+	defer closeFD()
 	switch action {
 	case "list":
 		dls, err := fd.DLQList(ctx, f.n)
@@ -170,66 +161,59 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 	return nil
 }
 
-// dlqStore is one dead-letter store of the configured source (a topic, a
-// file) and how the dlq command prints what it finds there.
-type dlqStore struct {
-	cdc.DeadLetterStore
-	// name is the topic or file, which starts every line printed.
-	name string
-	// text renders a dead letter for list (without the final newline);
-	// where gives the fields that say where it sits, for list --json.
-	text  func(d cdc.DeadLetter) string
-	where func(d cdc.DeadLetter) map[string]any
-	// replayed says what replay did with n dead letters.
-	replayed func(n int) string
-}
-
-// driveDLQ runs action on each store in turn, printing as it goes.
-func driveDLQ(cmd *cobra.Command, stores []dlqStore, f *dlqFlags, action string) error {
-	ctx := cmd.Context()
-	out := cmd.OutOrStdout()
-	for _, s := range stores {
-		switch action {
-		case "list":
-			dls, err := s.List(ctx, f.n)
-			if err != nil {
-				return err
-			}
-			if len(dls) == 0 && !f.asJSON {
-				fmt.Fprintf(out, "%s: no dead letters\n", s.name)
-			}
-			for _, d := range dls {
-				if !f.asJSON {
-					fmt.Fprintln(out, s.text(d))
-					continue
-				}
+// driveDLQ runs action on one store of the configured source, printing as
+// it goes: each dead letter starts with where it sits (topic/partition@offset,
+// or file:line) and says where it came from and why it failed.
+func driveDLQ(ctx context.Context, out io.Writer, s service.DeadLetters, f *dlqFlags, action string) error {
+	switch action {
+	case "list":
+		dls, err := s.List(ctx, f.n)
+		if err != nil {
+			return err
+		}
+		if len(dls) == 0 && !f.asJSON {
+			fmt.Fprintf(out, "%s: no dead letters\n", s.Name)
+		}
+		for _, d := range dls {
+			switch {
+			case f.asJSON:
 				fields := map[string]any{
 					"timestamp": d.Timestamp, "original_topic": d.OrigTopic, "original_partition": d.OrigPartition,
 					"original_offset": d.OrigOffset, "error_class": d.ErrorClass, "error": d.ErrorMessage,
-					"key": string(d.Key), "value_bytes": len(d.Value),
+					"key": string(d.Key), "value_bytes": len(d.Value), "file": s.Name, "line": d.Offset,
 				}
-				maps.Copy(fields, s.where(d))
+				if s.Topic {
+					delete(fields, "file")
+					delete(fields, "line")
+					fields["topic"], fields["partition"], fields["offset"] = s.Name, d.Partition, d.Offset
+				}
 				b, err := json.Marshal(fields)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(out, string(b))
+			case s.Topic:
+				fmt.Fprintf(out, "%s/%d@%d  from %s/%d@%d  %s\n    %s\n", s.Name, d.Partition, d.Offset,
+					d.OrigTopic, d.OrigPartition, d.OrigOffset, d.ErrorClass, d.ErrorMessage)
+			default:
+				fmt.Fprintf(out, "%s:%d  from %s line %d  %s  %s\n    %s\n", s.Name, d.Offset, orDefault(d.OrigTopic, "(no topic)"),
+					d.OrigOffset, d.Timestamp.UTC().Format("2006-01-02T15:04:05Z"), d.ErrorClass, d.ErrorMessage)
 			}
-		case "replay":
-			n, err := s.Replay(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(out, s.replayed(n))
-		case "purge":
-			n, err := s.Purge(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "%s: purged %d record(s)\n", s.name, n)
-		default:
-			return errors.New("unknown dlq action " + action)
 		}
+	case "replay":
+		n, err := s.Replay(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, s.Replayed(n))
+	case "purge":
+		n, err := s.Purge(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: purged %d record(s)\n", s.Name, n)
+	default:
+		return errors.New("unknown dlq action " + action)
 	}
 	return nil
 }

@@ -71,12 +71,9 @@ func (c Config) serviceConfig() (service.Config, error) {
 		IndexPoll:     c.IndexPoll,
 		HTTPListen:    c.HTTP.Listen,
 	}
-	switch c.Source.Kind {
-	case "postgres":
+	sc.Source.DLQPath = c.DeadLetterPath()
+	if c.Source.Kind == "postgres" {
 		sc.Source.Postgres = c.PostgresSourceConfig(nil, nil, nil)
-		sc.Source.DLQPath = postgresDLQPath(c)
-	case "file":
-		sc.Source.DLQPath = fileDLQPath(c)
 	}
 	if c.FrontDoor.Enabled {
 		fc := c.FrontDoorConfig()
