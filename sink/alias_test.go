@@ -283,3 +283,35 @@ func TestServingHoldRefresh(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, inUse, "and the primary's")
 }
+
+// TestListMarksWhatQueriesRead pins which indexes List calls live: the
+// configured index while no alias of its name exists, then an alias's
+// target (and no longer the index the alias moved away from).
+func TestListMarksWhatQueriesRead(t *testing.T) {
+	t.Parallel()
+	_, _, cat, _ := setupFamily(t)
+	ctx := context.Background()
+	states := func(configured string) map[string]string {
+		t.Helper()
+		stats, _, err := cat.List(ctx, configured)
+		require.NoError(t, err)
+		m := map[string]string{}
+		for _, x := range stats {
+			m[x.Name] = x.State + fmt.Sprint(x.Aliases)
+		}
+		return m
+	}
+	require.Equal(t, map[string]string{"articles": "live[]", "articles_v2": "caught-up[]"}, states("articles"))
+	require.NoError(t, cat.Follow(ctx, "articles_v2", "articles", sink.StateCaughtUp))
+	_, err := cat.Promote(ctx, "articles", "articles_v2", false)
+	require.NoError(t, err)
+	// The alias "articles" now names articles_v2; the index called
+	// articles is its previous target, no longer read.
+	got := states("articles")
+	require.Equal(t, "live[articles]", got["articles_v2"])
+	require.NotContains(t, got["articles"], "live")
+	_, aliases, err := cat.List(ctx, "articles")
+	require.NoError(t, err)
+	require.Len(t, aliases, 1)
+	require.Equal(t, "articles", aliases[0].Previous)
+}

@@ -255,6 +255,37 @@ type IndexStats struct {
 	// HNSWBytes is the size of the index's HNSW index, 0 while it has none.
 	HNSWBytes int64
 	CreatedAt time.Time
+	// Aliases names the aliases pointing at the index (set by List).
+	Aliases []string
+}
+
+// List is Stats with each index's aliases, and the aliases themselves.
+// An alias's target is "live", and so is configured (index:) when it is an
+// index no alias of that name covers: those are the indexes queries read,
+// which the lifecycle commands refuse to drop. It reads only.
+func (c *Catalog) List(ctx context.Context, configured string) ([]IndexStats, []Alias, error) {
+	aliases, err := c.Aliases(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	stats, err := c.Stats(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	named := map[string][]string{}
+	configuredIsAlias := false
+	for _, a := range aliases {
+		named[a.Index] = append(named[a.Index], a.Name)
+		configuredIsAlias = configuredIsAlias || a.Name == configured
+	}
+	for i := range stats {
+		x := &stats[i]
+		x.Aliases = named[x.Name]
+		if len(x.Aliases) > 0 || (x.Name == configured && !configuredIsAlias) {
+			x.State = "live"
+		}
+	}
+	return stats, aliases, nil
 }
 
 // Stats lists every index with its sizes, by name. It reads only.

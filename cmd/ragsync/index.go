@@ -73,17 +73,7 @@ SELECT on the schema can run it.`,
 				return err
 			}
 			defer pool.Close()
-			aliases, err := cat.Aliases(ctx)
-			if err != nil {
-				return err
-			}
-			live := map[string][]string{}
-			configuredIsAlias := false
-			for _, a := range aliases {
-				live[a.Index] = append(live[a.Index], a.Name)
-				configuredIsAlias = configuredIsAlias || a.Name == cfg.Index
-			}
-			stats, err := cat.Stats(ctx)
+			stats, aliases, err := cat.List(ctx, cfg.Index)
 			if err != nil {
 				return err
 			}
@@ -97,10 +87,7 @@ SELECT on the schema can run it.`,
 			infos := make([]indexInfo, len(stats))
 			for i, x := range stats {
 				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks,
-					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: live[x.Name], CreatedAt: x.CreatedAt}
-				if len(infos[i].Aliases) > 0 || (x.Name == cfg.Index && !configuredIsAlias) {
-					infos[i].State = "live"
-				}
+					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: x.Aliases, CreatedAt: x.CreatedAt}
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
