@@ -32,6 +32,40 @@ type PurgeOptions struct {
 	KeepCache bool
 }
 
+// RetainNothing is the retention that purges everything deleted (or
+// unused) up to now: a retention of 0 means the default, so "now" is the
+// smallest positive duration.
+const RetainNothing = time.Nanosecond
+
+// WithDefaults is opts with each retention of 0 set to its default.
+func (o PurgeOptions) WithDefaults() PurgeOptions {
+	if o.DocumentRetention == 0 {
+		o.DocumentRetention = DefaultDocumentRetention
+	}
+	if o.CacheRetention == 0 {
+		o.CacheRetention = DefaultCacheRetention
+	}
+	return o
+}
+
+// Retentions describes the retentions as a purge's summary prints them:
+// the document retention, then the cache's ("kept" under KeepCache), each
+// "0s" for RetainNothing.
+func (o PurgeOptions) Retentions() (documents, cache string) {
+	text := func(d time.Duration) string {
+		if d <= RetainNothing {
+			return "0s"
+		}
+		return d.String()
+	}
+	o = o.WithDefaults()
+	documents, cache = text(o.DocumentRetention), text(o.CacheRetention)
+	if o.KeepCache {
+		cache = "kept"
+	}
+	return documents, cache
+}
+
 // PurgeResult counts what Purge removed.
 type PurgeResult struct {
 	Documents    int64 // soft-deleted documents past the retention
@@ -51,12 +85,7 @@ func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, erro
 	if opts.DocumentRetention < 0 || opts.CacheRetention < 0 {
 		return PurgeResult{}, fmt.Errorf("purge: %w: retentions must not be negative", ErrInvalidConfig)
 	}
-	if opts.DocumentRetention == 0 {
-		opts.DocumentRetention = DefaultDocumentRetention
-	}
-	if opts.CacheRetention == 0 {
-		opts.CacheRetention = DefaultCacheRetention
-	}
+	opts = opts.WithDefaults()
 	var res PurgeResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Lock the rows first (SKIP LOCKED: a writer undeleting one wins),

@@ -167,3 +167,25 @@ func TestDupes(t *testing.T) {
 	_, err = s.Dupes(ctx, 101)
 	require.ErrorIs(t, err, sink.ErrInvalidQuery)
 }
+
+// TestPurgeRetentionsAsPrinted pins what a purge's summary says of its
+// retentions: defaults for 0, "0s" for a purge up to now, "kept" for a
+// cache left alone.
+func TestPurgeRetentionsAsPrinted(t *testing.T) {
+	for _, c := range []struct {
+		opts        sink.PurgeOptions
+		docs, cache string
+	}{
+		{sink.PurgeOptions{}, "720h0m0s", "2160h0m0s"},
+		{sink.PurgeOptions{DocumentRetention: sink.RetainNothing, CacheRetention: time.Hour}, "0s", "1h0m0s"},
+		{sink.PurgeOptions{CacheRetention: sink.RetainNothing, KeepCache: true}, "720h0m0s", "kept"},
+	} {
+		docs, cache := c.opts.Retentions()
+		if docs != c.docs || cache != c.cache {
+			t.Errorf("%+v: retentions %q, %q; want %q, %q", c.opts, docs, cache, c.docs, c.cache)
+		}
+	}
+	if o := (sink.PurgeOptions{CacheRetention: time.Minute}).WithDefaults(); o.DocumentRetention != sink.DefaultDocumentRetention || o.CacheRetention != time.Minute {
+		t.Errorf("WithDefaults: %+v", o)
+	}
+}

@@ -11,38 +11,6 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// effectiveRetention resolves the retentions a purge uses: 0 from the
-// config means the default.
-func effectiveRetention(opts sink.PurgeOptions) sink.PurgeOptions {
-	if opts.DocumentRetention == 0 {
-		opts.DocumentRetention = sink.DefaultDocumentRetention
-	}
-	if opts.CacheRetention == 0 {
-		opts.CacheRetention = sink.DefaultCacheRetention
-	}
-	return opts
-}
-
-// explicitRetention is a retention given on the command line, where 0
-// means "up to now": the sink reads 0 as its default, so now is the
-// smallest positive duration.
-func explicitRetention(d time.Duration) time.Duration { return max(d, time.Nanosecond) }
-
-// retentionText prints a retention, "0s" for now.
-func retentionText(d time.Duration) string {
-	if d <= time.Nanosecond {
-		return "0s"
-	}
-	return d.String()
-}
-
-func cacheRetentionText(opts sink.PurgeOptions) string {
-	if opts.KeepCache {
-		return "kept"
-	}
-	return retentionText(opts.CacheRetention)
-}
-
 func newPurgeCmd(g *globals) *cobra.Command {
 	var (
 		olderThan, cacheOlderThan time.Duration
@@ -76,14 +44,15 @@ Example:
 			if olderThan < 0 || cacheOlderThan < 0 {
 				return errors.New("--older-than and --cache-older-than must not be negative")
 			}
+			// On the command line 0 means "up to now", not the default.
 			if cmd.Flags().Changed("older-than") {
-				opts.DocumentRetention = explicitRetention(olderThan)
+				opts.DocumentRetention = max(olderThan, sink.RetainNothing)
 			}
 			if cmd.Flags().Changed("cache-older-than") {
-				opts.CacheRetention = explicitRetention(cacheOlderThan)
+				opts.CacheRetention = max(cacheOlderThan, sink.RetainNothing)
 			}
 			opts.KeepCache = keepCache
-			opts = effectiveRetention(opts)
+			opts = opts.WithDefaults()
 			ctx := cmd.Context()
 			ix, err := openIndex(ctx, cfg, newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false), nil)
 			if err != nil {
@@ -96,13 +65,14 @@ Example:
 				return err
 			}
 			out := cmd.OutOrStdout()
+			docsKept, cacheKept := opts.Retentions()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"documents": res.Documents, "chunks": res.Chunks, "cache_entries": res.CacheEntries,
-					"document_retention": retentionText(opts.DocumentRetention), "cache_retention": cacheRetentionText(opts)})
+					"document_retention": docsKept, "cache_retention": cacheKept})
 			}
 			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s (documents deleted more than %s ago, cache entries unused for %s)\n",
-				res.Documents, res.Chunks, res.CacheEntries, cfg.Index, retentionText(opts.DocumentRetention), cacheRetentionText(opts))
+				res.Documents, res.Chunks, res.CacheEntries, cfg.Index, docsKept, cacheKept)
 			return err
 		},
 	}
