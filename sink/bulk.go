@@ -309,7 +309,7 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 		}
 		entries = append(entries, e)
 	}
-	sql, args := s.cacheWrite(entries)
+	sql, args := s.cacheWrite(entries, false)
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("cache vectors: %w", err)
 	}

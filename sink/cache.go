@@ -23,13 +23,17 @@ type cacheEntry struct {
 }
 
 // cacheWrite is the one statement every path writes the embedding cache
-// with (CacheVectors, Bulk; Upsert runs its cacheInsert on the rows its
-// chunk insert returns), so they share one conflict policy:
+// with (CacheVectors, Bulk, RewriteVectors; Upsert runs its cacheInsert on
+// the rows its chunk insert returns), so they share one conflict policy:
 //
 //   - a new key is inserted with its vector and text;
 //   - an existing entry keeps its vector: chunks already copied from it stay
 //     equal to it, and a vector is never replaced behind a reused chunk's
-//     back (a deliberate repair re-embeds a chunk, not the cache);
+//     back. The one exception is replace, which only RewriteVectors asks
+//     for: a vector re-embedded on purpose (a repair of one found past the
+//     fidelity bound, or a repayment of reuse debt) replaces the entry, so
+//     the next document with that text does not copy the vector the
+//     repair just replaced;
 //   - an existing entry without an origin text (cached before texts were
 //     kept) gains the text;
 //   - an existing entry's last use is recorded, at most once per
@@ -41,7 +45,7 @@ type cacheEntry struct {
 // before the writer's commit. Entries are deduplicated (the first of a key
 // wins) and written in key order, so two writers adding the same keys lock
 // them in the same order and cannot deadlock.
-func (s *Store) cacheWrite(entries []cacheEntry) (string, []any) {
+func (s *Store) cacheWrite(entries []cacheEntry, replace bool) (string, []any) {
 	slices.SortStableFunc(entries, func(a, b cacheEntry) int { return cmp.Compare(a.hash, b.hash) })
 	entries = slices.CompactFunc(entries, func(a, b cacheEntry) bool { return a.hash == b.hash })
 	keys := make([]string, len(entries))
@@ -50,8 +54,11 @@ func (s *Store) cacheWrite(entries []cacheEntry) (string, []any) {
 	for i, e := range entries {
 		keys[i], vecs[i], texts[i] = e.hash, pgvector.NewVector(e.vec), e.text
 	}
-	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n", "$6"),
-		[]any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, cacheTouchEvery.Seconds()}
+	args := []any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, cacheTouchEvery.Seconds()}
+	if replace {
+		args = args[:5] // a replacement records its use whatever the last one
+	}
+	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n", "$6", replace), args
 }
 
 // cacheInsert is cacheWrite's statement over rows (content_hash, embedding,
@@ -59,11 +66,14 @@ func (s *Store) cacheWrite(entries []cacheEntry) (string, []any) {
 // dimensions and touchSecs (cacheTouchEvery in seconds) are parameter
 // references. Upsert feeds it the rows its chunk insert returns, so a new
 // vector travels to Postgres once (see queuePlan).
-func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string) string {
-	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
-		" SELECT " + model + ", " + dimensions + ", r.* FROM (" + rows + ") r" +
-		" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
+func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string, replace bool) string {
+	conflict := " ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
 		" WHERE (c.text IS NULL AND excluded.text IS NOT NULL) OR c.last_used_at < now() - make_interval(secs => " + touchSecs + ")"
+	if replace {
+		conflict = " ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET embedding = excluded.embedding, text = coalesce(excluded.text, c.text), last_used_at = now()"
+	}
+	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
+		" SELECT " + model + ", " + dimensions + ", r.* FROM (" + rows + ") r" + conflict
 }
 
 // CacheVectors writes embeddings to the embedding cache under their content
@@ -87,7 +97,7 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 		}
 		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i]}
 	}
-	sql, args := s.cacheWrite(entries)
+	sql, args := s.cacheWrite(entries, false)
 	if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("cache %d vectors: %w", len(hashes), classify(err, s.cfg.Schema))
 	}

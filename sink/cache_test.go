@@ -89,3 +89,31 @@ func TestCacheWritersShareOnePolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteReplacesTheCachedVector pins the one exception to the cache's
+// policy: a vector re-embedded on purpose (repair, repayment) replaces the
+// entry of its text, so a later document with that text copies the fresh
+// vector, not the one just found wrong; the chunk gets it too.
+func TestRewriteReplacesTheCachedVector(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	cs := chunks("k")
+	cs[0].Vector = vecFor("stale")
+	_, err := s.Upsert(ctx, doc("r", 1, cs))
+	require.NoError(t, err)
+	require.Equal(t, vecFor("stale"), readCacheRow(t, b, "k").vec)
+	var id int64
+	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf("SELECT id FROM %s.chunks WHERE content_hash = 'k'", b.schema)).Scan(&id))
+
+	n, err := s.RewriteVectors(ctx, []sink.Rewrite{{ChunkID: id, Hash: "k", Text: "text of k", Vector: vecFor("fresh")}}, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, vecFor("fresh"), readCacheRow(t, b, "k").vec, "a deliberate re-embedding replaces the cached vector")
+	var v pgvector.Vector
+	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf("SELECT embedding FROM %s.chunks WHERE id = $1", b.schema), id).Scan(&v))
+	require.Equal(t, vecFor("fresh"), v.Slice())
+
+	// An ordinary write of the same text afterwards keeps the fresh vector.
+	require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"text of k"}, [][]float32{vecFor("later")}))
+	require.Equal(t, vecFor("fresh"), readCacheRow(t, b, "k").vec)
+}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,21 +157,18 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 	tSamples := pgx.Identifier{s.cfg.Schema, "monitor_samples"}.Sanitize()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	// Cache rows first, in key order like every cache writer, so that two
-	// writers of the same texts cannot deadlock.
-	order := make([]int, 0, len(rws))
+	// Cache rows first, through the one cache statement (replacing what it
+	// holds for these texts; see cacheWrite), in key order like every cache
+	// writer, so that two writers of the same texts cannot deadlock.
+	entries := make([]cacheEntry, 0, len(rws))
 	for i := range rws {
-		order = append(order, i)
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(rws[a].Hash, rws[b].Hash) })
-	for _, i := range order {
-		r := rws[i]
-		if r.Vector == nil {
-			continue
+		if r := &rws[i]; r.Vector != nil {
+			entries = append(entries, cacheEntry{hash: r.Hash, vec: r.Vector, text: &r.Text})
 		}
-		b.Queue("INSERT INTO "+s.tCache+" (model, dimensions, content_hash, embedding, text) VALUES ($1, $2, $3, $4, $5)"+
-			" ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET embedding = excluded.embedding, text = excluded.text,"+
-			" last_used_at = now()", s.cfg.Model, s.cfg.Dimensions, r.Hash, pgvector.NewVector(r.Vector), r.Text)
+	}
+	if len(entries) > 0 {
+		sql, args := s.cacheWrite(entries, true)
+		b.Queue(sql, args...)
 	}
 	for _, r := range rws {
 		b.Queue("UPDATE "+s.tChunks+" c SET embedding = e.embedding, vector_hash = c.content_hash,"+

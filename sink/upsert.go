@@ -477,7 +477,7 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
 			" AS u(position, content_hash, vector_hash, text, tokens, embedding)"+
 			" RETURNING content_hash, embedding, text) "+
-			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12"),
+			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12", false),
 			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
 			s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
 	}
