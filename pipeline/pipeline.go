@@ -427,11 +427,17 @@ func (p *Pipeline) fetchLoop(f *flow) (eof bool) {
 	}
 }
 
-// dispatch decodes a batch and hands each change to its document.
+// dispatch decodes a batch and hands each change to its document, each
+// after waiting for room: a batch larger than the bounds (a Kafka poll of
+// 500 changes to 500 documents) then waits within itself instead of
+// passing them.
 func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 	now := p.now()
-	t, costs := f.admit(b, now)
-	for i, m := range b.Messages {
+	t := f.admit(b, now)
+	for _, m := range b.Messages {
+		if waited := f.waitRoom(); waited > 0 {
+			p.metrics.backpressure.Add(waited.Seconds())
+		}
 		if f.ctx.Err() != nil {
 			return // the batch stays unacknowledged
 		}
@@ -448,13 +454,13 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 			p.stats.add("skipped_"+skip.Reason, 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
 		case errors.Is(err, cdc.ErrSkip):
 			p.stats.add("skipped", 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
 		case err != nil:
 			p.recordTrace(span, start, true)
@@ -464,14 +470,20 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 				}
 				return
 			}
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
+		}
+		cost := messageCost(m)
+		if m.Change == nil {
+			// Decoded here: its values are held beside its bytes (kept
+			// for dead-lettering).
+			cost += changeCost(ch)
 		}
 		key := DocID(ch)
 		if ch.Op == cdc.OpTruncate {
 			key = "\x00truncate\x00" + ch.Table
 		}
-		f.submit(&work{msg: m, change: ch, batch: t, cost: costs[i], key: key, fetched: now})
+		f.submit(&work{msg: m, change: ch, batch: t, cost: cost, key: key, fetched: now})
 	}
 }
 
