@@ -26,8 +26,10 @@ type PipelineLimits struct {
 	// cached at a time; default 256.
 	EmbedSliceChunks int `yaml:"embed_slice_chunks"`
 	// MaxInFlightBytes and MaxInFlightDocuments bound the work fetched and
-	// not yet applied; fetching waits while either is reached. Defaults
-	// 33554432 (32 MiB) and 1024.
+	// not yet applied; fetching waits while either is reached. The bytes
+	// are an estimate of the memory held: the changes' bytes plus a cost
+	// per document being applied (see pipeline.Config). Defaults 16777216
+	// (16 MiB) and 256.
 	MaxInFlightBytes     int `yaml:"max_in_flight_bytes"`
 	MaxInFlightDocuments int `yaml:"max_in_flight_documents"`
 }

@@ -14,3 +14,7 @@ func ShadowSwapPending(p *Pipeline) bool {
 	}
 	return true
 }
+
+// DocumentCost is what the flow charges to the bytes in flight per
+// document being applied.
+const DocumentCost = documentCost

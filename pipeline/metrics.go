@@ -99,7 +99,7 @@ func newMetrics(cfg Config, inFlight, dlqRatio func() float64, work func() (int6
 	})
 	inFlightBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ragsync_pipeline_in_flight_bytes",
-		Help: "Bytes of the changes fetched and not yet applied (bounded by pipeline.max_in_flight_bytes).",
+		Help: "Estimated memory held by the work in flight: the bytes of the changes handed over and not yet applied, plus a fixed cost per document being applied (bounded by pipeline.max_in_flight_bytes).",
 	}, func() float64 { b, _ := work(); return float64(b) })
 	inFlightDocs := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ragsync_pipeline_in_flight_documents",

@@ -30,17 +30,23 @@ type Config struct {
 	// document are always applied one after another, in source order.
 	// Defaults to 0: no cap.
 	Workers int
-	// MaxInFlightBytes bounds the bytes of the changes fetched and not yet
-	// applied (message keys and values, or the values of a change a
-	// structured source built): fetching stops while it is reached, which
-	// is the back-pressure that bounds memory. A batch is admitted whole,
-	// so the bound can be passed by one batch. Defaults to 32 MiB.
+	// MaxInFlightBytes bounds what the work in flight holds in memory, as
+	// estimated from what it costs: the bytes of every change handed over
+	// and not yet applied (message keys and values, and the values decoded
+	// from them or built by a structured source), plus, for every document
+	// being applied, what applying it holds (its goroutine, text, chunks,
+	// vectors and stored state; see documentCost). Fetching and handing
+	// over wait while it is reached, which is the back-pressure that bounds
+	// memory. It holds within a batch (a Kafka poll of 500 records waits
+	// change by change), to within one change. Defaults to 16 MiB.
 	MaxInFlightBytes int
-	// MaxInFlightDocuments bounds the documents with changes fetched and
-	// not yet applied; fetching stops while it is reached. Each such
-	// document waits on the provider or the sink, so this is also the most
-	// embedding calls that can wait for the coalescer to share a request.
-	// Defaults to 1024.
+	// MaxInFlightDocuments bounds the documents with changes handed over
+	// and not yet applied; fetching and handing over wait while it is
+	// reached. Each such document waits on the provider or the sink, so
+	// this is also the most embedding calls that can wait for the
+	// coalescer to share a request: 256 carry 256 ÷ latency documents/s
+	// (1,280/s through a 200 ms provider and sink), while each costs
+	// memory (~40-50 KiB on the backlog bench). Defaults to 256.
 	MaxInFlightDocuments int
 	// SourceName and IndexName label ragsync_pipeline_freshness_seconds
 	// (e.g. "kafka" and the index's name). Default to "unknown".
@@ -99,10 +105,10 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.MaxInFlightBytes <= 0 {
-		c.MaxInFlightBytes = 32 << 20
+		c.MaxInFlightBytes = 16 << 20
 	}
 	if c.MaxInFlightDocuments <= 0 {
-		c.MaxInFlightDocuments = 1024
+		c.MaxInFlightDocuments = 256
 	}
 	if c.SourceName == "" {
 		c.SourceName = "unknown"
@@ -160,10 +166,10 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("pipeline.workers: must be >= 0 (0 means no cap: concurrency follows the work in flight)"))
 	}
 	if c.MaxInFlightBytes < 0 {
-		errs = append(errs, errors.New("pipeline.max_in_flight_bytes: must be >= 0 (0 means the default, 33554432)"))
+		errs = append(errs, errors.New("pipeline.max_in_flight_bytes: must be >= 0 (0 means the default, 16777216)"))
 	}
 	if c.MaxInFlightDocuments < 0 {
-		errs = append(errs, errors.New("pipeline.max_in_flight_documents: must be >= 0 (0 means the default, 1024)"))
+		errs = append(errs, errors.New("pipeline.max_in_flight_documents: must be >= 0 (0 means the default, 256)"))
 	}
 	if c.EmbedSliceChunks < 0 {
 		errs = append(errs, errors.New("pipeline.embed_slice_chunks: must be >= 0 (0 means the default, 256)"))
@@ -427,11 +433,17 @@ func (p *Pipeline) fetchLoop(f *flow) (eof bool) {
 	}
 }
 
-// dispatch decodes a batch and hands each change to its document.
+// dispatch decodes a batch and hands each change to its document, each
+// after waiting for room: a batch larger than the bounds (a Kafka poll of
+// 500 changes to 500 documents) then waits within itself instead of
+// passing them.
 func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 	now := p.now()
-	t, costs := f.admit(b, now)
-	for i, m := range b.Messages {
+	t := f.admit(b, now)
+	for _, m := range b.Messages {
+		if waited := f.waitRoom(); waited > 0 {
+			p.metrics.backpressure.Add(waited.Seconds())
+		}
 		if f.ctx.Err() != nil {
 			return // the batch stays unacknowledged
 		}
@@ -448,13 +460,13 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 			p.stats.add("skipped_"+skip.Reason, 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
 		case errors.Is(err, cdc.ErrSkip):
 			p.stats.add("skipped", 1)
 			p.metrics.changes.WithLabelValues("none", "skipped").Inc()
 			p.guard.ok()
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
 		case err != nil:
 			p.recordTrace(span, start, true)
@@ -464,14 +476,20 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 				}
 				return
 			}
-			f.skip(t, costs[i])
+			f.skip(t)
 			continue
+		}
+		cost := messageCost(m)
+		if m.Change == nil {
+			// Decoded here: its values are held beside its bytes (kept
+			// for dead-lettering).
+			cost += changeCost(ch)
 		}
 		key := DocID(ch)
 		if ch.Op == cdc.OpTruncate {
 			key = "\x00truncate\x00" + ch.Table
 		}
-		f.submit(&work{msg: m, change: ch, batch: t, cost: costs[i], key: key, fetched: now})
+		f.submit(&work{msg: m, change: ch, batch: t, cost: cost, key: key, fetched: now})
 	}
 }
 

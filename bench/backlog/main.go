@@ -6,9 +6,11 @@
 // drains the same backlog with that binary too (each run in a consumer
 // group and index schema of its own, the binaries alternating over -rounds)
 // and reports the medians and the ratios of peak RSS and events/s, new ÷
-// base.
+// base. Each -set runs -bin once more with those `pipeline:` settings (e.g.
+// -set max_in_flight_documents=128), as a variant of its own with its own
+// ratios, so settings can be compared with one base in one run.
 //
-//	go run ./bench/backlog -bin bin/ragsync [-base-bin bin/ragsync-base] [-events 200000] [-max-rss-mb 400]
+//	go run ./bench/backlog -bin bin/ragsync [-base-bin bin/ragsync-base] [-events 200000] [-max-rss-mb 400] [-set key=value,...]...
 package main
 
 import (
@@ -46,8 +48,16 @@ func main() {
 	maxRSS := flag.Int("max-rss-mb", 400, "fail when peak RSS exceeds this many MiB (the documented bound)")
 	baseBin := flag.String("base-bin", "", "a baseline ragsync binary to drain the same backlog with, for the ratios (optional)")
 	rounds := flag.Int("rounds", 1, "drains per binary, alternating when -base-bin is set; medians are reported")
+	var sets []string
+	flag.Func("set", "`key=value,...`: also drain with -bin and these pipeline: settings (e.g. max_in_flight_documents=128); repeatable, one variant each", func(v string) error {
+		if _, err := pipelineYAML(v); err != nil {
+			return err
+		}
+		sets = append(sets, v)
+		return nil
+	})
 	flag.Parse()
-	if err := run(*bin, *baseBin, *rounds, *events, *docs, *pgURL, *maxRSS); err != nil {
+	if err := run(*bin, *baseBin, sets, *rounds, *events, *docs, *pgURL, *maxRSS); err != nil {
 		fmt.Fprintln(os.Stderr, "backlog:", err)
 		os.Exit(1)
 	}
@@ -60,13 +70,27 @@ func envOr(k, def string) string {
 	return def
 }
 
+// pipelineYAML is the `pipeline:` section of a -set value (key=value,...).
+func pipelineYAML(set string) (string, error) {
+	var b strings.Builder
+	b.WriteString("pipeline:\n")
+	for _, kv := range strings.Split(set, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" || v == "" {
+			return "", fmt.Errorf("-set %q: want key=value,...", set)
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", k, v)
+	}
+	return b.String(), nil
+}
+
 // drained is one binary's drain of the backlog.
 type drained struct {
 	name           string
 	seconds, rssMB float64
 }
 
-func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int) error {
+func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL string, maxRSS int) error {
 	ctx := context.Background()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 	if err != nil {
@@ -90,9 +114,14 @@ func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int
 	}
 	fmt.Printf("produced %d events over %d documents in %s\n", events, docs, time.Since(start).Round(time.Millisecond))
 
-	bins := []struct{ name, path string }{{"new", bin}}
+	type variant struct{ name, path, extra string }
+	bins := []variant{{"new", bin, ""}}
+	for _, set := range sets {
+		extra, _ := pipelineYAML(set)
+		bins = append(bins, variant{"new(" + set + ")", bin, extra})
+	}
 	if baseBin != "" {
-		bins = append([]struct{ name, path string }{{"base", baseBin}}, bins...)
+		bins = append([]variant{{"base", baseBin, ""}}, bins...)
 	}
 	var runs []drained
 	for r := range max(rounds, 1) {
@@ -100,8 +129,8 @@ func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int
 		if r%2 == 1 {
 			slices.Reverse(order) // a drift of the shared machine falls on both
 		}
-		for _, b := range order {
-			d, err := drain(ctx, c, b.path, fmt.Sprintf("backlog-%s-%d", b.name, r), events, docs, pgURL)
+		for i, b := range order {
+			d, err := drain(ctx, c, b.path, b.extra, fmt.Sprintf("backlog-%d-%d", i, r), events, docs, pgURL)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.name, err)
 			}
@@ -123,14 +152,19 @@ func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int
 	}
 	rss := func(d drained) float64 { return d.rssMB }
 	rate := func(d drained) float64 { return float64(events) / d.seconds }
-	fmt.Printf("backlog: %d events, medians of %d round(s): new %.0f events/s, peak RSS %.1f MiB (bound %d MiB)\n",
-		events, max(rounds, 1), med("new", rate), med("new", rss), maxRSS)
-	if baseBin != "" {
-		fmt.Printf("backlog: base %.0f events/s, peak RSS %.1f MiB; new ÷ base: peak RSS %.2f (target ≤ 1.5), events/s %.2f\n",
-			med("base", rate), med("base", rss), med("new", rss)/med("base", rss), med("new", rate)/med("base", rate))
+	for _, b := range bins {
+		if b.name == "base" {
+			continue
+		}
+		fmt.Printf("backlog: %d events, medians of %d round(s): %s %.0f events/s, peak RSS %.1f MiB (bound %d MiB)\n",
+			events, max(rounds, 1), b.name, med(b.name, rate), med(b.name, rss), maxRSS)
+		if baseBin != "" {
+			fmt.Printf("backlog: base %.0f events/s, peak RSS %.1f MiB; %s ÷ base: peak RSS %.2f (target ≤ 1.5), events/s %.2f\n",
+				med("base", rate), med("base", rss), b.name, med(b.name, rss)/med("base", rss), med(b.name, rate)/med("base", rate))
+		}
 	}
 	for _, d := range runs {
-		if d.name == "new" && d.rssMB > float64(maxRSS) {
+		if d.name != "base" && d.rssMB > float64(maxRSS) {
 			return fmt.Errorf("peak RSS %.1f MiB over the bound %d MiB", d.rssMB, maxRSS)
 		}
 	}
@@ -138,8 +172,9 @@ func run(bin, baseBin string, rounds, events, docs int, pgURL string, maxRSS int
 }
 
 // drain runs bin's `serve --once` over the whole backlog as consumer group
-// group, into an index schema of its own, sampling its peak RSS.
-func drain(ctx context.Context, c *kfake.Cluster, bin, group string, events, docs int, pgURL string) (drained, error) {
+// group, into an index schema of its own, sampling its peak RSS. extra is
+// appended to its configuration (a pipeline: section, or nothing).
+func drain(ctx context.Context, c *kfake.Cluster, bin, extra, group string, events, docs int, pgURL string) (drained, error) {
 	var res drained
 	var b [5]byte
 	_, _ = crand.Read(b[:])
@@ -162,7 +197,7 @@ func drain(ctx context.Context, c *kfake.Cluster, bin, group string, events, doc
     brokers: [%s]
     topics: [%s]
     group: %s
-`, strings.Join(c.ListenAddrs(), ","), topic, group) + child.Settings("public.articles", pgURL, schema, "backlog")
+`, strings.Join(c.ListenAddrs(), ","), topic, group) + child.Settings("public.articles", pgURL, schema, "backlog") + extra
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return res, err
 	}

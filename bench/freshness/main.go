@@ -71,6 +71,9 @@ type options struct {
 	partitions int
 	dims       int
 	workers    int
+	// inFlightBytes and inFlightDocs are pipeline.max_in_flight_bytes and
+	// max_in_flight_documents (0: the pipeline's defaults).
+	inFlightBytes, inFlightDocs int
 }
 
 func main() {
@@ -87,6 +90,8 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions of the topic")
 	flag.IntVar(&o.dims, "dims", 256, "embedding dimensions")
 	flag.IntVar(&o.workers, "workers", 0, "pipeline.workers (0: the pipeline's default); 32 reproduces serve's former default with a remote provider")
+	flag.IntVar(&o.inFlightBytes, "max-in-flight-bytes", 0, "pipeline.max_in_flight_bytes (0: the pipeline's default)")
+	flag.IntVar(&o.inFlightDocs, "max-in-flight-documents", 0, "pipeline.max_in_flight_documents (0: the pipeline's default)")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	var curve bool
 	var cur curveOptions
@@ -304,7 +309,7 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	}
 
 	ts := &timingSink{Sink: st}
-	p, err := pipeline.New(pipeline.Config{Workers: o.workers}, pipeline.Stages{
+	p, err := pipeline.New(pipeline.Config{Workers: o.workers, MaxInFlightBytes: o.inFlightBytes, MaxInFlightDocuments: o.inFlightDocs}, pipeline.Stages{
 		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
 		Embedder: co, Sink: ts, Cache: st, Lookup: st,
 	})

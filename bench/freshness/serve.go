@@ -65,9 +65,18 @@ func runServe(ctx context.Context, o options, rate float64) (result, error) {
 	}
 	defer os.RemoveAll(dir)
 	cfg := filepath.Join(dir, "ragsync.yaml")
-	workers := ""
+	workers := "pipeline:\n"
 	if o.workers > 0 {
-		workers = fmt.Sprintf("pipeline:\n  workers: %d\n", o.workers)
+		workers += fmt.Sprintf("  workers: %d\n", o.workers)
+	}
+	if o.inFlightBytes > 0 {
+		workers += fmt.Sprintf("  max_in_flight_bytes: %d\n", o.inFlightBytes)
+	}
+	if o.inFlightDocs > 0 {
+		workers += fmt.Sprintf("  max_in_flight_documents: %d\n", o.inFlightDocs)
+	}
+	if workers == "pipeline:\n" {
+		workers = ""
 	}
 	yaml := fmt.Sprintf(`source:
   kind: postgres
