@@ -11,6 +11,10 @@ const (
 	kindHeading
 	kindCode
 	kindListItem
+	// kindTable is a paragraph whose every line is a pipe table row. blocks
+	// never returns it: the oversize splitter sets it, to cut such a block
+	// at its rows rather than at sentence ends.
+	kindTable
 )
 
 // span is a byte range [start, end) of the input.
@@ -205,4 +209,19 @@ func isListItem(l string) bool {
 		return false
 	}
 	return n+1 == len(s) || s[n+1] == ' ' || s[n+1] == '\t'
+}
+
+// isTable reports a block of two or more lines that each start, after up
+// to three spaces of indentation, with a pipe: a GitHub-flavoured Markdown
+// table, whose rows are its natural pieces.
+func isTable(block string) bool {
+	n := 0
+	for _, l := range strings.Split(block, "\n") {
+		l, ok := indent(l)
+		if !ok || !strings.HasPrefix(l, "|") {
+			return false
+		}
+		n++
+	}
+	return n >= 2
 }

@@ -41,7 +41,7 @@ func sentences(text string, s span) []span {
 		r, n := utf8.DecodeRuneInString(text[i:s.end])
 		i += n
 		switch {
-		case s.kind == kindCode:
+		case s.kind == kindCode || s.kind == kindTable:
 			if r == '\n' {
 				cut(i)
 			}

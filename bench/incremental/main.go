@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ragsync/ragsync/chunker"
 )
 
 func main() {
@@ -41,6 +43,9 @@ func main() {
 	flag.StringVar(&cfg.OutDir, "out", filepath.Join(root, "bench", "incremental"), "directory for results-<set>.json")
 	flag.StringVar(&cfg.PostgresURL, "postgres-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres with pgvector; schemas bench_incr_* are created and dropped there")
 	flag.IntVar(&cfg.TargetTokens, "target-tokens", 470, "chunker target_tokens for ragsync and for the greedy baseline (~350 words)")
+	flag.IntVar(&cfg.RagsyncTarget, "ragsync-target-tokens", 0, "ragsync's chunker target_tokens when it is to differ from G's (0: -target-tokens); G stays greedy at -target-tokens")
+	flag.IntVar(&cfg.RagsyncMin, "ragsync-min-tokens", 0, "ragsync's chunker min_tokens (0: the chunker's default)")
+	flag.IntVar(&cfg.RagsyncMax, "ragsync-max-tokens", 0, "ragsync's chunker max_tokens (0: the chunker's default)")
 	flag.IntVar(&cfg.Dimensions, "dimensions", 256, "embedding dimensions asked of the test server")
 	flag.StringVar(&cfg.Model, "model", "text-embedding-3-small", "embedding model name sent to the test server")
 	flag.IntVar(&cfg.Queries, "queries", 200, "self-retrieval queries (sentences sampled from the final documents)")
@@ -51,6 +56,8 @@ func main() {
 	flag.BoolVar(&cfg.Repay, "repay", true, "repay reuse debt within -repay-window of source time, as serve does")
 	flag.DurationVar(&cfg.RepayWindow, "repay-window", 5*time.Minute, "reuse.repay_window, in the events' own time")
 	flag.StringVar(&cfg.NewWords, "new-words", "", "reuse.new_words: embed or repay_first (empty: the default)")
+	flag.BoolVar(&cfg.Breakdown, "breakdown", false, "only say where the update tokens go, per chunker, with exact hashing (no Postgres, no embedding)")
+	flag.StringVar(&cfg.BreakdownArms, "breakdown-arms", "", "more chunkers for -breakdown, comma-separated strategy:target:min:max (0: the default)")
 	flag.IntVar(&cfg.CheckEvery, "check-every", 25, "a fidelity check (64 uniform vectors) every this many segments of the replay")
 	flag.Parse()
 
@@ -65,6 +72,17 @@ func main() {
 	for _, set := range strings.Split(*sets, ",") {
 		set = strings.TrimSpace(set)
 		if set == "" {
+			continue
+		}
+		if cfg.Breakdown {
+			arms, err := breakdownArms(cfg, cfg.BreakdownArms)
+			if err == nil {
+				err = breakdown(os.Stdout, cfg, set, arms)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench-incremental %s: %v\n", set, err)
+				failed = true
+			}
 			continue
 		}
 		res, err := runSet(ctx, cfg, set)
@@ -101,17 +119,22 @@ type config struct {
 	OutDir       string
 	PostgresURL  string
 	TargetTokens int
-	Dimensions   int
-	Model        string
-	Queries      int
-	Seed         uint64
-	Workers      int
-	Verbose      bool
-	NoReuse      bool
-	Repay        bool
-	RepayWindow  time.Duration
-	NewWords     string
-	CheckEvery   int
+	// RagsyncTarget, RagsyncMin and RagsyncMax size ragsync's chunker
+	// apart from the greedy baseline's (see ragsyncChunker).
+	RagsyncTarget, RagsyncMin, RagsyncMax int
+	Dimensions                            int
+	Model                                 string
+	Queries                               int
+	Seed                                  uint64
+	Workers                               int
+	Verbose                               bool
+	NoReuse                               bool
+	Repay                                 bool
+	RepayWindow                           time.Duration
+	NewWords                              string
+	CheckEvery                            int
+	Breakdown                             bool
+	BreakdownArms                         string
 }
 
 // repoRoot walks up from the working directory to the directory whose
@@ -138,4 +161,15 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// ragsyncChunker is the configuration of ragsync's chunker in a run: the
+// content-defined strategy at -target-tokens, unless the -ragsync-* flags
+// size it apart from G, which is always greedy at -target-tokens.
+func (c config) ragsyncChunker() chunker.Config {
+	t := c.TargetTokens
+	if c.RagsyncTarget > 0 {
+		t = c.RagsyncTarget
+	}
+	return chunker.Config{TargetTokens: t, MinTokens: c.RagsyncMin, MaxTokens: c.RagsyncMax}.WithDefaults()
 }

@@ -145,9 +145,10 @@ func (r *result) print(out io.Writer) {
 	if r.Limit > 0 {
 		limit += fmt.Sprintf(", -limit %d", r.Limit)
 	}
-	fmt.Fprintf(out, "== %s: %d events (%d initial, %d updates%s); ragsync chunker %s target %d min %d max %d; G greedy at the same sizes; %s\n",
+	fmt.Fprintf(out, "== %s: %d events (%d initial, %d updates%s); ragsync chunker %s target %d min %d max %d; G %s target %d min %d max %d; %s\n",
 		r.Set, r.Events, r.InitialEvents, r.UpdateEvents, limit,
-		r.Chunker.Strategy, r.Chunker.TargetTokens, r.Chunker.MinTokens, r.Chunker.MaxTokens, r.Embedder)
+		r.Chunker.Strategy, r.Chunker.TargetTokens, r.Chunker.MinTokens, r.Chunker.MaxTokens,
+		r.Baseline.Strategy, r.Baseline.TargetTokens, r.Baseline.MinTokens, r.Baseline.MaxTokens, r.Embedder)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ini, upd := r.Phases[0], r.Phases[1]
 	row := func(name string, f func(p phaseResult) string) {

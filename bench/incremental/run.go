@@ -65,7 +65,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 		return nil, err
 	}
 
-	chunkCfg := chunker.Config{TargetTokens: cfg.TargetTokens}.WithDefaults()
+	chunkCfg := cfg.ragsyncChunker()
 	greedyCfg := chunker.Config{Strategy: chunker.StrategyGreedy, TargetTokens: cfg.TargetTokens}.WithDefaults()
 	res.Chunker, res.Baseline = chunkCfg, greedyCfg
 	chunks, err := chunker.New(chunkCfg)
