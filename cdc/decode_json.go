@@ -116,6 +116,9 @@ func parseJSON(b []byte) (any, error) {
 	if err := checkInput(b); err != nil {
 		return nil, err
 	}
+	if v, ok := fastParse(b); ok {
+		return v, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
