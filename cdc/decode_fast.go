@@ -179,8 +179,14 @@ func (p *fastParser) escaped(start, j int) (string, bool) {
 		case c < ' ':
 			return "", false
 		case c != '\\':
-			out = append(out, c)
-			j++
+			// The run up to the next quote, backslash or control
+			// character, in one copy.
+			k := j + 1
+			for k < len(p.b) && p.b[k] >= ' ' && p.b[k] != '"' && p.b[k] != '\\' {
+				k++
+			}
+			out = append(out, p.b[j:k]...)
+			j = k
 			continue
 		}
 		if j+1 >= len(p.b) {
