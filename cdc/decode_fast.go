@@ -6,14 +6,16 @@ import (
 	"unicode/utf8"
 )
 
-// fastParse decodes b, which checkInput accepted, into what encoding/json
-// with UseNumber gives (map[string]any, []any, string, json.Number, bool,
-// nil; a repeated key keeps its last value), in one pass: encoding/json
-// scans a value once to find its end and again to decode it, and a large
-// document's text dominated decoding. ok is false for anything it does not
-// accept, valid or not; parseJSON then runs encoding/json, so errors, and
-// any input this parser refuses, read exactly as they always did.
-// TestFastParseMatchesEncodingJSON compares the two.
+// fastParse decodes b into what checkInput and encoding/json with
+// UseNumber give together (map[string]any, []any, string, json.Number,
+// bool, nil; a repeated key keeps its last value), in one pass: the two
+// scanned a message three times and copied its strings, most of a large
+// document's decoding. ok is false for anything it does not accept, valid
+// or not: everything checkInput refuses (invalid UTF-8, a lone surrogate
+// escape, nesting deeper than maxDepth) and more. parseJSON then runs
+// checkInput and encoding/json, so errors, and any input this parser
+// refuses, read exactly as they always did. TestFastParseMatchesEncodingJSON
+// compares the two.
 func fastParse(b []byte) (v any, ok bool) {
 	p := fastParser{b: b}
 	p.space()
@@ -26,8 +28,9 @@ func fastParse(b []byte) (v any, ok bool) {
 }
 
 type fastParser struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	depth int // arrays and objects open
 }
 
 func (p *fastParser) space() {
@@ -74,6 +77,10 @@ func (p *fastParser) literal(word string) bool {
 }
 
 func (p *fastParser) object() (any, bool) {
+	if p.depth++; p.depth > maxDepth {
+		return nil, false
+	}
+	defer func() { p.depth-- }()
 	p.i++ // '{'
 	m := map[string]any{}
 	p.space()
@@ -118,6 +125,10 @@ func (p *fastParser) object() (any, bool) {
 }
 
 func (p *fastParser) array() (any, bool) {
+	if p.depth++; p.depth > maxDepth {
+		return nil, false
+	}
+	defer func() { p.depth-- }()
 	p.i++ // '['
 	a := []any{}
 	p.space()
@@ -149,12 +160,15 @@ func (p *fastParser) array() (any, bool) {
 }
 
 // str reads the string whose opening quote is at p.i. Without escapes it
-// is one copy of the bytes (checkInput found them valid UTF-8).
+// is one copy of the bytes, which must be UTF-8.
 func (p *fastParser) str() (string, bool) {
 	start := p.i + 1
 	for j := start; j < len(p.b); j++ {
 		switch c := p.b[j]; {
 		case c == '"':
+			if !utf8.Valid(p.b[start:j]) {
+				return "", false
+			}
 			p.i = j + 1
 			return string(p.b[start:j]), true
 		case c == '\\':
@@ -168,6 +182,9 @@ func (p *fastParser) str() (string, bool) {
 
 // escaped reads the rest of a string from its first backslash at j.
 func (p *fastParser) escaped(start, j int) (string, bool) {
+	if !utf8.Valid(p.b[start:j]) {
+		return "", false
+	}
 	out := make([]byte, 0, j-start+16)
 	out = append(out, p.b[start:j]...)
 	for j < len(p.b) {
@@ -184,6 +201,9 @@ func (p *fastParser) escaped(start, j int) (string, bool) {
 			k := j + 1
 			for k < len(p.b) && p.b[k] >= ' ' && p.b[k] != '"' && p.b[k] != '\\' {
 				k++
+			}
+			if !utf8.Valid(p.b[j:k]) {
+				return "", false
 			}
 			out = append(out, p.b[j:k]...)
 			j = k

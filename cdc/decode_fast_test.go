@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,18 +31,16 @@ func slowParse(b []byte) (any, error) {
 }
 
 // checkFastParse fails if fastParse accepts b and gives anything other than
-// encoding/json's value, or accepts what encoding/json refuses.
+// encoding/json's value, or accepts what checkInput or encoding/json
+// refuses.
 func checkFastParse(t *testing.T, b []byte) {
 	t.Helper()
-	if checkInput(b) != nil {
-		return // parseJSON never hands such input to fastParse
-	}
 	fast, ok := fastParse(b)
-	slow, err := slowParse(b)
 	if !ok {
-		return // parseJSON falls back to encoding/json: the same by construction
+		return // parseJSON falls back to checkInput and encoding/json: the same by construction
 	}
-	require.NoError(t, err, "fastParse accepted what encoding/json refuses: %q", b)
+	slow, err := slowParse(b)
+	require.NoError(t, err, "fastParse accepted what checkInput or encoding/json refuses: %q", b)
 	require.Equal(t, slow, fast, "input %q", b)
 }
 
@@ -55,7 +54,11 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 		`{"a":1,}`, `[1,]`, `{"a"}`, `{"a":}`, `{,}`, `[,]`, `{"a" 1}`, `{1:2}`, `["a" "b"]`,
 		`"a`, `"a\`, `"\x"`, `"\'"`, `"\u12"`, `"\u12G4"`, "\"a\tb\"", "\"a\nb\"", "\"\x7f\"",
 		`{"a":1}{"b":2}`, `{"a":1} x`, `1 2`, "{\"a\":1}\n", "\t[1]\r\n",
-		`"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\ud800\ud800"`,
+		`"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\ud800\ud800"`, `"\udc00\ud800"`, `"a\\ud800"`,
+		"\"\xff\"", "\"a\xc3\"", "\"\xed\xa0\x80\"", "{\"\xff\":1}", "[\"\\n\xff\"]", "\xef\xbb\xbf{}",
+		strings.Repeat("[", 128) + strings.Repeat("]", 128), strings.Repeat("[", 129) + strings.Repeat("]", 129),
+		strings.Repeat(`{"a":`, 129) + "1" + strings.Repeat("}", 129), strings.Repeat(`[{"a":`, 64) + "1" + strings.Repeat("}]", 64),
+		strings.Repeat(`[{"a":`, 65) + "1" + strings.Repeat("}]", 65),
 	}
 	files, _ := filepath.Glob(filepath.Join("testdata", "*.json"))
 	for _, f := range files {
@@ -65,7 +68,7 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 	}
 	inputs := append([]string(nil), seeds...)
 	rng := rand.New(rand.NewPCG(7, 11))
-	alphabet := []byte(`{}[]",:\ -+.eE0123456789abcdefnrtuxyz` + "\t\n\r\x01é")
+	alphabet := []byte(`{}[]",:\ -+.eE0123456789abcdefnrtuxyzD` + "\t\n\r\x01é\xff\xc3")
 	for range 20000 {
 		s := []byte(seeds[rng.IntN(len(seeds))])
 		for range 1 + rng.IntN(3) {
