@@ -113,6 +113,9 @@ func hex4(b []byte, i int) (rune, bool) {
 // parseJSON decodes one JSON value with numbers kept as json.Number, so ids
 // and decimals never pass through float64.
 func parseJSON(b []byte) (any, error) {
+	if v, ok := fastParse(b); ok {
+		return v, nil // checkInput would pass: see fastParse
+	}
 	if err := checkInput(b); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -81,6 +80,7 @@ func (c *Chunker) Split(text string) []Chunk {
 	ends := c.strategy.boundaries(units, est)
 
 	chunks := make([]Chunk, 0, len(ends))
+	var scratch []byte // chunkHash's buffer, reused across the chunks
 	start := 0
 	for _, end := range ends {
 		for start < end {
@@ -97,7 +97,7 @@ func (c *Chunker) Split(text string) []Chunk {
 				n = est.count(start, j)
 			}
 			s := text[units[start].start:units[j-1].end]
-			chunks = append(chunks, Chunk{Position: len(chunks), Text: s, Hash: chunkHash(text, units[start:j]), Tokens: n})
+			chunks = append(chunks, Chunk{Position: len(chunks), Text: s, Hash: chunkHash(text, units[start:j], &scratch), Tokens: n})
 			start = j
 		}
 	}
@@ -117,9 +117,11 @@ func (c *Chunker) Split(text string) []Chunk {
 // not move.
 func (c *Chunker) units(text string) []unit {
 	var out []unit
+	var scratch []byte // the bytes to hash, without a new copy per unit
 	add := func(s span, tokens int, heading bool) {
 		n := Normalize(text[s.start:s.end])
-		sum := sha256.Sum256([]byte(n))
+		scratch = append(scratch[:0], n...)
+		sum := sha256.Sum256(scratch)
 		out = append(out, unit{start: s.start, end: s.end, tokens: tokens, heading: heading,
 			cut: binary.BigEndian.Uint64(sum[:8]), norm: n})
 	}
@@ -286,24 +288,26 @@ func isASCIIPunct(c byte) bool {
 // its neighbours under NFC, and Normalize collapses it to one space. Units
 // that touch (a word cut at rune boundaries) could compose across the cut,
 // so such a chunk is normalised whole.
-func chunkHash(text string, us []unit) string {
+func chunkHash(text string, us []unit, scratch *[]byte) string {
 	for k := 1; k < len(us); k++ {
 		gap := text[us[k-1].end:us[k].start]
 		if gap == "" || strings.TrimSpace(gap) != "" {
 			return Hash(text[us[0].start:us[len(us)-1].end])
 		}
 	}
-	h := sha256.New()
-	first := true
+	// The normalised chunk, in a buffer the caller reuses: hashing each
+	// unit's text through a hash.Hash copied it first.
+	b := (*scratch)[:0]
 	for _, u := range us {
 		if u.norm == "" {
 			continue
 		}
-		if !first {
-			io.WriteString(h, " ")
+		if len(b) > 0 {
+			b = append(b, ' ')
 		}
-		first = false
-		io.WriteString(h, u.norm)
+		b = append(b, u.norm...)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	*scratch = b
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -118,22 +118,27 @@ func commonEnds(a, b string) (pre, suf int) {
 // countWords counts the words of s as strings.Fields would (NFC does not
 // change where Unicode whitespace is), without allocating.
 func countWords(s string) int {
-	n, in := 0, false
+	n := 0
+	// prev is 1 after whitespace (and at the start): a non-space byte
+	// there starts a word. ASCII is counted without branches.
+	prev := uint8(1)
 	for i := 0; i < len(s); {
 		c := s[i]
-		var space bool
 		if c < utf8.RuneSelf {
-			space = asciiSpace[c] != 0
+			sp := asciiSpace[c]
+			n += int(prev &^ sp)
+			prev = sp
 			i++
-		} else {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			space = unicode.IsSpace(r)
-			i += size
+			continue
 		}
-		if !space && !in {
-			n++
+		r, size := utf8.DecodeRuneInString(s[i:])
+		sp := uint8(0)
+		if unicode.IsSpace(r) {
+			sp = 1
 		}
-		in = !space
+		n += int(prev &^ sp)
+		prev = sp
+		i += size
 	}
 	return n
 }

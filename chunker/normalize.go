@@ -15,6 +15,36 @@ import (
 // in composition or layout normalise to the same string, so re-wrapping a
 // paragraph does not re-embed it.
 func Normalize(s string) string {
+	if n, ok := normalASCII(s); ok {
+		return s[:n]
+	}
+	return normalize(s)
+}
+
+// normalASCII reports whether s is ASCII (so in NFC) with its words
+// separated by single spaces and no leading whitespace, the layout of most
+// prose, and then how much of it Normalize keeps: all of it, less one
+// trailing space. It looks at each byte once and copies nothing.
+func normalASCII(s string) (int, bool) {
+	if len(s) > 0 && s[0] == ' ' {
+		return 0, false
+	}
+	prevSpace := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf || asciiSpace[c] != 0 && (c != ' ' || prevSpace) {
+			return 0, false
+		}
+		prevSpace = c == ' '
+	}
+	if prevSpace {
+		return len(s) - 1, true
+	}
+	return len(s), true
+}
+
+// normalize is Normalize for any text.
+func normalize(s string) string {
 	s = norm.NFC.String(s) // s itself when it is in NFC already
 	// One pass, and no copy when the layout is normal already (single
 	// spaces between words): strings.Fields and Join cost two copies.

@@ -262,6 +262,11 @@ func (p *Pipeline) embedMissing(ctx context.Context, doc *sink.Document, pre *si
 		return savedChunks{}, err
 	}
 	measureEdit(stored, doc)
+	// The sink need not probe the cache up front for what is stored.
+	doc.StoredKeys = nil
+	for _, c := range stored {
+		doc.StoredKeys = append(doc.StoredKeys, c.VectorHash)
+	}
 	if len(chunks) == 0 {
 		return savedChunks{}, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/sink"
@@ -32,6 +33,48 @@ type TableConfig struct {
 
 var placeholder = regexp.MustCompile(`\{\{\s*([^{}\s]+)\s*\}\}`)
 
+// templateLine is one line of a tables[].text template, cut into literal
+// text and placeholders.
+type templateLine struct {
+	segs  []templateSeg
+	holes bool // the line has a placeholder
+}
+
+// templateSeg is literal text, or the column a placeholder names.
+type templateSeg struct {
+	text, column string
+}
+
+// templates holds each template cut into lines, once per template text:
+// matching the placeholders of every row's template cost more than
+// filling them.
+var templates sync.Map // string -> []templateLine
+
+func parsedTemplate(text string) []templateLine {
+	if v, ok := templates.Load(text); ok {
+		return v.([]templateLine)
+	}
+	var lines []templateLine
+	for _, line := range strings.Split(text, "\n") {
+		var l templateLine
+		at := 0
+		for _, m := range placeholder.FindAllStringSubmatchIndex(line, -1) {
+			if m[0] > at {
+				l.segs = append(l.segs, templateSeg{text: line[at:m[0]]})
+			}
+			l.segs = append(l.segs, templateSeg{column: line[m[2]:m[3]]})
+			l.holes = true
+			at = m[1]
+		}
+		if at < len(line) {
+			l.segs = append(l.segs, templateSeg{text: line[at:]})
+		}
+		lines = append(lines, l)
+	}
+	v, _ := templates.LoadOrStore(text, lines)
+	return v.([]templateLine)
+}
+
 // templateColumns returns the columns a template reads.
 // TemplateColumns lists the columns tables[].text names, in order, with
 // repeats. Sources that know their tables' columns warn when one is absent.
@@ -51,24 +94,30 @@ func (t TableConfig) render(row map[string]any) string {
 		// Line by line: a template line whose columns are all missing or
 		// empty is left out, so a row without a title indexes no bare "#"
 		// (or "Title:") chunk.
-		lines := strings.Split(t.Text, "\n")
-		out := lines[:0:0]
-		for _, line := range lines {
-			filled, holes := false, false
-			r := placeholder.ReplaceAllStringFunc(line, func(s string) string {
-				holes = true
-				v := textOf(row[placeholder.FindStringSubmatch(s)[1]])
-				if strings.TrimSpace(v) != "" {
-					filled = true
+		var b []byte
+		wrote := false
+		for _, line := range parsedTemplate(t.Text) {
+			mark := len(b)
+			if wrote {
+				b = append(b, '\n')
+			}
+			filled := false
+			for _, seg := range line.segs {
+				if seg.column == "" {
+					b = append(b, seg.text...)
+					continue
 				}
-				return v
-			})
-			if holes && !filled {
+				v := textOf(row[seg.column])
+				filled = filled || strings.TrimSpace(v) != ""
+				b = append(b, v...)
+			}
+			if line.holes && !filled {
+				b = b[:mark]
 				continue
 			}
-			out = append(out, r)
+			wrote = true
 		}
-		return strings.Join(out, "\n")
+		return string(b)
 	}
 	var cols []string
 	for c, v := range row {

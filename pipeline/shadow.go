@@ -87,6 +87,7 @@ func (p *Pipeline) shadowUpsert(ctx context.Context, doc sink.Document) error {
 	}
 	return p.shadowed(ctx, doc.ID, func(sh Shadow) error {
 		d := doc
+		d.StoredKeys = nil // the primary's chunks, not the shadow's
 		// Vectors and near-duplicate reuse belong to the primary's model.
 		d.Chunks = make([]sink.Chunk, len(doc.Chunks))
 		for i, c := range doc.Chunks {

@@ -79,6 +79,15 @@ type Document struct {
 	// means not measured (a create): nothing is recorded.
 	EditSimilarity int
 	EditMethod     string
+
+	// StoredKeys, when set, are the vector keys (Chunk.VectorHash, else
+	// Hash) of the chunks the caller read as this document's stored ones
+	// before the write (Lookup.Chunks). Upsert does not probe the cache
+	// for them with the read that opens its transaction: such chunks are
+	// almost always kept, not inserted. One that is inserted after all is
+	// looked up and locked under the row lock like any other, so a list
+	// gone stale (a concurrent writer) costs a round trip, never a check.
+	StoredKeys []string
 }
 
 // Outcome says what a write did. Exactly one of Applied, Stale and

@@ -147,6 +147,9 @@ type upsertRead struct {
 	cached []string
 	// storedKeys are the vector keys of the stored chunks, sorted.
 	storedKeys []string
+	// unprobed are the vector keys of d's vectorless chunks that were not
+	// asked for because d.StoredKeys holds them, sorted.
+	unprobed []string
 }
 
 // readForUpsert opens the transaction and, in the same round trip, locks
@@ -169,6 +172,22 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 	}
 	slices.Sort(need) // lock in key order, like every cache writer
 	need = slices.Compact(need)
+	var unprobed []string
+	if len(d.StoredKeys) > 0 && len(need) > 0 {
+		expected := make(map[string]bool, len(d.StoredKeys))
+		for _, k := range d.StoredKeys {
+			expected[k] = true
+		}
+		kept := need[:0:0]
+		for _, k := range need {
+			if expected[k] {
+				unprobed = append(unprobed, k)
+			} else {
+				kept = append(kept, k)
+			}
+		}
+		need = kept
+	}
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -198,7 +217,7 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 	}
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
-	var rd upsertRead
+	rd := upsertRead{unprobed: unprobed}
 	if _, err := br.Exec(); err != nil {
 		return rd, fmt.Errorf("begin: %w", err)
 	}
@@ -349,8 +368,8 @@ func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
 
 // checkVectors checks that every chunk to insert without a vector has one
 // in the embedding cache, locked FOR KEY SHARE (by readForUpsert, or here
-// for keys it skipped) so a concurrent Purge cannot remove it before
-// commit. The vectors are not read: queuePlan inserts such chunks with a
+// for keys it skipped: the stored chunks' and those d.StoredKeys left
+// unprobed) so a concurrent Purge cannot remove it before commit. The vectors are not read: queuePlan inserts such chunks with a
 // join on the cache, so a large document's vectors never all sit in memory
 // at once.
 func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk, rd upsertRead) error {
@@ -365,6 +384,8 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 			continue
 		}
 		if _, ok := slices.BinarySearch(rd.storedKeys, k); ok {
+			late = append(late, k)
+		} else if _, ok := slices.BinarySearch(rd.unprobed, k); ok {
 			late = append(late, k)
 		}
 	}

@@ -188,3 +188,39 @@ func TestUpsertReformattedTextRewritesTextOnly(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT text FROM "+b.schema+".chunks WHERE doc_id = 'public.articles/1' AND position = 0").Scan(&text))
 	require.Equal(t, "text  of\n a", text)
 }
+
+// Keys a caller lists in StoredKeys are not probed up front; one that turns
+// out to be inserted (the list was stale, or wrong) is still taken from the
+// cache under the row lock, and one the cache lacks still fails.
+func TestUpsertStoredKeysAreCheckedWhenInserted(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	const id = "public.articles/1"
+
+	_, err := s.Upsert(ctx, doc("1", 1, chunks("a", "b")))
+	require.NoError(t, err)
+	_, err = s.Upsert(ctx, doc("2", 1, chunks("c"))) // caches c
+	require.NoError(t, err)
+
+	// a is kept, c is inserted from the cache although StoredKeys claims
+	// it is stored.
+	d := doc("1", 2, chunks("a", "c"))
+	d.Chunks[0].Vector, d.Chunks[1].Vector = nil, nil
+	d.StoredKeys = []string{"a", "b", "c"}
+	out, err := s.Upsert(ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{Applied: true, Inserted: 1, Unchanged: 1, Removed: 1}, out)
+	rows := chunkRows(t, b, id)
+	require.Equal(t, []string{"a", "c"}, []string{rows[0].Hash, rows[1].Hash})
+	vecs, err := s.Vectors(ctx, []string{"c"})
+	require.NoError(t, err)
+	require.Equal(t, vecFor("c"), vecs["c"])
+
+	// A listed key with no cached vector is refused as it always was.
+	d = doc("1", 3, chunks("a", "zz"))
+	d.Chunks[0].Vector, d.Chunks[1].Vector = nil, nil
+	d.StoredKeys = []string{"a", "zz"}
+	_, err = s.Upsert(ctx, d)
+	require.ErrorIs(t, err, sink.ErrMissingVector)
+}

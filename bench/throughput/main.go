@@ -94,7 +94,7 @@ func main() {
 	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
 	flag.BoolVar(&o.base64New, "base64-new", false, "set embedder.encoding_format: base64 for -bin (older binaries lack the setting)")
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
-	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof (serve --cpu-profile; the last round's)")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof and PREFIX-<latency>-edit.pprof, and the edit sweep's to PREFIX-<size>B-<latency>[-edit].pprof (serve --cpu-profile; the last round's)")
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
 	flag.StringVar(&o.dropNew, "drop-new", "", "indexes of schema ragsync to drop after -bin's migrations (price them: -base-bin the same binary)")
@@ -243,8 +243,13 @@ func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path
 			if err != nil {
 				return err
 			}
+			so := o
+			if o.cpuProfile != "" {
+				// One profile per size: PREFIX-<size>B-<latency>[-edit].pprof.
+				so.cpuProfile = fmt.Sprintf("%s-%dB", o.cpuProfile, size)
+			}
 			for _, b := range abba(bins, r) {
-				res, err := loadOnce(ctx, o, b.path, events, edits, o.latencies[0])
+				res, err := loadOnce(ctx, so, b.path, events, edits, o.latencies[0])
 				if err != nil {
 					return fmt.Errorf("sweep %s at %d bytes: %w", b.name, size, err)
 				}

@@ -149,6 +149,19 @@ var wrapperKeys = map[string]bool{
 func ParseLine(line []byte, lineNo int64) cdc.Message {
 	line = bytes.TrimRight(line, "\r\n")
 	m := cdc.Message{Offset: lineNo, Value: line}
+	if bareByFirstKey(line) {
+		// A Debezium value ({"before":…}, {"schema":…}, json.Marshal's
+		// {"after":…}) is told from a wrapper by its first key, without
+		// parsing the line a first time for the decoder to parse it again.
+		return m
+	}
+	return parseWrapped(line, lineNo)
+}
+
+// parseWrapped is ParseLine without its first-key shortcut: the line
+// (without its line break) parsed whole.
+func parseWrapped(line []byte, lineNo int64) cdc.Message {
+	m := cdc.Message{Offset: lineNo, Value: line}
 	if !utf8.Valid(line) {
 		return m
 	}
@@ -203,6 +216,40 @@ func ParseLine(line []byte, lineNo int64) cdc.Message {
 		}
 	}
 	return w
+}
+
+// bareByFirstKey reports a line that ParseLine takes as a bare value
+// whatever follows: an object whose first key, spelled without escapes, is
+// not a wrapper key. Valid JSON, such a line has a key no wrapper has;
+// invalid, it is not a wrapper either. Anything else (an escaped first key,
+// no key, not an object) is left to the full parse.
+func bareByFirstKey(line []byte) bool {
+	i := skipSpace(line, 0)
+	if i >= len(line) || line[i] != '{' {
+		return false
+	}
+	i = skipSpace(line, i+1)
+	if i >= len(line) || line[i] != '"' {
+		return false
+	}
+	end := bytes.IndexByte(line[i+1:], '"')
+	if end < 0 {
+		return false
+	}
+	key := line[i+1 : i+1+end]
+	if bytes.IndexByte(key, '\\') >= 0 {
+		return false
+	}
+	return !wrapperKeys[string(key)]
+}
+
+// skipSpace returns the index of the first byte of b at or after i that is
+// not JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 func nullToNil(b json.RawMessage) []byte {
