@@ -48,12 +48,15 @@ type Stages struct {
 	Source      pipeline.Source
 	DeadLetters pipeline.DeadLetters
 	Embedder    pipeline.Embedder
-	Sink        pipeline.Sink
-	// Store, when not nil, is the store Sink writes to: it receives each
-	// slice of a large document's new vectors as they are embedded
-	// (pipeline.embed_slice_chunks) and reads each document's stored
-	// state, chunks and cached hashes in one round trip.
+	// Store is the index the pipeline writes: it is the Sink unless Sink
+	// says otherwise, receives each slice of a large document's new
+	// vectors as they are embedded (pipeline.embed_slice_chunks), and reads
+	// each document's stored state, chunks and cached hashes in one round
+	// trip. Nil only for a pipeline that writes no index (a dry run).
 	Store *sink.Store
+	// Sink, when not nil, is where documents go instead of Store itself:
+	// the bulk loader, or a dry run's counter.
+	Sink pipeline.Sink
 	// Commit, when not nil, is the buffering sink's flush the pipeline
 	// calls before acknowledging any source position (the bulk loader).
 	Commit pipeline.Committer
@@ -72,6 +75,9 @@ func NewPipeline(cfg PipelineConfig, st Stages, pred *pipeline.Predictor, reg pr
 	var lookup pipeline.DocumentLookup
 	if st.Store != nil {
 		cache, lookup = st.Store, st.Store
+		if st.Sink == nil {
+			st.Sink = st.Store
+		}
 	}
 	ch, err := chunker.New(cfg.Chunker)
 	if err != nil {

@@ -153,7 +153,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	// the repayment only calls it while the pipeline's lane is idle.
 	lanes := pipeline.NewLanes(pemb, 0)
 	pred := pipeline.NewPredictor(0)
-	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: src.dlq, Embedder: lanes.Live(), Sink: st, Store: st,
+	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: src.dlq, Embedder: lanes.Live(), Store: st,
 		Traces: mon.traces(), Observer: observer}, pred, reg, logger)
 	if err != nil {
 		return Result{}, err
