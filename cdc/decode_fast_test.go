@@ -1,9 +1,6 @@
 package cdc
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,23 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-// slowParse is parseJSON without fastParse: encoding/json alone.
-func slowParse(b []byte) (any, error) {
-	if err := checkInput(b); err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errTrailing
-	}
-	return v, nil
-}
 
 // checkFastParse fails if fastParse accepts b and gives anything other than
 // encoding/json's value, or accepts what checkInput or encoding/json

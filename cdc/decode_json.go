@@ -116,6 +116,13 @@ func parseJSON(b []byte) (any, error) {
 	if v, ok := fastParse(b); ok {
 		return v, nil // checkInput would pass: see fastParse
 	}
+	return slowParse(b)
+}
+
+// slowParse is parseJSON without fastParse: the input checks, then
+// encoding/json, which also gives the error messages of what fastParse
+// refuses.
+func slowParse(b []byte) (any, error) {
 	if err := checkInput(b); err != nil {
 		return nil, err
 	}
