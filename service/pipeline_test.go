@@ -13,6 +13,7 @@ import (
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // TestStoreIsTheSinkUnlessSaidOtherwise pins how serve hands the index to
@@ -41,7 +42,7 @@ func TestStoreIsTheSinkUnlessSaidOtherwise(t *testing.T) {
 	p, err := service.NewPipeline(cfg, service.Stages{Source: src, Embedder: ix.Emb, Store: ix.Store}, nil, nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, p.Run(ctx))
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".documents WHERE index_name = 'docs' AND deleted_at IS NULL").Scan(&n))
-	require.Equal(t, 1, n, "the store is the sink")
+	n, err := sink.NewCatalog(pool, schema).LiveDocuments(ctx, "public.notes")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the store is the sink")
 }

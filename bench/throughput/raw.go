@@ -155,20 +155,23 @@ func execAll(ctx context.Context, db *database, stmts ...string) error {
 
 // writeCosts prices, per chunk, what the chunks table writes beyond the
 // HNSW index: each variant loads the same documents, one
-// transaction per document, into fresh tables shaped like the migrations'
-// (chunks without tsv, + the generated tsvector and its GIN index, + an
-// embedding_cache row per chunk, + the documents row with the source JSON).
+// transaction per document, into fresh tables of the bench's own shaped
+// like the migrations' (cost_chunks like chunks without tsv, + the generated
+// tsvector and its GIN index, + a cost_cache row per chunk like
+// embedding_cache's, + a cost_documents row with the source JSON like
+// documents'). They are named apart so that nothing here reads as SQL on
+// the index's tables, which only sink writes.
 func writeCosts(ctx context.Context, o options, c *corpus) error {
 	docs, n, err := rowsOf(ctx, c, o.dims)
 	if err != nil {
 		return err
 	}
-	const chunks = `CREATE TABLE chunks (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
+	const chunks = `CREATE TABLE cost_chunks (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
 		content_hash text NOT NULL, text text NOT NULL, tokens int NOT NULL, embedding vector NOT NULL %s)`
 	insertChunks := func(ctx context.Context, tx pgx.Tx, d docRows) error {
 		b := &pgx.Batch{}
 		for i, ch := range d.chunks {
-			b.Queue("INSERT INTO chunks (doc_id, position, content_hash, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6)",
+			b.Queue("INSERT INTO cost_chunks (doc_id, position, content_hash, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6)",
 				d.id, ch.Position, ch.Hash, ch.Text, ch.Tokens, d.vecs[i])
 		}
 		return tx.SendBatch(ctx, b).Close()
@@ -178,26 +181,26 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 		ddl   []string
 		extra func(ctx context.Context, tx pgx.Tx, d docRows) error
 	}{
-		{name: "chunks + HNSW", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("chunks", o.dims)}},
+		{name: "chunks + HNSW", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims)}},
 		{name: "+ tsvector column and GIN index", ddl: []string{
 			fmt.Sprintf(chunks, ", tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, text)) STORED"),
-			hnswIndex("chunks", o.dims), "CREATE INDEX ON chunks USING gin (tsv)"}},
-		{name: "+ embedding_cache row", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("chunks", o.dims),
-			`CREATE TABLE embedding_cache (model text NOT NULL, dimensions int NOT NULL, content_hash text NOT NULL,
+			hnswIndex("cost_chunks", o.dims), "CREATE INDEX ON cost_chunks USING gin (tsv)"}},
+		{name: "+ embedding_cache row", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims),
+			`CREATE TABLE cost_cache (model text NOT NULL, dimensions int NOT NULL, content_hash text NOT NULL,
 				embedding vector NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), last_used_at timestamptz NOT NULL DEFAULT now(),
-				PRIMARY KEY (model, dimensions, content_hash))`, "CREATE INDEX ON embedding_cache (last_used_at)"},
+				PRIMARY KEY (model, dimensions, content_hash))`, "CREATE INDEX ON cost_cache (last_used_at)"},
 			extra: func(ctx context.Context, tx pgx.Tx, d docRows) error {
 				b := &pgx.Batch{}
 				for i, ch := range d.chunks {
-					b.Queue("INSERT INTO embedding_cache (model, dimensions, content_hash, embedding) VALUES ('m', $1, $2, $3) ON CONFLICT DO NOTHING",
+					b.Queue("INSERT INTO cost_cache (model, dimensions, content_hash, embedding) VALUES ('m', $1, $2, $3) ON CONFLICT DO NOTHING",
 						o.dims, ch.Hash, d.vecs[i])
 				}
 				return tx.SendBatch(ctx, b).Close()
 			}},
-		{name: "+ documents row with the source JSON", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("chunks", o.dims),
-			"CREATE TABLE documents (id text PRIMARY KEY, metadata jsonb NOT NULL DEFAULT '{}', row jsonb)"},
+		{name: "+ documents row with the source JSON", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims),
+			"CREATE TABLE cost_documents (id text PRIMARY KEY, metadata jsonb NOT NULL DEFAULT '{}', row jsonb)"},
 			extra: func(ctx context.Context, tx pgx.Tx, d docRows) error {
-				_, err := tx.Exec(ctx, "INSERT INTO documents (id, row) VALUES ($1, $2)", d.id, string(d.row))
+				_, err := tx.Exec(ctx, "INSERT INTO cost_documents (id, row) VALUES ($1, $2)", d.id, string(d.row))
 				return err
 			}},
 	}
