@@ -369,9 +369,9 @@ func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
 // checkVectors checks that every chunk to insert without a vector has one
 // in the embedding cache, locked FOR KEY SHARE (by readForUpsert, or here
 // for keys it skipped: the stored chunks' and those d.StoredKeys left
-// unprobed) so a concurrent Purge cannot remove it before commit. The vectors are not read: queuePlan inserts such chunks with a
-// join on the cache, so a large document's vectors never all sit in memory
-// at once.
+// unprobed) so a concurrent Purge cannot remove it before commit. The
+// vectors are not read: queuePlan inserts such chunks with a join on the
+// cache, so a large document's vectors never all sit in memory at once.
 func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk, rd upsertRead) error {
 	have := rd.cached
 	var late []string
