@@ -117,3 +117,45 @@ func TestRewriteReplacesTheCachedVector(t *testing.T) {
 	require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"text of k"}, [][]float32{vecFor("later")}))
 	require.Equal(t, vecFor("fresh"), readCacheRow(t, b, "k").vec)
 }
+
+// TestReadsMarkOnlyStaleEntriesUsed checks that Lookup and Cached record
+// the use of a cache entry whose last use is older than an hour, and leave
+// an entry used since then as it is: the mark is what retention counts
+// from, and rewriting it on every read would write a row version per read.
+func TestReadsMarkOnlyStaleEntriesUsed(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	_, err := s.Upsert(ctx, doc("1", 1, chunks("old", "recent")))
+	require.NoError(t, err)
+	set := func(hash string, ago time.Duration) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, fmt.Sprintf("UPDATE %s.embedding_cache SET last_used_at = now() - make_interval(secs => $2) WHERE content_hash = $1", b.schema),
+			hash, ago.Seconds())
+		require.NoError(t, err)
+	}
+	xmin := func(hash string) string {
+		t.Helper()
+		var x string
+		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf("SELECT xmin::text FROM %s.embedding_cache WHERE content_hash = $1", b.schema), hash).Scan(&x))
+		return x
+	}
+	reads := map[string]func() (map[string]bool, error){
+		"Lookup": func() (map[string]bool, error) {
+			l, err := s.Lookup(ctx, sink.DocID("public.articles", "2"), []string{"old", "recent", "absent"})
+			return l.Cached, err
+		},
+		"Cached": func() (map[string]bool, error) { return s.Cached(ctx, []string{"old", "recent", "absent"}) },
+	}
+	for name, read := range reads {
+		set("old", 3*time.Hour)
+		set("recent", 10*time.Minute)
+		recent := xmin("recent")
+		have, err := read()
+		require.NoError(t, err, name)
+		require.Equal(t, map[string]bool{"old": true, "recent": true}, have, name)
+		require.WithinDuration(t, time.Now(), readCacheRow(t, b, "old").lastUsed, time.Minute, "%s marks the stale entry used", name)
+		require.Equal(t, recent, xmin("recent"), "%s leaves an entry used within the hour unwritten", name)
+		require.Less(t, time.Since(readCacheRow(t, b, "recent").lastUsed), 11*time.Minute, name)
+		require.Greater(t, time.Since(readCacheRow(t, b, "recent").lastUsed), 9*time.Minute, name)
+	}
+}

@@ -29,7 +29,8 @@ type Lookup struct {
 // Lookup reads document id's fence (see Lookup.Doc), its stored chunks and
 // which of hashes have a cached vector in one round trip, where Document,
 // StoredChunks and Cached cost one each. It marks the cached entries used,
-// as Cached does. The three reads are separate statements, each with its
+// as Cached does (a second round trip, only when an entry's mark is older
+// than cacheTouchEvery). The three reads are separate statements, each with its
 // own snapshot, as the separate calls were: the sink fences again under
 // the row lock, so what they return only decides what to embed.
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
@@ -46,6 +47,7 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 		return Lookup{}, fmt.Errorf("look up %s: %s: %w", id, what, classify(err, s.cfg.Schema))
 	}
 	var err error
+	var stale []string
 	if l.Doc, l.Found, err = scanFence(br.QueryRow(), id); err != nil {
 		return fail("read document", err)
 	}
@@ -61,16 +63,15 @@ func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup,
 		if err != nil {
 			return fail("look up the cache", err)
 		}
-		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
+		if stale, err = collectCached(rows, l.Cached); err != nil {
 			return fail("look up the cache", err)
-		}
-		for _, h := range have {
-			l.Cached[h] = true
 		}
 	}
 	if err := br.Close(); err != nil {
 		return fail("read", err)
+	}
+	if err := s.touchStale(ctx, stale); err != nil {
+		return Lookup{}, fmt.Errorf("look up %s: %w", id, err)
 	}
 	return l, nil
 }
