@@ -37,6 +37,14 @@ type Config struct {
 	// the missing values first. Every process writing to one index must
 	// agree. Defaults to false (full text written).
 	SkipFullText bool
+	// GroupDocuments is how many documents concurrent Upserts may write in
+	// one transaction (see groupCommit); 1 writes each document alone.
+	// Defaults to 32.
+	GroupDocuments int
+	// Groups caps the group transactions writing at once. Defaults to half
+	// the pool's connections (at least 1), leaving the rest to the reads
+	// before a write and to queries.
+	Groups int
 	// Logger receives start-up messages. Defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (ragsync_sink_edit_similarity).
@@ -44,12 +52,19 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// defaultGroupDocuments caps a group transaction: at 32 documents of 4 KB
+// a group holds about 130 chunk rows and their vectors in one batch.
+const defaultGroupDocuments = 32
+
 func (c Config) withDefaults() Config {
 	if c.Schema == "" {
 		c.Schema = "ragsync"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.GroupDocuments == 0 {
+		c.GroupDocuments = defaultGroupDocuments
 	}
 	return c
 }
@@ -64,6 +79,9 @@ func (c Config) validate() error {
 	}
 	if c.Model == "" {
 		errs = append(errs, errors.New("embedder.model: required, set it to the embedding model's name"))
+	}
+	if c.GroupDocuments < 1 || c.Groups < 0 {
+		errs = append(errs, fmt.Errorf("group documents %d and groups %d: want at least 1 document per group and no negative group count", c.GroupDocuments, c.Groups))
 	}
 	if c.Dimensions <= 0 || c.Dimensions > MaxDimensions {
 		errs = append(errs, fmt.Errorf("embedder.dimensions: %d must be 1..%d, set it to the model's output size", c.Dimensions, MaxDimensions))

@@ -14,3 +14,22 @@ func ServingHoldPIDForTest(h *ServingHold) uint32 { return h.conn.PgConn().PID()
 
 // DDLLockKeyForTest is the advisory lock every index DDL of schema takes.
 func DDLLockKeyForTest(schema string) int64 { return lockKey("ragsync.ddl", schema) }
+
+// HoldGroupSlotsForTest takes every group slot of s, so concurrent Upserts
+// queue; release lets them go. queued reports the documents waiting.
+func HoldGroupSlotsForTest(s *Store) (queued func() int, release func()) {
+	for range cap(s.group.slots) {
+		s.group.slots <- struct{}{}
+	}
+	queued = func() int {
+		s.group.mu.Lock()
+		defer s.group.mu.Unlock()
+		return len(s.group.queue)
+	}
+	release = func() {
+		for range cap(s.group.slots) {
+			<-s.group.slots
+		}
+	}
+	return queued, release
+}

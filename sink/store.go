@@ -28,6 +28,9 @@ type Store struct {
 	vecType string
 	// truncatePageRows overrides truncatePageRows (tests page small tables).
 	truncatePageRows int
+	// group lets concurrent Upserts share a transaction; nil writes each
+	// document alone.
+	group *groupCommit
 }
 
 // New registers cfg.Index in the indexes table (or checks that it is
@@ -41,6 +44,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.pool = pool
+	groups := s.cfg.Groups
+	if groups == 0 {
+		groups = max(1, int(pool.Config().MaxConns)/2)
+	}
+	s.group = newGroupCommit(groups, s.cfg.GroupDocuments)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))

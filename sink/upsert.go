@@ -42,6 +42,14 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	if err := s.checkDocument(id, d); err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
 	}
+	if s.group != nil {
+		return s.upsertGrouped(ctx, id, d)
+	}
+	return s.upsertAlone(ctx, id, d)
+}
+
+// upsertAlone writes one document in a transaction of its own.
+func (s *Store) upsertAlone(ctx context.Context, id string, d Document) (Outcome, error) {
 	var out Outcome
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -55,11 +63,18 @@ func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 		}
 		break
 	}
+	return s.finishUpsert(id, d, out, err)
+}
+
+// finishUpsert is Upsert's result for a committed (or failed) write of
+// document id: errors wrap the id and are classified, and an edit's
+// magnitude is observed once, after commit, so a retried transaction counts
+// once.
+func (s *Store) finishUpsert(id string, d Document, out Outcome, err error) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	if out.edited {
-		// After commit, so a retried transaction counts once.
 		s.metrics.editSimilarity.WithLabelValues(d.EditMethod).Observe(float64(d.EditSimilarity))
 	}
 	return out, nil
@@ -76,27 +91,42 @@ func (s *Store) upsertOnce(ctx context.Context, id string, d Document) (out Outc
 		return Outcome{}, err
 	}
 	defer conn.Release()
-	defer func() {
-		pc := conn.Conn().PgConn()
-		if pc.IsClosed() || pc.TxStatus() == 'I' {
-			return
-		}
-		// Not ctx: a cancelled caller must still release the row lock.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, rerr := pc.Exec(rctx, "ROLLBACK").ReadAll(); rerr != nil && err == nil {
-			err = fmt.Errorf("roll back: %w", rerr)
-		}
-	}()
+	defer rollbackOpen(ctx, conn.Conn(), &err)
 
 	rd, err := s.readForUpsert(ctx, conn, id, d)
 	if err != nil {
 		return Outcome{}, err
 	}
+	w, out, err := s.decide(ctx, conn, id, d, rd)
+	if err != nil || w == nil {
+		return out, err
+	}
+	b := &pgx.Batch{}
+	s.queueGiven(b, w.queue(s, b))
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return Outcome{}, fmt.Errorf("write document: %w", err)
+	}
+	return w.outcome(), nil
+}
+
+// write is what one document's upsert writes, decided under its row lock.
+type write struct {
+	id    string
+	d     Document
+	found bool
+	plan  chunkPlan
+}
+
+// decide compares d with what readForUpsert read under the row lock: a
+// stale or duplicate change writes nothing (nil write, its Outcome), any
+// other gets its chunk plan, whose cached vectors are checked (and locked)
+// on conn.
+func (s *Store) decide(ctx context.Context, conn batcher, id string, d Document, rd upsertRead) (*write, Outcome, error) {
 	var stored []storedChunk
 	if !rd.doc.found {
 		if rd.fenced {
-			return Outcome{Stale: true}, nil
+			return nil, Outcome{Stale: true}, nil
 		}
 	} else {
 		// Equal position-less versions are a tie the source cannot break:
@@ -104,36 +134,56 @@ func (s *Store) upsertOnce(ctx context.Context, id string, d Document) (out Outc
 		// the same chunk hashes, which changes nothing).
 		switch c := d.Version.Compare(rd.doc.version); {
 		case c < 0:
-			return Outcome{Stale: true}, nil
+			return nil, Outcome{Stale: true}, nil
 		case c == 0 && !rd.doc.deleted && d.Version.Positional():
-			return Outcome{Duplicate: true}, nil
+			return nil, Outcome{Duplicate: true}, nil
 		}
 		stored = rd.chunks
 	}
+	w := &write{id: id, d: d, found: rd.doc.found, plan: planChunks(stored, d.Chunks)}
+	if err := s.checkVectors(ctx, conn, w.plan.inserts, rd); err != nil {
+		return nil, Outcome{}, err
+	}
+	return w, Outcome{}, nil
+}
 
-	plan := planChunks(stored, d.Chunks)
-	if err := s.checkVectors(ctx, conn, plan.inserts, rd); err != nil {
-		return Outcome{}, err
-	}
-	b := &pgx.Batch{}
-	if rd.doc.found {
-		s.queueUpdateDoc(b, id, d)
+// queue queues the document row's write and the chunk plan's, and returns
+// the chunks that carry their vectors for queueGiven.
+func (w *write) queue(s *Store, b *pgx.Batch) []docChunk {
+	if w.found {
+		s.queueUpdateDoc(b, w.id, w.d)
 	} else {
-		s.queueInsertDoc(b, id, d)
+		s.queueInsertDoc(b, w.id, w.d)
 	}
-	s.queuePlan(b, id, plan)
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return Outcome{}, fmt.Errorf("write document: %w", err)
-	}
+	return docChunks(w.id, s.queuePlan(b, w.id, w.plan))
+}
+
+// outcome is what the write did once committed.
+func (w *write) outcome() Outcome {
 	return Outcome{
-		edited:    rd.doc.found && d.EditMethod != "",
+		edited:    w.found && w.d.EditMethod != "",
 		Applied:   true,
-		Inserted:  len(plan.inserts),
-		Moved:     len(plan.moves),
-		Unchanged: plan.unchanged,
-		Removed:   len(plan.removes),
-	}, nil
+		Inserted:  len(w.plan.inserts),
+		Moved:     len(w.plan.moves),
+		Unchanged: w.plan.unchanged,
+		Removed:   len(w.plan.removes),
+	}
+}
+
+// rollbackOpen rolls back a transaction left open on c, whatever failed,
+// before the connection returns to the pool; a failure to roll back
+// becomes *err if there is none.
+func rollbackOpen(ctx context.Context, c *pgx.Conn, err *error) {
+	pc := c.PgConn()
+	if pc.IsClosed() || pc.TxStatus() == 'I' {
+		return
+	}
+	// Not ctx: a cancelled caller must still release the row lock.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, rerr := pc.Exec(rctx, "ROLLBACK").ReadAll(); rerr != nil && *err == nil {
+		*err = fmt.Errorf("roll back: %w", rerr)
+	}
 }
 
 // upsertRead is what Upsert reads under the document's row lock.
@@ -164,6 +214,28 @@ type upsertRead struct {
 // locking a row writes to it. checkVectors asks for them in the rare case
 // one is inserted after all (a repeated paragraph).
 func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Document) (upsertRead, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	q := s.queueRead(b, id, d)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return upsertRead{}, fmt.Errorf("begin: %w", err)
+	}
+	rd, err := s.scanRead(br, d, q)
+	if err != nil {
+		return rd, err
+	}
+	return rd, br.Close()
+}
+
+// queuedRead is what scanRead needs to know of the statements queueRead
+// queued.
+type queuedRead struct{ need, unprobed []string }
+
+// queueRead queues readForUpsert's reads of document id (after BEGIN,
+// which the caller queues).
+func (s *Store) queueRead(b *pgx.Batch, id string, d Document) queuedRead {
 	var need []string
 	for _, c := range d.Chunks {
 		if c.Vector == nil {
@@ -189,8 +261,6 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 		need = kept
 	}
 
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	b.Queue("SELECT version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
 		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id)
 	// FOR SHARE: a concurrent Truncate of this table waits for us (and
@@ -215,12 +285,13 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 			" WHERE c.index_name = $4 AND c.doc_id = $5) FOR KEY SHARE OF e) x",
 			s.cfg.Model, s.cfg.Dimensions, need, s.cfg.Index, id)
 	}
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	rd := upsertRead{unprobed: unprobed}
-	if _, err := br.Exec(); err != nil {
-		return rd, fmt.Errorf("begin: %w", err)
-	}
+	return queuedRead{need: need, unprobed: unprobed}
+}
+
+// scanRead reads the results of the statements queueRead queued.
+func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertRead, error) {
+	need := q.need
+	rd := upsertRead{unprobed: q.unprobed}
 	var v string
 	var ts *time.Time
 	err := br.QueryRow().Scan(&v, &ts, &rd.doc.deleted)
@@ -275,7 +346,7 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 		}
 		slices.Sort(rd.cached) // SQL does not promise the lateral's order
 	}
-	return rd, br.Close()
+	return rd, nil
 }
 
 // batcher is a connection or a transaction.
@@ -427,10 +498,11 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 	return nil
 }
 
-// queuePlan queues the chunk plan's writes. Deletes go first and the
-// unique (doc, position) check is deferred to commit, so moves and inserts
-// may reuse any position within the transaction.
-func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
+// queuePlan queues the chunk plan's writes but the inserts of chunks that
+// carry their vectors, which it returns for queueGiven. Deletes go first
+// and the unique (doc, position) check is deferred to commit, so moves and
+// inserts may reuse any position within the transaction.
+func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) (given []Chunk) {
 	if len(p.removes) > 0 {
 		b.Queue("DELETE FROM "+s.tChunks+" WHERE id = ANY($1)", p.removes)
 	}
@@ -445,7 +517,7 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			" FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[]) AS u(id, position, text, tokens)"+
 			" WHERE c.id = u.id", ids, pos, texts, toks, !s.cfg.SkipFullText)
 	}
-	var given, cached []Chunk
+	var cached []Chunk
 	for _, c := range p.inserts {
 		if c.Vector == nil {
 			cached = append(cached, c)
@@ -477,31 +549,53 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) {
 			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText,
 			debt.since, debt.distance, debt.newWords)
 	}
-	if len(given) > 0 {
-		n := len(given)
-		pos, toks := make([]int32, n), make([]int32, n)
-		hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n)
-		vecs := make([]pgvector.Vector, n)
-		for i, c := range given {
-			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
-			vecs[i] = pgvector.NewVector(c.Vector)
-		}
-		// The chunks, and their vectors into the cache (cacheInsert, the
-		// policy every cache writer shares) from the rows the insert
-		// returns: one statement, and each vector crosses the wire and is
-		// parsed by Postgres once, not once per table. A chunk that carries
-		// its vector carries its own (checkDocument: no reused vector
-		// hash beside it), so it is cached under its content hash with its
-		// text as the origin text; a repeated paragraph is cached once,
-		// and keys are written in order, as every cache writer does.
-		b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
-			" SELECT $1, $2, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
-			" AS u(position, content_hash, vector_hash, text, tokens, embedding)"+
-			" RETURNING content_hash, embedding, text) "+
-			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12", false),
-			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
-			s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
+	return given
+}
+
+// docChunk is a chunk with the id of its document.
+type docChunk struct {
+	doc string
+	Chunk
+}
+
+func docChunks(id string, cs []Chunk) []docChunk {
+	out := make([]docChunk, len(cs))
+	for i, c := range cs {
+		out[i] = docChunk{id, c}
 	}
+	return out
+}
+
+// queueGiven inserts chunks that carry their vectors, of one document or
+// of a group's (see upsertGroup), in one statement, and caches their
+// vectors from the rows the insert returns (cacheInsert, the policy every
+// cache writer shares): each vector crosses the wire and is parsed by
+// Postgres once, not once per table. A chunk that carries its vector
+// carries its own (checkDocument: no reused vector hash beside it), so it
+// is cached under its content hash with its text as the origin text; a
+// repeated paragraph is cached once, and keys are written in order, as
+// every cache writer does: one statement per transaction keeps two
+// transactions that add the same new keys from locking them in opposite
+// orders.
+func (s *Store) queueGiven(b *pgx.Batch, given []docChunk) {
+	if len(given) == 0 {
+		return
+	}
+	n := len(given)
+	pos, toks := make([]int32, n), make([]int32, n)
+	docs, hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	vecs := make([]pgvector.Vector, n)
+	for i, c := range given {
+		docs[i], pos[i], toks[i], hashes[i], vhashes[i], texts[i] = c.doc, int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
+		vecs[i] = pgvector.NewVector(c.Vector)
+	}
+	b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
+		" SELECT $1, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
+		" AS u(doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
+		" RETURNING content_hash, embedding, text) "+
+		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12", false),
+		s.cfg.Index, docs, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
+		s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
 }
 
 // tsvOf is the SQL of a chunk's tsvector column (migration 00010): the
