@@ -161,7 +161,7 @@ func (s *Store) upsertGroup(ctx context.Context, batch []*upsertRequest) (err er
 	b.Queue("BEGIN")
 	queued := make([]queuedRead, len(batch))
 	for i, r := range batch {
-		queued[i] = s.queueRead(b, r.id, r.d)
+		queued[i] = s.queueRead(b, r.id, r.d, i > 0)
 	}
 	br := conn.SendBatch(ctx, b)
 	reads := make([]upsertRead, len(batch))

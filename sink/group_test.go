@@ -168,3 +168,47 @@ func histogramSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("%s not registered", name)
 	return 0
 }
+
+// TestGroupNeverWaitsOnATruncateFenceHoldingRows plays a Truncate that
+// holds its table's fence row and then wants a document's row, against a
+// group that holds that document's row and wants the fence for a new
+// document. The group must give way at once (its documents are then
+// written alone, after the truncate), instead of waiting into a deadlock
+// that Postgres would break by failing one of the two.
+func TestGroupNeverWaitsOnATruncateFenceHoldingRows(t *testing.T) {
+	s, b, reg := groupStore(t)
+	ctx := context.Background()
+	_, err := s.Upsert(ctx, doc("a", 1, chunks("a1")))
+	require.NoError(t, err)
+	_, err = s.Truncate(ctx, "public.articles", ver(0), docTime) // the fence row exists
+	require.NoError(t, err)
+
+	// The truncate's side: the fence row first, then document a's row,
+	// once the group holds it.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s.truncations WHERE source_table = 'public.articles' FOR UPDATE", b.schema))
+	require.NoError(t, err)
+	// This side looks for a deadlock first (the group's wait, if any,
+	// began earlier and looks after the default second), so if the two
+	// ever wait on each other it is this transaction that fails.
+	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '100ms'")
+	require.NoError(t, err)
+	truncErr := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the group locks a's row meanwhile
+		_, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s.documents WHERE id = $1 FOR UPDATE", b.schema), sink.DocID("public.articles", "a"))
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		truncErr <- err
+	}()
+	outs, errs := groupRun(t, s, []sink.Document{doc("a", 2, chunks("a2")), doc("b", 2, chunks("b1"))})
+	require.NoError(t, <-truncErr, "the truncate's transaction must not be the deadlock's victim")
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.True(t, outs[0].Applied)
+	require.True(t, outs[1].Applied)
+	require.Equal(t, 1.0, testutil.ToFloat64(counter(t, reg, "ragsync_sink_group_fallbacks_total")))
+}

@@ -216,7 +216,7 @@ type upsertRead struct {
 func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Document) (upsertRead, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	q := s.queueRead(b, id, d)
+	q := s.queueRead(b, id, d, false)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -234,8 +234,16 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 type queuedRead struct{ need, unprobed []string }
 
 // queueRead queues readForUpsert's reads of document id (after BEGIN,
-// which the caller queues).
-func (s *Store) queueRead(b *pgx.Batch, id string, d Document) queuedRead {
+// which the caller queues). grouped says other documents' rows are locked
+// already in this transaction: the truncate fence is then read with
+// NOWAIT, so a group never waits for a Truncate while holding rows that
+// Truncate may lock next (it locks the fence first); a locked fence fails
+// the group, whose documents are then written alone (see groupCommit).
+func (s *Store) queueRead(b *pgx.Batch, id string, d Document, grouped bool) queuedRead {
+	nowait := ""
+	if grouped {
+		nowait = " NOWAIT"
+	}
 	var need []string
 	for _, c := range d.Chunks {
 		if c.Vector == nil {
@@ -270,7 +278,7 @@ func (s *Store) queueRead(b *pgx.Batch, id string, d Document) queuedRead {
 	// against a Truncate that locks in the other order.
 	b.Queue("SELECT t.version FROM "+s.tTruncs+" t"+
 		" WHERE t.index_name = $1 AND t.source_table = $2"+
-		" AND NOT EXISTS (SELECT 1 FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $3) FOR SHARE OF t",
+		" AND NOT EXISTS (SELECT 1 FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $3) FOR SHARE OF t"+nowait,
 		s.cfg.Index, d.Table, id)
 	b.Queue("SELECT id, position, content_hash, md5(text), coalesce(vector_hash, content_hash) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
