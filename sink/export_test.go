@@ -33,3 +33,21 @@ func HoldGroupSlotsForTest(s *Store) (queued func() int, release func()) {
 	}
 	return queued, release
 }
+
+// HoldLookupSlotsForTest is HoldGroupSlotsForTest for Lookups.
+func HoldLookupSlotsForTest(s *Store) (queued func() int, release func()) {
+	for range cap(s.lookups.slots) {
+		s.lookups.slots <- struct{}{}
+	}
+	queued = func() int {
+		s.lookups.mu.Lock()
+		defer s.lookups.mu.Unlock()
+		return len(s.lookups.queue)
+	}
+	release = func() {
+		for range cap(s.lookups.slots) {
+			<-s.lookups.slots
+		}
+	}
+	return queued, release
+}

@@ -212,3 +212,58 @@ func TestGroupNeverWaitsOnATruncateFenceHoldingRows(t *testing.T) {
 	require.True(t, outs[1].Applied)
 	require.Equal(t, 1.0, testutil.ToFloat64(counter(t, reg, "ragsync_sink_group_fallbacks_total")))
 }
+
+// TestLookupsInOneRoundTripAnswerAsAlone looks up documents together (a
+// stored one, one the index never saw, one deleted, one asked twice) and
+// checks each answer equals the same Lookup made alone.
+func TestLookupsInOneRoundTripAnswerAsAlone(t *testing.T) {
+	s, b, _ := groupStore(t)
+	ctx := context.Background()
+	alone, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims, GroupDocuments: 1})
+	require.NoError(t, err)
+	_, err = s.Upsert(ctx, doc("a", 3, chunks("a1", "a2", "a3")))
+	require.NoError(t, err)
+	_, err = s.Upsert(ctx, doc("gone", 1, chunks("g1")))
+	require.NoError(t, err)
+	_, err = s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
+	require.NoError(t, err)
+	require.NoError(t, s.CacheVectors(ctx, []string{"other"}, []string{"text of other"}, [][]float32{vecFor("other")}))
+
+	type ask struct {
+		key    string
+		hashes []string
+	}
+	asks := []ask{
+		{"a", []string{"a1", "new", "a3"}},
+		{"never", []string{"other", "a2", "absent"}},
+		{"gone", []string{"g1"}},
+		{"a", []string{"a2"}},
+		{"never", nil},
+	}
+	queued, release := sink.HoldLookupSlotsForTest(s)
+	got := make([]sink.Lookup, len(asks))
+	errs := make([]error, len(asks))
+	var wg sync.WaitGroup
+	for i, a := range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = s.Lookup(ctx, sink.DocID("public.articles", a.key), a.hashes)
+		}()
+		require.Eventually(t, func() bool { return queued() == i+1 }, 10*time.Second, time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	for i, a := range asks {
+		require.NoError(t, errs[i], a.key)
+		want, err := alone.Lookup(ctx, sink.DocID("public.articles", a.key), a.hashes)
+		require.NoError(t, err)
+		require.Equal(t, want, got[i], "%s %v", a.key, a.hashes)
+	}
+	require.True(t, got[0].Found)
+	require.Len(t, got[0].Chunks, 3)
+	require.Equal(t, map[string]bool{"a1": true, "a3": true}, got[0].Cached)
+	require.False(t, got[1].Found)
+	require.Equal(t, map[string]bool{"other": true, "a2": true}, got[1].Cached)
+	require.True(t, got[2].Doc.Deleted)
+}

@@ -33,7 +33,17 @@ type Lookup struct {
 // than cacheTouchEvery). The three reads are separate statements, each with its
 // own snapshot, as the separate calls were: the sink fences again under
 // the row lock, so what they return only decides what to embed.
+//
+// Concurrent Lookups share a round trip (see lookupGroup).
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
+	if s.lookups != nil {
+		return s.lookupGrouped(ctx, id, hashes)
+	}
+	return s.lookupAlone(ctx, id, hashes)
+}
+
+// lookupAlone is Lookup in a round trip of its own.
+func (s *Store) lookupAlone(ctx context.Context, id string, hashes []string) (Lookup, error) {
 	l := Lookup{Cached: make(map[string]bool, len(hashes))}
 	b := &pgx.Batch{}
 	b.Queue(s.fenceSQL(), s.cfg.Index, id)

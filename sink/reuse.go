@@ -55,7 +55,11 @@ func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, err
 	return out, nil
 }
 
-func (s *Store) storedChunksSQL() string {
+func (s *Store) storedChunksSQL() string { return s.storedChunksSQLFor("$2") }
+
+// storedChunksSQLFor is storedChunksSQL for the document whose id is the
+// SQL expression doc ($1 the index, $3 and $4 the model and dimensions).
+func (s *Store) storedChunksSQLFor(doc string) string {
 	// The origin text is NULL for a chunk whose vector is its own and
 	// whose cache entry has a text: scanStoredChunk takes the chunk's.
 	return "SELECT c.position, c.content_hash, c.text, coalesce(c.vector_hash, c.content_hash)," +
@@ -64,22 +68,37 @@ func (s *Store) storedChunksSQL() string {
 		" c.debt_since, coalesce(c.debt_distance, 0), c.debt_new_words" +
 		" FROM " + s.tChunks + " c LEFT JOIN LATERAL (SELECT coalesce(x.text, '') AS text FROM " + s.tCache + " x" +
 		" WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = coalesce(c.vector_hash, c.content_hash) LIMIT 1) e ON true" +
-		" WHERE c.index_name = $1 AND c.doc_id = $2 ORDER BY c.position"
+		" WHERE c.index_name = $1 AND c.doc_id = " + doc + " ORDER BY c.position"
 }
 
 func scanStoredChunk(r pgx.CollectableRow) (StoredChunk, error) {
-	var c StoredChunk
-	var since *time.Time
-	var dist float32
-	var origin *string
-	err := r.Scan(&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &origin, &since, &dist, &c.DebtNewWords)
+	var sc storedChunkScan
+	err := r.Scan(sc.dest()...)
+	return sc.chunk(), err
+}
+
+// storedChunkScan holds one row of storedChunksSQL's columns as scanned.
+type storedChunkScan struct {
+	c      StoredChunk
+	since  *time.Time
+	dist   float32
+	origin *string
+}
+
+func (sc *storedChunkScan) dest() []any {
+	c := &sc.c
+	return []any{&c.Position, &c.Hash, &c.Text, &c.VectorHash, &c.OriginCached, &sc.origin, &sc.since, &sc.dist, &c.DebtNewWords}
+}
+
+func (sc *storedChunkScan) chunk() StoredChunk {
+	c := sc.c
 	c.OriginText = c.Text
-	if origin != nil {
-		c.OriginText = *origin
+	if sc.origin != nil {
+		c.OriginText = *sc.origin
 	}
-	if since != nil {
-		c.DebtSince = *since
+	if sc.since != nil {
+		c.DebtSince = *sc.since
 	}
-	c.DebtDistance = float64(dist)
-	return c, err
+	c.DebtDistance = float64(sc.dist)
+	return c
 }

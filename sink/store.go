@@ -29,8 +29,9 @@ type Store struct {
 	// truncatePageRows overrides truncatePageRows (tests page small tables).
 	truncatePageRows int
 	// group lets concurrent Upserts share a transaction; nil writes each
-	// document alone.
-	group *groupCommit
+	// document alone. lookups lets concurrent Lookups share a round trip.
+	group   *groupCommit
+	lookups *lookupGroup
 }
 
 // New registers cfg.Index in the indexes table (or checks that it is
@@ -49,6 +50,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		groups = max(1, int(pool.Config().MaxConns)/2)
 	}
 	s.group = newGroupCommit(groups, s.cfg.GroupDocuments)
+	s.lookups = newLookupGroup(groups, s.cfg.GroupDocuments)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
