@@ -76,10 +76,17 @@ func (s *Store) upsertGrouped(ctx context.Context, id string, d Document) (Outco
 		case <-r.done:
 			return r.out, r.err
 		case g.slots <- struct{}{}:
-			if batch := g.take(); len(batch) > 0 {
+			batch, waiting := g.take(r)
+			if len(batch) > 0 {
 				s.writeGroup(ctx, batch)
 			}
 			<-g.slots
+			if !waiting {
+				// r is written by this group or by one that took it
+				// earlier: wait for it, without taking slots again.
+				<-r.done
+				return r.out, r.err
+			}
 		case <-ctx.Done():
 			if g.remove(r) {
 				return Outcome{}, ctx.Err()
@@ -94,11 +101,10 @@ func (s *Store) upsertGrouped(ctx context.Context, id string, d Document) (Outco
 // take removes and returns the queued requests of the next group, oldest
 // first: at most max, one per document (a later change of a document in
 // the group waits for the next group, so each document's changes commit
-// in order).
-func (g *groupCommit) take() []*upsertRequest {
+// in order). waiting reports whether mine is still queued after it.
+func (g *groupCommit) take(mine *upsertRequest) (batch []*upsertRequest, waiting bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var batch []*upsertRequest
 	kept := g.queue[:0]
 	in := make(map[string]bool, min(len(g.queue), g.max))
 	for _, r := range g.queue {
@@ -111,7 +117,7 @@ func (g *groupCommit) take() []*upsertRequest {
 	}
 	clear(g.queue[len(kept):])
 	g.queue = kept
-	return batch
+	return batch, slices.Contains(kept, mine)
 }
 
 // remove takes r out of the queue; false if a group took it already.

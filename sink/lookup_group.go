@@ -58,11 +58,17 @@ func (s *Store) lookupGrouped(ctx context.Context, id string, hashes []string) (
 			batch := slices.Clone(g.queue[:n])
 			clear(g.queue[:n])
 			g.queue = g.queue[n:]
+			waiting := slices.Contains(g.queue, r)
 			g.mu.Unlock()
 			if len(batch) > 0 {
 				s.lookupBatch(ctx, batch)
 			}
 			<-g.slots
+			if !waiting {
+				// Read by this batch or one that took it earlier.
+				<-r.done
+				return r.out, r.err
+			}
 		case <-ctx.Done():
 			g.mu.Lock()
 			i := slices.Index(g.queue, r)
