@@ -204,14 +204,65 @@ const lookupWords = 4
 
 // has says whether one of the origin's words has x among its splitWords.
 func (o *origin) has(x string) bool {
-	found := false
 	for _, w := range o.words {
-		eachWord(w, func(y string) { found = found || y == x })
-		if found {
+		if wordHas(w, x) {
 			return true
 		}
 	}
 	return false
+}
+
+// wordHas says whether x is one of splitWords(w)'s words. For an ASCII w
+// (the common case) it compares w's runs of letters and digits with x in
+// place, lower-casing byte by byte: has runs it on every word of the
+// origin, and cutting each through eachWord cost a call per run and a
+// lower-cased copy per capitalised word.
+func wordHas(w, x string) bool {
+	for i := 0; i < len(w); i++ {
+		if w[i] >= utf8.RuneSelf {
+			found := false
+			eachWord(w, func(y string) { found = found || y == x })
+			return found
+		}
+	}
+	if len(x) == 0 || len(w) < len(x) {
+		return false
+	}
+	for i := 0; i < len(w); {
+		if !isASCIIWordByte(w[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(w) && isASCIIWordByte(w[j]) {
+			j++
+		}
+		if j-i == len(x) && equalLowerASCII(w[i:j], x) {
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
+// isASCIIWordByte is an ASCII letter or digit: what splitWords keeps.
+func isASCIIWordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// equalLowerASCII says whether run (ASCII letters and digits) lower-cased
+// is x, of the same length.
+func equalLowerASCII(run, x string) bool {
+	for k := 0; k < len(run); k++ {
+		c := run[k]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != x[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // prefix returns the origin's first k normalised words (all of them if it
