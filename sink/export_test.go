@@ -17,37 +17,20 @@ func DDLLockKeyForTest(schema string) int64 { return lockKey("ragsync.ddl", sche
 
 // HoldGroupSlotsForTest takes every group slot of s, so concurrent Upserts
 // queue; release lets them go. queued reports the documents waiting.
-func HoldGroupSlotsForTest(s *Store) (queued func() int, release func()) {
-	for range cap(s.group.slots) {
-		s.group.slots <- struct{}{}
-	}
-	queued = func() int {
-		s.group.mu.Lock()
-		defer s.group.mu.Unlock()
-		return len(s.group.queue)
-	}
-	release = func() {
-		for range cap(s.group.slots) {
-			<-s.group.slots
-		}
-	}
-	return queued, release
-}
+func HoldGroupSlotsForTest(s *Store) (queued func() int, release func()) { return holdSlots(s.group) }
 
 // HoldLookupSlotsForTest is HoldGroupSlotsForTest for Lookups.
 func HoldLookupSlotsForTest(s *Store) (queued func() int, release func()) {
-	for range cap(s.lookups.slots) {
-		s.lookups.slots <- struct{}{}
+	return holdSlots(s.lookups)
+}
+
+func holdSlots[R comparable](g *sharing[R]) (queued func() int, release func()) {
+	for range cap(g.slots) {
+		g.slots <- struct{}{}
 	}
-	queued = func() int {
-		s.lookups.mu.Lock()
-		defer s.lookups.mu.Unlock()
-		return len(s.lookups.queue)
-	}
-	release = func() {
-		for range cap(s.lookups.slots) {
-			<-s.lookups.slots
+	return g.queued, func() {
+		for range cap(g.slots) {
+			<-g.slots
 		}
 	}
-	return queued, release
 }

@@ -6,18 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// groupCommit lets concurrent Upserts share transactions, the way
-// Postgres's own group commit shares WAL flushes: an Upsert queues its
-// document and either waits for its result or, when a group may start,
-// takes every queued document (up to max) and writes them together. A
-// document alone is written as it always was, so a quiet pipeline pays no
-// wait; under load the documents that queued while the last groups were
-// writing go together.
+// groupCommit lets concurrent Upserts share transactions (see sharing):
+// an Upsert queues its document and either waits for its result or, when a
+// group may start, takes every queued document (up to 32, one per
+// document, so each document's changes commit in order) and writes them
+// together. A document alone is written as it always was.
 //
 // A group costs the same two round trips as one document: one batch opens
 // the transaction and reads every document's stored state under its row
@@ -36,15 +33,7 @@ import (
 // created one of its documents, a deadlock with another writer), it rolls
 // back and each document is written alone, with Upsert's retries, so one
 // bad document never fails another.
-type groupCommit struct {
-	// slots caps the groups writing at once, so connections stay free for
-	// the reads that precede a write (Lookup) and for queries.
-	slots chan struct{}
-	max   int
-
-	mu    sync.Mutex
-	queue []*upsertRequest
-}
+type groupCommit = sharing[*upsertRequest]
 
 // upsertRequest is one queued Upsert.
 type upsertRequest struct {
@@ -56,79 +45,21 @@ type upsertRequest struct {
 	err  error
 }
 
+// newGroupCommit shares transactions among up to max documents, groups
+// slots at a time (the rest of the pool's connections stay free for the
+// reads that precede a write and for queries); nil writes each alone.
 func newGroupCommit(groups, max int) *groupCommit {
-	if groups < 1 || max < 2 {
-		return nil
-	}
-	return &groupCommit{slots: make(chan struct{}, groups), max: max}
+	return newSharing(groups, max, func(r *upsertRequest) string { return r.id })
 }
 
-// upsertGrouped queues the document, then waits for its result while
-// taking a turn at writing groups whenever a slot is free.
+// upsertGrouped queues the document and waits for its result (see
+// sharing.join).
 func (s *Store) upsertGrouped(ctx context.Context, id string, d Document) (Outcome, error) {
-	g := s.group
 	r := &upsertRequest{ctx: ctx, id: id, d: d, done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, r)
-	g.mu.Unlock()
-	for {
-		select {
-		case <-r.done:
-			return r.out, r.err
-		case g.slots <- struct{}{}:
-			batch, waiting := g.take(r)
-			if len(batch) > 0 {
-				s.writeGroup(ctx, batch)
-			}
-			<-g.slots
-			if !waiting {
-				// r is written by this group or by one that took it
-				// earlier: wait for it, without taking slots again.
-				<-r.done
-				return r.out, r.err
-			}
-		case <-ctx.Done():
-			if g.remove(r) {
-				return Outcome{}, ctx.Err()
-			}
-			// Taken by a group already: its result is on its way.
-			<-r.done
-			return r.out, r.err
-		}
+	if !s.group.join(ctx, r, r.done, s.writeGroup) {
+		return Outcome{}, ctx.Err()
 	}
-}
-
-// take removes and returns the queued requests of the next group, oldest
-// first: at most max, one per document (a later change of a document in
-// the group waits for the next group, so each document's changes commit
-// in order). waiting reports whether mine is still queued after it.
-func (g *groupCommit) take(mine *upsertRequest) (batch []*upsertRequest, waiting bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	kept := g.queue[:0]
-	in := make(map[string]bool, min(len(g.queue), g.max))
-	for _, r := range g.queue {
-		if len(batch) < g.max && !in[r.id] {
-			in[r.id] = true
-			batch = append(batch, r)
-			continue
-		}
-		kept = append(kept, r)
-	}
-	clear(g.queue[len(kept):])
-	g.queue = kept
-	return batch, slices.Contains(kept, mine)
-}
-
-// remove takes r out of the queue; false if a group took it already.
-func (g *groupCommit) remove(r *upsertRequest) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if i := slices.Index(g.queue, r); i >= 0 {
-		g.queue = slices.Delete(g.queue, i, i+1)
-		return true
-	}
-	return false
+	return r.out, r.err
 }
 
 // writeGroup writes batch and completes every request in it.

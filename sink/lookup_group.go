@@ -4,28 +4,20 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // lookupGroup lets concurrent Lookups share one round trip and three
-// statements, the way groupCommit lets Upserts share a transaction: a
-// Lookup queues its document and either waits for its result or, when a
-// slot is free, reads every queued document's stored state at once (up to
-// max). A Lookup alone is read as it always was. Every document of a busy
-// pipeline is looked up before it is embedded, and bench/pgcost priced the
-// three statements of a Lookup at about 0.6 ms of Postgres CPU per 4 KB
+// statements (see sharing): Lookups that queue while the slots are busy
+// read every queued document's stored state at once (up to 32). A Lookup
+// alone is read as it always was. Every document of a busy pipeline is
+// looked up before it is embedded, and bench/pgcost priced the three
+// statements of a Lookup at about 0.6 ms of Postgres CPU per 4 KB
 // document, most of it the per-statement work (planning, the round trip)
 // that a group pays once.
-type lookupGroup struct {
-	slots chan struct{}
-	max   int
-
-	mu    sync.Mutex
-	queue []*lookupRequest
-}
+type lookupGroup = sharing[*lookupRequest]
 
 type lookupRequest struct {
 	id     string
@@ -35,54 +27,14 @@ type lookupRequest struct {
 	err    error
 }
 
-func newLookupGroup(slots, max int) *lookupGroup {
-	if slots < 1 || max < 2 {
-		return nil
-	}
-	return &lookupGroup{slots: make(chan struct{}, slots), max: max}
-}
+func newLookupGroup(slots, max int) *lookupGroup { return newSharing[*lookupRequest](slots, max, nil) }
 
 func (s *Store) lookupGrouped(ctx context.Context, id string, hashes []string) (Lookup, error) {
-	g := s.lookups
 	r := &lookupRequest{id: id, hashes: hashes, done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, r)
-	g.mu.Unlock()
-	for {
-		select {
-		case <-r.done:
-			return r.out, r.err
-		case g.slots <- struct{}{}:
-			g.mu.Lock()
-			n := min(len(g.queue), g.max)
-			batch := slices.Clone(g.queue[:n])
-			clear(g.queue[:n])
-			g.queue = g.queue[n:]
-			waiting := slices.Contains(g.queue, r)
-			g.mu.Unlock()
-			if len(batch) > 0 {
-				s.lookupBatch(ctx, batch)
-			}
-			<-g.slots
-			if !waiting {
-				// Read by this batch or one that took it earlier.
-				<-r.done
-				return r.out, r.err
-			}
-		case <-ctx.Done():
-			g.mu.Lock()
-			i := slices.Index(g.queue, r)
-			if i >= 0 {
-				g.queue = slices.Delete(g.queue, i, i+1)
-			}
-			g.mu.Unlock()
-			if i >= 0 {
-				return Lookup{}, ctx.Err()
-			}
-			<-r.done
-			return r.out, r.err
-		}
+	if !s.lookups.join(ctx, r, r.done, s.lookupBatch) {
+		return Lookup{}, ctx.Err()
 	}
+	return r.out, r.err
 }
 
 // lookupBatch reads the stored state of batch's documents and completes
