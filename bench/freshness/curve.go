@@ -42,8 +42,8 @@ func measure(ctx context.Context, o options, src string, rate float64) (result, 
 func runCurve(ctx context.Context, o options, src string, c curveOptions) error {
 	fmt.Printf("max-rate curve through %s: rates from %g/s, ×%g each, until applied < %.2f × offered; %s per rate, provider latency %s\n",
 		src, c.from, c.factor, c.sustain, o.duration, o.latency)
-	fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered | chunk rows/s |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	best := 0.0
 	var bestRes result
 	for _, rate := range curveRates(c) {
