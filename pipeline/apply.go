@@ -381,22 +381,10 @@ func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
 	doc.EditSimilarity, doc.EditMethod = chunker.ChunkEditSimilarity(old, cur), chunker.MethodWords
 }
 
-// Refiner is a Splitter that can cut chunks finer (chunker.Chunker.Refine):
-// on an update, the pipeline refines every chunk whose hash the document
-// has not stored, so the regions that change are held in small chunks and
-// the next edit there re-embeds a small one. Refines reports whether
-// Refine cuts anything.
-type Refiner interface {
-	Refines() bool
-	Refine(chunks []chunker.Chunk, keep func(hash string) bool) []chunker.Chunk
-}
-
-var _ Refiner = (*chunker.Chunker)(nil)
-
-// refine applies the Splitter's refinement, if it has one, to the chunks of
-// an update: a version of a live document with stored chunks. A document
-// the index does not hold live (a first load, a create, a re-created
-// document) stays as Split cut it. The stored hashes come from pre (the
+// refine applies the Splitter's refinement to the chunks of an update: a
+// version of a live document with stored chunks. A document the index does
+// not hold live (a first load, a create, a re-created document) stays as
+// Split cut it. The stored hashes come from pre (the
 // Lookup) or, without one, from the stored document read before chunking.
 // Refinement decides from the hashes alone, so a replay, a backfill read
 // or a repeated change of an indexed document gives back the chunks it
@@ -407,10 +395,6 @@ var _ Refiner = (*chunker.Chunker)(nil)
 // again: the probe is one round trip, an embedding is an API call and its
 // tokens.
 func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink.Lookup, stored sink.StoredDocument, found bool) ([]chunker.Chunk, error) {
-	r, ok := p.st.Splitter.(Refiner)
-	if !ok || !r.Refines() {
-		return chunks, nil
-	}
 	keep := map[string]bool{}
 	switch {
 	case pre != nil && pre.Found && !pre.Doc.Deleted:
@@ -425,7 +409,7 @@ func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink
 	if len(keep) == 0 {
 		return chunks, nil
 	}
-	out := r.Refine(chunks, func(h string) bool { return keep[h] })
+	out := p.st.Splitter.Refine(chunks, func(h string) bool { return keep[h] })
 	if pre == nil {
 		// Without a Lookup, embedMissing asks the cache about every hash.
 		return out, nil

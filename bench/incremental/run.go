@@ -328,20 +328,10 @@ func (r *recordingSplitter) Split(text string) []chunker.Chunk {
 	return cs
 }
 
-// Refines and Refine pass the chunker's refinement through, so the
-// pipeline refines as with the chunker itself, and keep the pieces' token
-// counts for tokensOf (the chunk-size distribution stays Split's).
-func (r *recordingSplitter) Refines() bool {
-	f, ok := r.s.(pipeline.Refiner)
-	return ok && f.Refines()
-}
-
+// Refine passes the chunker's refinement through and keeps the pieces'
+// token counts for tokensOf (the chunk-size distribution stays Split's).
 func (r *recordingSplitter) Refine(chunks []chunker.Chunk, keep func(string) bool) []chunker.Chunk {
-	f, ok := r.s.(pipeline.Refiner)
-	if !ok {
-		return chunks
-	}
-	cs := f.Refine(chunks, keep)
+	cs := r.s.Refine(chunks, keep)
 	r.mu.Lock()
 	if r.tokens == nil {
 		r.tokens = map[string]int{}
