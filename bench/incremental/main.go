@@ -123,21 +123,22 @@ type config struct {
 	// RagsyncTarget, RagsyncMin and RagsyncMax size ragsync's chunker
 	// apart from the greedy baseline's (see ragsyncChunker).
 	RagsyncTarget, RagsyncMin, RagsyncMax int
+	Dimensions                            int
+	Model                                 string
+	Queries                               int
+	Seed                                  uint64
+	Workers                               int
+	Verbose                               bool
+	NoReuse                               bool
+	Repay                                 bool
+	RepayWindow                           time.Duration
+	NewWords                              string
+	CheckEvery                            int
+	Breakdown                             bool
+	BreakdownArms                         string
+
 	// RagsyncRefine is ragsync's chunker's RefineTargetTokens.
 	RagsyncRefine int
-	Dimensions    int
-	Model         string
-	Queries       int
-	Seed          uint64
-	Workers       int
-	Verbose       bool
-	NoReuse       bool
-	Repay         bool
-	RepayWindow   time.Duration
-	NewWords      string
-	CheckEvery    int
-	Breakdown     bool
-	BreakdownArms string
 }
 
 // repoRoot walks up from the working directory to the directory whose
