@@ -26,6 +26,12 @@ type Config struct {
 	MinTokens int `yaml:"min_tokens"`
 	// MaxTokens is the hard upper bound of a chunk, in tokens. Defaults to 1024.
 	MaxTokens int `yaml:"max_tokens"`
+	// RefineTargetTokens is the mean size of the finer content-defined
+	// pieces an update cuts the chunks it changes into (see
+	// Chunker.Refine); their min_tokens is a quarter of it and their
+	// max_tokens four times it. Defaults to 64 where TargetTokens is at
+	// least four times that, else to off; -1 turns refinement off.
+	RefineTargetTokens int `yaml:"refine_target_tokens"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -41,6 +47,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxTokens == 0 {
 		c.MaxTokens = 1024
+	}
+	if c.RefineTargetTokens == 0 {
+		c.RefineTargetTokens = defaultRefine(c.TargetTokens)
 	}
 	return c
 }
@@ -72,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTokens < minMaxTokens {
 		errs = append(errs, fmt.Errorf("chunker.max_tokens: must be >= %d, got %d", minMaxTokens, c.MaxTokens))
+	}
+	if err := c.validateRefine(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -102,6 +102,9 @@ type ChunkerConfig struct {
 	TargetTokens int    `yaml:"target_tokens"`
 	MinTokens    int    `yaml:"min_tokens"`
 	MaxTokens    int    `yaml:"max_tokens"`
+	// RefineTargetTokens is the size an update cuts the chunks it changes
+	// into (chunker.Config.RefineTargetTokens): 0 the default, -1 off.
+	RefineTargetTokens int `yaml:"refine_target_tokens"`
 }
 
 type PostgresConfig struct {
@@ -462,6 +465,8 @@ func (c Config) ChunkerConfig() chunker.Config {
 		TargetTokens: c.Chunker.TargetTokens,
 		MinTokens:    c.Chunker.MinTokens,
 		MaxTokens:    c.Chunker.MaxTokens,
+
+		RefineTargetTokens: c.Chunker.RefineTargetTokens,
 	}.WithDefaults()
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/config"
 )
 
@@ -152,4 +153,21 @@ func TestDeadLetterPath(t *testing.T) {
 	c.Source.Kind = "kafka"
 	c.DLQ.Path = "ignored.jsonl"
 	require.Equal(t, "", c.DeadLetterPath())
+}
+
+// chunker.refine_target_tokens reaches the chunker: the default where it
+// is unset, -1 to turn refinement off, and a size not below target_tokens
+// refused with its path.
+func TestChunkerRefineTargetTokens(t *testing.T) {
+	cfg := config.Default()
+	require.Equal(t, chunker.DefaultRefineTargetTokens, cfg.ChunkerConfig().RefineTargetTokens)
+	path := writeFile(t, "chunker:\n  refine_target_tokens: -1\n")
+	cfg, err := config.Load(path, nil)
+	require.NoError(t, err)
+	require.Equal(t, chunker.RefineOff, cfg.ChunkerConfig().RefineTargetTokens)
+	cfg, err = config.Load(path, []string{"chunker.refine_target_tokens=96"})
+	require.NoError(t, err)
+	require.Equal(t, 96, cfg.ChunkerConfig().RefineTargetTokens)
+	cfg.Chunker.RefineTargetTokens = 600
+	require.ErrorContains(t, cfg.Validate(false), "chunker.refine_target_tokens: must be below target_tokens (512)")
 }

@@ -150,6 +150,23 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	span.End()
 	text = "" // the chunks hold the text from here on
 
+	var pre *sink.Lookup
+	if !early {
+		l, err := p.st.Lookup.Lookup(ctx, id, chunkHashes(chunks))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", id, err)
+		}
+		if l.Found && l.Doc.Version.Compare(ch.Version) > 0 {
+			p.count(op, "stale")
+			return nil
+		}
+		pre = &l
+	}
+	chunks, err := p.refine(ctx, chunks, pre, stored, found)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", id, err)
+	}
+
 	doc := sink.Document{
 		ID:       id,
 		Table:    ch.Table,
@@ -163,18 +180,6 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	}
 	for i, c := range chunks {
 		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
-	}
-	var pre *sink.Lookup
-	if !early {
-		l, err := p.st.Lookup.Lookup(ctx, id, distinctHashes(doc.Chunks))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", id, err)
-		}
-		if l.Found && l.Doc.Version.Compare(ch.Version) > 0 {
-			p.count(op, "stale")
-			return nil
-		}
-		pre = &l
 	}
 	ectx, span := tracer().Start(ctx, "ragsync.embed")
 	saved, err := p.embedMissing(ectx, &doc, pre)
@@ -374,6 +379,78 @@ func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
 		cur[i] = chunker.Piece{Hash: c.Hash, Text: c.Text}
 	}
 	doc.EditSimilarity, doc.EditMethod = chunker.ChunkEditSimilarity(old, cur), chunker.MethodWords
+}
+
+// refine applies the Splitter's refinement to the chunks of an update: a
+// version of a live document with stored chunks. A document the index does
+// not hold live (a first load, a create, a re-created document) stays as
+// Split cut it. The stored hashes come from pre (the
+// Lookup) or, without one, from the stored document read before chunking.
+// Refinement decides from the hashes alone, so a replay, a backfill read
+// or a repeated change of an indexed document gives back the chunks it
+// has. The Lookup asked the cache about the chunks as Split cut them; the
+// pieces new to that question are asked in a second probe rather than
+// taken as new, so a piece embedded before (the unchanged pieces of a
+// region refined earlier, or a piece of another document) is not embedded
+// again: the probe is one round trip, an embedding is an API call and its
+// tokens.
+func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink.Lookup, stored sink.StoredDocument, found bool) ([]chunker.Chunk, error) {
+	keep := map[string]bool{}
+	switch {
+	case pre != nil && pre.Found && !pre.Doc.Deleted:
+		for _, c := range pre.Chunks {
+			keep[c.Hash] = true
+		}
+	case pre == nil && found && !stored.Deleted:
+		for _, h := range stored.Hashes {
+			keep[h] = true
+		}
+	}
+	if len(keep) == 0 {
+		return chunks, nil
+	}
+	out := p.st.Splitter.Refine(chunks, func(h string) bool { return keep[h] })
+	if pre == nil {
+		// Without a Lookup, embedMissing asks the cache about every hash.
+		return out, nil
+	}
+	asked := make(map[string]bool, len(chunks))
+	for _, c := range chunks {
+		asked[c.Hash] = true
+	}
+	var probe []string
+	for _, h := range chunkHashes(out) {
+		if !asked[h] {
+			probe = append(probe, h)
+		}
+	}
+	if len(probe) == 0 {
+		return out, nil
+	}
+	cached, err := p.cachedHashes(ctx, probe)
+	if err != nil {
+		return nil, err
+	}
+	if pre.Cached == nil {
+		pre.Cached = make(map[string]bool, len(cached))
+	}
+	for h := range cached {
+		pre.Cached[h] = true
+	}
+	return out, nil
+}
+
+// chunkHashes is distinctHashes of the chunks as Split returns them.
+func chunkHashes(chunks []chunker.Chunk) []string {
+	seen := make(map[string]struct{}, len(chunks))
+	out := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if _, ok := seen[c.Hash]; !ok {
+			seen[c.Hash] = struct{}{}
+			out = append(out, c.Hash)
+		}
+	}
+	return out
 }
 
 // distinctHashes returns the chunks' content hashes, each once, in first

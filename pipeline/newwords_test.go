@@ -57,7 +57,10 @@ func TestAppendedSentenceIsFindable(t *testing.T) {
 			emb := hashingEmbedder{embedder.NewHashing(256)}
 			st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: embedder.HashingModel, Dimensions: 256})
 			require.NoError(t, err)
-			split, err := chunker.New(chunker.Config{})
+			// Unrefined: the edit's chunk is to reuse its stored vector,
+			// and a region's first edit, refined, holds pieces no stored
+			// chunk resembles.
+			split, err := chunker.New(chunker.Config{RefineTargetTokens: chunker.RefineOff})
 			require.NoError(t, err)
 			run := func(msgs ...cdc.Message) pipeline.Snapshot {
 				p, err := pipeline.New(pipeline.Config{Workers: 2, Reuse: tc.reuse}, pipeline.Stages{

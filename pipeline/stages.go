@@ -24,9 +24,14 @@ type Decoder interface {
 	Decode(m cdc.Message) (cdc.Change, error)
 }
 
-// Splitter cuts a document's text into chunks.
+// Splitter cuts a document's text into chunks. Refine cuts finer every
+// chunk keep rejects (chunker.Chunker.Refine); the pipeline calls it on an
+// update with the hashes the document has stored, so the regions that
+// change are held in small chunks. A Splitter that does not refine returns
+// chunks unchanged.
 type Splitter interface {
 	Split(text string) []chunker.Chunk
+	Refine(chunks []chunker.Chunk, keep func(hash string) bool) []chunker.Chunk
 }
 
 // Embedder computes one vector per text, in order. EmbedCounted is Embed

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragsync/ragsync/chunker"
 )
 
 // indexedDoc is a live document as an index holds it.
@@ -67,7 +69,15 @@ type comparison struct {
 	// TextOnly counts the mismatching documents whose chunk hashes all
 	// agree: a chunk kept for its normalised hash still holds the text of
 	// an earlier version (a whitespace-only edit).
-	TextOnly      int      `json:"text_only_mismatch_documents"`
+	TextOnly int `json:"text_only_mismatch_documents"`
+	// Refined counts the fresh load's chunks the replayed index holds cut
+	// into the pieces chunker.Chunker.RefineChunk makes of them (an update
+	// refines what it changes), and Pieces those pieces; Replayed counts
+	// the replayed index's chunks.
+	Refined  int `json:"refined_chunks"`
+	Pieces   int `json:"refined_pieces"`
+	Replayed int `json:"replayed_chunks"`
+
 	VectorsDiffer int      `json:"vectors_differ"` // equal text, different vector (near-duplicate reuse)
 	MaxVectorDist float64  `json:"max_vector_cosine_distance"`
 	Examples      []string `json:"examples,omitempty"`
@@ -79,9 +89,12 @@ const maxExamples = 5
 
 // compareIndexes checks that got (the replayed index) holds the same
 // documents as want (the fresh load), with the same chunk hashes in order
-// and the same chunk texts. Vectors are only measured: with near-duplicate
-// reuse they may legitimately differ within the configured debt.
-func compareIndexes(got, want map[string]indexedDoc) comparison {
+// and the same chunk texts, except that with refine set a fresh chunk may
+// be held as the pieces refine cuts it into: a fresh load has nothing
+// stored, so it refines nothing, and the replay refines the chunks its
+// updates changed. Vectors are only measured: with near-duplicate reuse
+// they may legitimately differ within the configured debt.
+func compareIndexes(got, want map[string]indexedDoc, refine func(text string) []chunker.Chunk) comparison {
 	c := comparison{Documents: len(want)}
 	example := func(format string, args ...any) {
 		if len(c.Examples) < maxExamples {
@@ -102,24 +115,32 @@ func compareIndexes(got, want map[string]indexedDoc) comparison {
 			example("missing document %s", id)
 			continue
 		}
-		if !slices.Equal(g.Hashes, w.Hashes) || !slices.Equal(g.Texts, w.Texts) {
+		c.Replayed += len(g.Hashes)
+		exp, refined, pieces := expectRefined(w, g, refine)
+		if !slices.Equal(g.Hashes, exp.Hashes) || !slices.Equal(g.Texts, exp.Texts) {
 			c.ChunkMismatch++
-			if slices.Equal(g.Hashes, w.Hashes) {
+			if slices.Equal(g.Hashes, exp.Hashes) {
 				c.TextOnly++
 			}
-			i := min(firstDiff(g.Hashes, w.Hashes), firstDiff(g.Texts, w.Texts))
+			i := min(firstDiff(g.Hashes, exp.Hashes), firstDiff(g.Texts, exp.Texts))
 			what := "hash"
-			if i < len(g.Hashes) && i < len(w.Hashes) && g.Hashes[i] == w.Hashes[i] {
+			if i < len(g.Hashes) && i < len(exp.Hashes) && g.Hashes[i] == exp.Hashes[i] {
 				what = "text (same hash)"
 			}
-			example("document %s: %d chunks replayed, %d fresh; first difference at chunk %d, in its %s", id, len(g.Hashes), len(w.Hashes), i, what)
-			if os.Getenv("BENCH_DEBUG") != "" && i < len(g.Texts) && i < len(w.Texts) {
-				example("  replayed %q\n  fresh    %q", g.Texts[i], w.Texts[i])
+			example("document %s: %d chunks replayed, %d fresh (%d of them as %d refined pieces); first difference at chunk %d, in its %s",
+				id, len(g.Hashes), len(w.Hashes), refined, pieces, i, what)
+			if os.Getenv("BENCH_DEBUG") != "" && i < len(g.Texts) && i < len(exp.Texts) {
+				example("  replayed %q\n  fresh    %q", g.Texts[i], exp.Texts[i])
 			}
 			continue
 		}
-		for i := range w.Vectors {
-			if d := cosineDistance(g.Vectors[i], w.Vectors[i]); d > 1e-6 {
+		c.Refined += refined
+		c.Pieces += pieces
+		for i := range exp.Vectors {
+			if exp.Vectors[i] == nil {
+				continue // a refined piece: the fresh load has no vector of it
+			}
+			if d := cosineDistance(g.Vectors[i], exp.Vectors[i]); d > 1e-6 {
 				c.VectorsDiffer++
 				c.MaxVectorDist = max(c.MaxVectorDist, d)
 			}
@@ -138,6 +159,31 @@ func compareIndexes(got, want map[string]indexedDoc) comparison {
 	}
 	c.Pass = c.MissingDocs == 0 && c.ExtraDocs == 0 && c.ChunkMismatch == 0
 	return c
+}
+
+// expectRefined returns the chunks got should hold for the fresh load w:
+// each fresh chunk as it is where got holds it there, else, with refine
+// set, as the pieces refine cuts it into (without vectors); and how many
+// fresh chunks were taken refined, as how many pieces.
+func expectRefined(w, g indexedDoc, refine func(text string) []chunker.Chunk) (exp indexedDoc, refined, pieces int) {
+	for i := range w.Hashes {
+		j := len(exp.Hashes)
+		if refine == nil || (j < len(g.Hashes) && g.Hashes[j] == w.Hashes[i]) {
+			exp.Hashes = append(exp.Hashes, w.Hashes[i])
+			exp.Texts = append(exp.Texts, w.Texts[i])
+			exp.Vectors = append(exp.Vectors, w.Vectors[i])
+			continue
+		}
+		ps := refine(w.Texts[i])
+		refined++
+		pieces += len(ps)
+		for _, p := range ps {
+			exp.Hashes = append(exp.Hashes, p.Hash)
+			exp.Texts = append(exp.Texts, p.Text)
+			exp.Vectors = append(exp.Vectors, nil)
+		}
+	}
+	return exp, refined, pieces
 }
 
 func firstDiff(a, b []string) int {
@@ -171,8 +217,8 @@ func (c comparison) String() string {
 		verdict = "FAIL"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "final index vs fresh load: %s (%d documents, %d chunks; missing %d, extra %d, chunk mismatches %d (%d text only, same hashes); vectors differing %d, max cosine distance %.4f)",
-		verdict, c.Documents, c.Chunks, c.MissingDocs, c.ExtraDocs, c.ChunkMismatch, c.TextOnly, c.VectorsDiffer, c.MaxVectorDist)
+	fmt.Fprintf(&b, "final index vs fresh load: %s (%d documents, %d chunks, %d replayed: %d fresh chunks held as %d refined pieces; missing %d, extra %d, chunk mismatches %d (%d text only, same hashes); vectors differing %d, max cosine distance %.4f)",
+		verdict, c.Documents, c.Chunks, c.Replayed, c.Refined, c.Pieces, c.MissingDocs, c.ExtraDocs, c.ChunkMismatch, c.TextOnly, c.VectorsDiffer, c.MaxVectorDist)
 	for _, e := range c.Examples {
 		b.WriteString("\n  " + e)
 	}

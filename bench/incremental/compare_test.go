@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -62,7 +64,7 @@ func TestCompareIndexes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := base()
 			tc.mutate(got)
-			c := compareIndexes(got, base())
+			c := compareIndexes(got, base(), nil)
 			tc.check(t, c)
 			if c.Pass {
 				require.Contains(t, c.String(), "PASS")
@@ -71,6 +73,35 @@ func TestCompareIndexes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCompareIndexesRefined: a fresh chunk held as the pieces the refiner
+// cuts it into passes, and is counted; pieces that are not its refinement
+// fail, as without a refiner.
+func TestCompareIndexesRefined(t *testing.T) {
+	want := map[string]indexedDoc{
+		"t/a": {Hashes: []string{"h1", "h2", "h3"}, Texts: []string{"one", "two three", "four"}, Vectors: [][]float32{{1, 0}, {0, 1}, {1, 1}}},
+	}
+	refine := func(text string) []chunker.Chunk {
+		var out []chunker.Chunk
+		for _, w := range strings.Fields(text) {
+			out = append(out, chunker.Chunk{Text: w, Hash: "h-" + w})
+		}
+		return out
+	}
+	got := map[string]indexedDoc{
+		"t/a": {Hashes: []string{"h1", "h-two", "h-three", "h3"}, Texts: []string{"one", "two", "three", "four"}, Vectors: [][]float32{{1, 0}, {0, 1}, {1, 0}, {1, 1}}},
+	}
+	c := compareIndexes(got, want, refine)
+	require.True(t, c.Pass, c.String())
+	require.Equal(t, 1, c.Refined)
+	require.Equal(t, 2, c.Pieces)
+	require.Equal(t, 4, c.Replayed)
+	require.Zero(t, c.VectorsDiffer, "pieces have no fresh vector to differ from")
+
+	require.False(t, compareIndexes(got, want, nil).Pass, "without a refiner the pieces are a mismatch")
+	got["t/a"] = indexedDoc{Hashes: []string{"h1", "h-two", "h3"}, Texts: []string{"one", "two", "four"}, Vectors: [][]float32{{1, 0}, {0, 1}, {1, 1}}}
+	require.False(t, compareIndexes(got, want, refine).Pass, "a piece missing is a mismatch")
 }
 
 func TestSentences(t *testing.T) {

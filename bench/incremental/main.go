@@ -46,6 +46,7 @@ func main() {
 	flag.IntVar(&cfg.RagsyncTarget, "ragsync-target-tokens", 0, "ragsync's chunker target_tokens when it is to differ from G's (0: -target-tokens); G stays greedy at -target-tokens")
 	flag.IntVar(&cfg.RagsyncMin, "ragsync-min-tokens", 0, "ragsync's chunker min_tokens (0: the chunker's default)")
 	flag.IntVar(&cfg.RagsyncMax, "ragsync-max-tokens", 0, "ragsync's chunker max_tokens (0: the chunker's default)")
+	flag.IntVar(&cfg.RagsyncRefine, "ragsync-refine-target-tokens", 0, "ragsync's chunker refine_target_tokens: the size an update cuts the chunks it changes into (0: the chunker's default, -1: off)")
 	flag.IntVar(&cfg.Dimensions, "dimensions", 256, "embedding dimensions asked of the test server")
 	flag.StringVar(&cfg.Model, "model", "text-embedding-3-small", "embedding model name sent to the test server")
 	flag.IntVar(&cfg.Queries, "queries", 200, "self-retrieval queries (sentences sampled from the final documents)")
@@ -135,6 +136,9 @@ type config struct {
 	CheckEvery                            int
 	Breakdown                             bool
 	BreakdownArms                         string
+
+	// RagsyncRefine is ragsync's chunker's RefineTargetTokens.
+	RagsyncRefine int
 }
 
 // repoRoot walks up from the working directory to the directory whose
@@ -164,12 +168,13 @@ func envOr(name, def string) string {
 }
 
 // ragsyncChunker is the configuration of ragsync's chunker in a run: the
-// content-defined strategy at -target-tokens, unless the -ragsync-* flags
-// size it apart from G, which is always greedy at -target-tokens.
+// content-defined strategy at -target-tokens, refining what updates change
+// at the default size, unless the -ragsync-* flags size it apart from G,
+// which is always greedy at -target-tokens and never refines.
 func (c config) ragsyncChunker() chunker.Config {
 	t := c.TargetTokens
 	if c.RagsyncTarget > 0 {
 		t = c.RagsyncTarget
 	}
-	return chunker.Config{TargetTokens: t, MinTokens: c.RagsyncMin, MaxTokens: c.RagsyncMax}.WithDefaults()
+	return chunker.Config{TargetTokens: t, MinTokens: c.RagsyncMin, MaxTokens: c.RagsyncMax, RefineTargetTokens: c.RagsyncRefine}.WithDefaults()
 }

@@ -145,9 +145,13 @@ func (r *result) print(out io.Writer) {
 	if r.Limit > 0 {
 		limit += fmt.Sprintf(", -limit %d", r.Limit)
 	}
-	fmt.Fprintf(out, "== %s: %d events (%d initial, %d updates%s); ragsync chunker %s target %d min %d max %d; G %s target %d min %d max %d; %s\n",
+	refine := "refine off"
+	if r.Chunker.RefineTargetTokens > 0 {
+		refine = fmt.Sprintf("refine %d", r.Chunker.RefineTargetTokens)
+	}
+	fmt.Fprintf(out, "== %s: %d events (%d initial, %d updates%s); ragsync chunker %s target %d min %d max %d %s; G %s target %d min %d max %d; %s\n",
 		r.Set, r.Events, r.InitialEvents, r.UpdateEvents, limit,
-		r.Chunker.Strategy, r.Chunker.TargetTokens, r.Chunker.MinTokens, r.Chunker.MaxTokens,
+		r.Chunker.Strategy, r.Chunker.TargetTokens, r.Chunker.MinTokens, r.Chunker.MaxTokens, refine,
 		r.Baseline.Strategy, r.Baseline.TargetTokens, r.Baseline.MinTokens, r.Baseline.MaxTokens, r.Embedder)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ini, upd := r.Phases[0], r.Phases[1]

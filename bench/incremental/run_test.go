@@ -83,13 +83,15 @@ func TestRunSetSmall(t *testing.T) {
 	// The split by op covers every token sent: the snapshot's are all r;
 	// the edit of a.md (u, one paragraph of ~40 changed words in ~480) is
 	// embedded: its predicted distance is past the monitor's bound (and it
-	// brings a new word); the new c.md (c), whose title makes its only
-	// chunk new, pays for that chunk.
+	// brings a new word), and the chunk it changed is refined into fine
+	// pieces, two distinct ones (the paragraph repeats one sentence); the
+	// new c.md (c), whose title makes its only chunk new, pays for that
+	// chunk, which a create does not refine.
 	require.Equal(t, map[string]*ragOpCounts{"r": {Versions: 2, Tokens: ini.RagsyncCounted, ChunksEmbedded: ini.RagsyncEmbedded.Count}}, ini.RagsyncByOp)
 	require.Equal(t, []string{"c", "u"}, slices.Sorted(maps.Keys(upd.RagsyncByOp)))
 	require.Equal(t, 1, upd.RagsyncByOp["u"].Versions)
 	require.Equal(t, 1, upd.RagsyncByOp["c"].Versions)
-	require.Equal(t, 1, upd.RagsyncByOp["u"].ChunksEmbedded)
+	require.Equal(t, 2, upd.RagsyncByOp["u"].ChunksEmbedded)
 	require.Zero(t, upd.RagsyncByOp["u"].ChunksReused)
 	require.Positive(t, upd.RagsyncByOp["u"].Tokens)
 	require.Equal(t, 1, upd.RagsyncByOp["c"].ChunksEmbedded)
@@ -102,6 +104,7 @@ func TestRunSetSmall(t *testing.T) {
 	require.NotContains(t, printed.String(), "add up to")
 
 	require.True(t, res.Convergence.Pass, res.Convergence.String())
+	require.Equal(t, 1, res.Convergence.Refined, "the fresh load holds the edited chunk whole, the replay refined")
 	require.NotNil(t, res.Debt)
 	require.Zero(t, res.Debt.FinalPastBound, "every stored vector within the bound after the window")
 	require.Zero(t, res.Debt.FinalDebt)
