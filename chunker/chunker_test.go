@@ -46,7 +46,7 @@ func TestConfig(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, chunker.Config{Strategy: "content-defined", TargetTokens: 512, MinTokens: 128, MaxTokens: 1024, RefineTargetTokens: 64},
+	require.Equal(t, chunker.Config{Strategy: "content-defined", TargetTokens: 512, MinTokens: 128, MaxTokens: 1024, RefineTargetTokens: -1},
 		chunker.Config{}.WithDefaults())
 }
 

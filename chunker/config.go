@@ -29,8 +29,8 @@ type Config struct {
 	// RefineTargetTokens is the mean size of the finer content-defined
 	// pieces an update cuts the chunks it changes into (see
 	// Chunker.Refine); their min_tokens is a quarter of it and their
-	// max_tokens four times it. Defaults to 64 where TargetTokens is at
-	// least four times that, else to off; -1 turns refinement off.
+	// max_tokens four times it. 0 (the default) and -1 leave refinement
+	// off; SuggestedRefineTargetTokens is the size measured.
 	RefineTargetTokens int `yaml:"refine_target_tokens"`
 }
 
@@ -49,7 +49,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxTokens = 1024
 	}
 	if c.RefineTargetTokens == 0 {
-		c.RefineTargetTokens = defaultRefine(c.TargetTokens)
+		c.RefineTargetTokens = RefineOff
 	}
 	return c
 }

@@ -2,26 +2,20 @@ package chunker
 
 import "fmt"
 
-// DefaultRefineTargetTokens is Config.RefineTargetTokens's default: on the
-// edits-C history (long Markdown documents edited in place, at
-// target_tokens 470) refining at 64 tokens spends 0.59 × the tokens of
-// greedy chunking with exact hashing on the updates, against 0.94 ×
-// unrefined and 0.70 × at 128, for 1.5 × the rows (2.4 × when every chunk
-// is cut at 128); see the README's "The trade, measured".
-const DefaultRefineTargetTokens = 64
+// SuggestedRefineTargetTokens is the Config.RefineTargetTokens to set for
+// documents edited in place over and over: on the edits-C history (long
+// Markdown documents, at target_tokens 470) refining at 64 tokens spends
+// 0.59 × the tokens of greedy chunking with exact hashing on the updates,
+// against 0.94 × unrefined and 0.70 × at 128, for 1.5 × the rows (2.4 ×
+// when every chunk is cut at 128); see the README's "The trade, measured".
+// Refinement is off by default: it makes what the index holds depend on
+// which regions were edited (a replay or a backfill gives back the chunks
+// stored, but a fresh load of the final state cuts nothing finer), and the
+// mixed chunk sizes cost recall under the hashing embedder.
+const SuggestedRefineTargetTokens = 64
 
 // RefineOff is the Config.RefineTargetTokens that turns refinement off.
 const RefineOff = -1
-
-// defaultRefine is RefineTargetTokens's default for a chunker of target
-// tokens: DefaultRefineTargetTokens where that cuts at least four times
-// finer, else off (chunks that small gain little from being cut again).
-func defaultRefine(target int) int {
-	if target >= 4*DefaultRefineTargetTokens {
-		return DefaultRefineTargetTokens
-	}
-	return RefineOff
-}
 
 // minRefineTarget keeps the fine pieces' min_tokens (a quarter of the
 // target) at least 1.

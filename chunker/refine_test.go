@@ -45,10 +45,10 @@ func notIn(cs []chunker.Chunk, set map[string]bool) []chunker.Chunk {
 // edit in the same region then changes exactly one fine piece, not the
 // coarse chunk the region was in.
 func TestRefineEditInRefinedRegionChangesOnePiece(t *testing.T) {
-	c, err := chunker.New(chunker.Config{TargetTokens: 470})
+	c, err := chunker.New(chunker.Config{TargetTokens: 470, RefineTargetTokens: chunker.SuggestedRefineTargetTokens})
 	require.NoError(t, err)
 	require.True(t, c.Refines(), "refinement is on by default at target 470")
-	const fineMax = 4 * chunker.DefaultRefineTargetTokens
+	const fineMax = 4 * chunker.SuggestedRefineTargetTokens
 
 	ps := refineDoc()
 	v1 := c.Split(strings.Join(ps, "\n\n")) // a create: stored as Split cuts it
@@ -93,7 +93,7 @@ func TestRefineEditInRefinedRegionChangesOnePiece(t *testing.T) {
 // what it stores gives back what it stores, refined regions included, so a
 // replay or a backfill read changes nothing.
 func TestRefineUnchangedIsIdempotent(t *testing.T) {
-	c, err := chunker.New(chunker.Config{TargetTokens: 470})
+	c, err := chunker.New(chunker.Config{TargetTokens: 470, RefineTargetTokens: chunker.SuggestedRefineTargetTokens})
 	require.NoError(t, err)
 	ps := refineDoc()
 	v1 := c.Split(strings.Join(ps, "\n\n"))
@@ -106,9 +106,7 @@ func TestRefineUnchangedIsIdempotent(t *testing.T) {
 }
 
 func TestRefineConfig(t *testing.T) {
-	require.Equal(t, chunker.DefaultRefineTargetTokens, chunker.Config{}.WithDefaults().RefineTargetTokens)
-	require.Equal(t, chunker.RefineOff, chunker.Config{TargetTokens: 128, MinTokens: 32, MaxTokens: 512}.WithDefaults().RefineTargetTokens,
-		"chunks already small are not refined by default")
+	require.Equal(t, chunker.RefineOff, chunker.Config{}.WithDefaults().RefineTargetTokens, "refinement is off unless set")
 
 	off, err := chunker.New(chunker.Config{RefineTargetTokens: chunker.RefineOff})
 	require.NoError(t, err)

@@ -155,12 +155,12 @@ func TestDeadLetterPath(t *testing.T) {
 	require.Equal(t, "", c.DeadLetterPath())
 }
 
-// chunker.refine_target_tokens reaches the chunker: the default where it
-// is unset, -1 to turn refinement off, and a size not below target_tokens
-// refused with its path.
+// chunker.refine_target_tokens reaches the chunker: off where it is unset
+// or -1, a size where set, and a size not below target_tokens refused with
+// its path.
 func TestChunkerRefineTargetTokens(t *testing.T) {
 	cfg := config.Default()
-	require.Equal(t, chunker.DefaultRefineTargetTokens, cfg.ChunkerConfig().RefineTargetTokens)
+	require.Equal(t, chunker.RefineOff, cfg.ChunkerConfig().RefineTargetTokens)
 	path := writeFile(t, "chunker:\n  refine_target_tokens: -1\n")
 	cfg, err := config.Load(path, nil)
 	require.NoError(t, err)

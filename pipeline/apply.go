@@ -382,9 +382,9 @@ func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
 }
 
 // refine applies the Splitter's refinement to the chunks of an update: a
-// version of a live document with stored chunks. A document the index does
-// not hold live (a first load, a create, a re-created document) stays as
-// Split cut it. The stored hashes come from pre (the
+// version of a live document with stored chunks that keeps at least one
+// of them. A document the index does not hold live (a first load, a
+// create, a re-created document) or rewritten whole stays as Split cut it. The stored hashes come from pre (the
 // Lookup) or, without one, from the stored document read before chunking.
 // Refinement decides from the hashes alone, so a replay, a backfill read
 // or a repeated change of an indexed document gives back the chunks it
@@ -406,7 +406,10 @@ func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink
 			keep[h] = true
 		}
 	}
-	if len(keep) == 0 {
+	// A version that keeps none of the stored chunks replaced the
+	// document rather than edited it: it is cut as a create, so a page
+	// rewritten whole is not stored in pieces.
+	if !slices.ContainsFunc(chunks, func(c chunker.Chunk) bool { return keep[c.Hash] }) {
 		return chunks, nil
 	}
 	out := p.st.Splitter.Refine(chunks, func(h string) bool { return keep[h] })

@@ -21,7 +21,7 @@ func TestRefinesOnlyTheChangedRegion(t *testing.T) {
 	for _, withLookup := range []bool{true, false} {
 		t.Run(fmt.Sprintf("lookup=%v", withLookup), func(t *testing.T) {
 			b := setup(t)
-			ch, err := chunker.New(chunker.Config{TargetTokens: 470})
+			ch, err := chunker.New(chunker.Config{TargetTokens: 470, RefineTargetTokens: chunker.SuggestedRefineTargetTokens})
 			require.NoError(t, err)
 			require.True(t, ch.Refines())
 			stages := pipeline.Stages{
@@ -93,6 +93,15 @@ func TestRefinesOnlyTheChangedRegion(t *testing.T) {
 			require.Len(t, got, 1, "a second edit of the refined region embeds one fine piece: %q", got)
 			require.Contains(t, got[0], "register")
 			require.Len(t, stored(), len(want))
+
+			// A rewrite that keeps no stored chunk is a replacement, not an
+			// edit: it is cut as a create, not into pieces.
+			for i := range ps {
+				ps[i] = fmt.Sprintf("Rewritten %d: the lighthouse logs its storms through spring %d, and the wardens keep a book of %d leaves.", i, 2000+i*3, 10+i)
+			}
+			v4 := strings.Join(ps, "\n\n")
+			apply("u", 40, v4)
+			require.Equal(t, hashes(ch.Split(v4)), stored(), "a whole rewrite stays as Split cuts it")
 		})
 	}
 }
