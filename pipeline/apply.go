@@ -382,9 +382,12 @@ func measureEdit(stored []sink.StoredChunk, doc *sink.Document) {
 }
 
 // refine applies the Splitter's refinement to the chunks of an update: a
-// version of a live document with stored chunks that keeps at least one
-// of them. A document the index does not hold live (a first load, a
-// create, a re-created document) or rewritten whole stays as Split cut it. The stored hashes come from pre (the
+// version of a live document with stored chunks. A document the index
+// does not hold live (a first load, a create, a re-created document) stays
+// as Split cut it. A version that rewrites every chunk is refined too: the
+// rule keeps no state but the stored hashes, and a version keeping none of
+// them looks the same whether it rewrote a page or edited a one-chunk
+// document. The stored hashes come from pre (the
 // Lookup) or, without one, from the stored document read before chunking.
 // Refinement decides from the hashes alone, so a replay, a backfill read
 // or a repeated change of an indexed document gives back the chunks it
@@ -406,10 +409,7 @@ func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink
 			keep[h] = true
 		}
 	}
-	// A version that keeps none of the stored chunks replaced the
-	// document rather than edited it: it is cut as a create, so a page
-	// rewritten whole is not stored in pieces.
-	if !slices.ContainsFunc(chunks, func(c chunker.Chunk) bool { return keep[c.Hash] }) {
+	if len(keep) == 0 {
 		return chunks, nil
 	}
 	out := p.st.Splitter.Refine(chunks, func(h string) bool { return keep[h] })

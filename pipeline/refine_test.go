@@ -93,15 +93,6 @@ func TestRefinesOnlyTheChangedRegion(t *testing.T) {
 			require.Len(t, got, 1, "a second edit of the refined region embeds one fine piece: %q", got)
 			require.Contains(t, got[0], "register")
 			require.Len(t, stored(), len(want))
-
-			// A rewrite that keeps no stored chunk is a replacement, not an
-			// edit: it is cut as a create, not into pieces.
-			for i := range ps {
-				ps[i] = fmt.Sprintf("Rewritten %d: the lighthouse logs its storms through spring %d, and the wardens keep a book of %d leaves.", i, 2000+i*3, 10+i)
-			}
-			v4 := strings.Join(ps, "\n\n")
-			apply("u", 40, v4)
-			require.Equal(t, hashes(ch.Split(v4)), stored(), "a whole rewrite stays as Split cuts it")
 		})
 	}
 }

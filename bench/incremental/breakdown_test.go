@@ -40,7 +40,7 @@ func TestArmBreakdown(t *testing.T) {
 // cuts it, refines what an update changes, counts the refined pieces in
 // its rows, and forgets a deleted document.
 func TestArmRefines(t *testing.T) {
-	ch, err := chunker.New(chunker.Config{TargetTokens: 470}.WithDefaults())
+	ch, err := chunker.New(chunker.Config{TargetTokens: 470, RefineTargetTokens: chunker.SuggestedRefineTargetTokens}.WithDefaults())
 	require.NoError(t, err)
 	a := newArm("refine", ch)
 	a.refine = ch

@@ -37,6 +37,7 @@ func smallConfig(dir string) config {
 	return config{
 		DataDir: dir, PostgresURL: pgtest.URL(), TargetTokens: 470, Dimensions: 32,
 		Model: "text-embedding-3-small", Queries: 10, Seed: 1, Workers: 2,
+		RagsyncRefine: chunker.SuggestedRefineTargetTokens,
 	}
 }
 
