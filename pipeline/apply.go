@@ -445,28 +445,28 @@ func (p *Pipeline) refine(ctx context.Context, chunks []chunker.Chunk, pre *sink
 
 // chunkHashes is distinctHashes of the chunks as Split returns them.
 func chunkHashes(chunks []chunker.Chunk) []string {
-	seen := make(map[string]struct{}, len(chunks))
-	out := make([]string, 0, len(chunks))
-	for _, c := range chunks {
-		if _, ok := seen[c.Hash]; !ok {
-			seen[c.Hash] = struct{}{}
-			out = append(out, c.Hash)
-		}
-	}
-	return out
+	return distinct(len(chunks), func(i int) string { return chunks[i].Hash })
 }
 
 // distinctHashes returns the chunks' content hashes, each once, in first
 // appearance order: linear in the chunks (a repeated paragraph's hash is
 // asked for once).
 func distinctHashes(chunks []sink.Chunk) []string {
-	seen := make(map[string]struct{}, len(chunks))
-	out := make([]string, 0, len(chunks))
-	for _, c := range chunks {
-		if _, ok := seen[c.Hash]; !ok {
-			seen[c.Hash] = struct{}{}
-			out = append(out, c.Hash)
+	return distinct(len(chunks), func(i int) string { return chunks[i].Hash })
+}
+
+// distinct returns hash(0) … hash(n-1), each once, in first appearance
+// order.
+func distinct(n int, hash func(i int) string) []string {
+	seen := make(map[string]struct{}, n)
+	out := make([]string, 0, n)
+	for i := range n {
+		h := hash(i)
+		if _, ok := seen[h]; ok {
+			continue
 		}
+		seen[h] = struct{}{}
+		out = append(out, h)
 	}
 	return out
 }
