@@ -8,11 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgvector/pgvector-go"
-
 	"github.com/ragsync/ragsync/chunker"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // indexedDoc is a live document as an index holds it.
@@ -22,40 +19,22 @@ type indexedDoc struct {
 	Vectors [][]float32
 }
 
-// readIndex reads every live document of index in schema, with its chunks
-// in position order. Chunk rows of soft-deleted documents are not part of
+// readIndex reads every live document of st's index, with its chunks in
+// position order. Chunk rows of soft-deleted documents are not part of
 // what a query can see, so they are left out.
-func readIndex(ctx context.Context, pool *pgxpool.Pool, schema, index string) (map[string]indexedDoc, error) {
-	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	rows, err := pool.Query(ctx, "SELECT d.id, c.content_hash, c.text, c.embedding"+
-		" FROM "+q("documents")+" d LEFT JOIN "+q("chunks")+" c ON c.index_name = d.index_name AND c.doc_id = d.id"+
-		" WHERE d.index_name = $1 AND d.deleted_at IS NULL ORDER BY d.id, c.position", index)
-	if err != nil {
-		return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
-	}
-	defer rows.Close()
+func readIndex(ctx context.Context, st *sink.Store) (map[string]indexedDoc, error) {
 	out := map[string]indexedDoc{}
-	for rows.Next() {
-		var (
-			id         string
-			hash, text *string
-			vec        *pgvector.Vector
-		)
-		if err := rows.Scan(&id, &hash, &text, &vec); err != nil {
-			return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
-		}
-		d := out[id]
-		if hash != nil {
-			d.Hashes = append(d.Hashes, *hash)
-			d.Texts = append(d.Texts, *text)
-			d.Vectors = append(d.Vectors, vec.Slice())
+	err := st.EachLiveContent(ctx, func(id string, chunks []sink.LiveChunk) error {
+		var d indexedDoc
+		for _, c := range chunks {
+			d.Hashes = append(d.Hashes, c.Hash)
+			d.Texts = append(d.Texts, c.Text)
+			d.Vectors = append(d.Vectors, c.Vector)
 		}
 		out[id] = d
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read index %s.%s: %w", schema, index, err)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // comparison says how an incrementally built index differs from a fresh

@@ -115,7 +115,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 
-	mainStore, mainPool, mainSchema, err := dbs.open(ctx, "", srv, logger)
+	mainStore, err := dbs.open(ctx, "", srv, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -179,18 +179,18 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	freshStore, freshPool, freshSchema, err := dbs.open(ctx, "_fresh", srv, logger)
+	freshStore, err := dbs.open(ctx, "_fresh", srv, logger)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := replay(ctx, cfg, finalLines, chunks, srv.Embedder, freshStore, logger); err != nil {
 		return nil, fmt.Errorf("fresh load: %w", err)
 	}
-	got, err := readIndex(ctx, mainPool, mainSchema, benchIndex)
+	got, err := readIndex(ctx, mainStore)
 	if err != nil {
 		return nil, err
 	}
-	want, err := readIndex(ctx, freshPool, freshSchema, benchIndex)
+	want, err := readIndex(ctx, freshStore)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	// Retrieval: the same sentences against ragsync's index and against an
 	// index of greedy chunks of the same final state.
 	t = time.Now()
-	greedyStore, _, _, err := dbs.open(ctx, "_greedy", srv, logger)
+	greedyStore, err := dbs.open(ctx, "_greedy", srv, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -418,24 +418,21 @@ func newSchemas(url string) *schemas {
 
 // open creates, migrates and opens schema stem+suffix with the benchmark's
 // index in it.
-func (s *schemas) open(ctx context.Context, suffix string, srv *embeddings, logger *slog.Logger) (*sink.Store, *pgxpool.Pool, string, error) {
+func (s *schemas) open(ctx context.Context, suffix string, srv *embeddings, logger *slog.Logger) (*sink.Store, error) {
 	schema := s.stem + suffix
 	pool, err := sink.OpenPool(ctx, s.url, schema)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	s.pools = append(s.pools, pool)
 	s.created = append(s.created, schema)
 	if err := migrations.Up(ctx, pool, schema, logger); err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	st, err := sink.New(ctx, pool, sink.Config{
 		Schema: schema, Index: benchIndex, Model: srv.Model, Dimensions: srv.Dimensions, Logger: logger,
 	})
-	if err != nil {
-		return nil, nil, "", err
-	}
-	return st, pool, schema, nil
+	return st, err
 }
 
 // dropAll closes the pools and drops the schemas, even after ctx was

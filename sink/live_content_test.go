@@ -1,0 +1,53 @@
+package sink_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/sink"
+)
+
+// TestEachLiveContent reads every live document of the index with its
+// chunks in position order: a document without chunks comes with none, a
+// deleted one and another index's documents not at all, and fn's error
+// stops the read.
+func TestEachLiveContent(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	for _, d := range []sink.Document{doc("a", 1, chunks("a1", "a2", "a3")), doc("empty", 1, nil), doc("gone", 1, chunks("g1"))} {
+		_, err := s.Upsert(ctx, d)
+		require.NoError(t, err)
+	}
+	_, err := s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
+	require.NoError(t, err)
+	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "test-model", Dimensions: dims})
+	require.NoError(t, err)
+	_, err = other.Upsert(ctx, doc("z", 1, chunks("z1")))
+	require.NoError(t, err)
+
+	got := map[string][]sink.LiveChunk{}
+	var order []string
+	require.NoError(t, s.EachLiveContent(ctx, func(id string, cs []sink.LiveChunk) error {
+		got[id] = cs
+		order = append(order, id)
+		return nil
+	}))
+	require.Equal(t, []string{sink.DocID("public.articles", "a"), sink.DocID("public.articles", "empty")}, order)
+	a := got[sink.DocID("public.articles", "a")]
+	require.Len(t, a, 3)
+	for i, h := range []string{"a1", "a2", "a3"} {
+		require.Equal(t, h, a[i].Hash)
+		require.Equal(t, "text of "+h, a[i].Text)
+		require.Equal(t, vecFor(h), a[i].Vector)
+	}
+	require.Empty(t, got[sink.DocID("public.articles", "empty")])
+
+	stop := errors.New("stop")
+	calls := 0
+	err = s.EachLiveContent(ctx, func(string, []sink.LiveChunk) error { calls++; return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+}
