@@ -71,12 +71,12 @@ func (s *Store) writeGroup(ctx context.Context, batch []*upsertRequest) {
 	}()
 	if len(batch) > 1 {
 		slices.SortFunc(batch, func(a, b *upsertRequest) int { return cmp.Compare(a.id, b.id) })
-		if err := s.upsertGroup(ctx, batch); err == nil {
+		err := s.upsertGroup(ctx, batch)
+		if err == nil {
 			return
-		} else {
-			s.logger.DebugContext(ctx, "group write rolled back; writing its documents one by one", "documents", len(batch), "error", err)
-			s.metrics.groupFallbacks.Inc()
 		}
+		s.logger.DebugContext(ctx, "group write rolled back; writing its documents one by one", "documents", len(batch), "error", err)
+		s.metrics.groupFallbacks.Inc()
 	}
 	for _, r := range batch {
 		r.out, r.err = s.upsertAlone(r.ctx, r.id, r.d)
