@@ -1,6 +1,7 @@
 package chunker_test
 
 import (
+	"math/rand/v2"
 	"os"
 	"strings"
 	"syscall"
@@ -65,4 +66,34 @@ func cpuTime(b *testing.B) time.Duration {
 
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkChunkEditSimilarityRewrite prices the edit measure of an update
+// that rewrites a ~4 KB document in words of a small vocabulary (as the
+// freshness bench's changes do): the distance is large and the texts share
+// many words, the case where the exact distance's search grows with the
+// square of the words, which the cap bounds.
+func BenchmarkChunkEditSimilarityRewrite(b *testing.B) {
+	vocab := strings.Fields("harbour lighthouse glacier orchard valley river meadow granite ferry tide market lantern bridge quarry")
+	doc := func(seed uint64) []chunker.Piece {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		var ps []chunker.Piece
+		for range 8 {
+			var sb strings.Builder
+			for w := range 80 {
+				if w > 0 {
+					sb.WriteByte(' ')
+				}
+				sb.WriteString(vocab[rng.IntN(len(vocab))])
+			}
+			ps = append(ps, chunker.Piece{Hash: chunker.Hash(sb.String()), Text: sb.String()})
+		}
+		return ps
+	}
+	old, cur := doc(1), doc(2)
+	cpu := cpuTime(b)
+	for b.Loop() {
+		chunker.ChunkEditSimilarity(old, cur)
+	}
+	reportCPU(b, cpu)
 }

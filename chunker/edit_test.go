@@ -89,3 +89,26 @@ func TestNormalizeMatchesFieldsJoin(t *testing.T) {
 		require.Equal(t, want, chunker.Normalize(s), "%q", s)
 	}
 }
+
+// TestChunkEditSimilarityCapsTheExactDistance pins what the cap on the
+// exact distance trades: an edit of 60 words out and 60 in (a paragraph)
+// is measured exactly, and a larger one scores as if the changed chunks
+// shared no word, so a rewrite's cost stays bounded (an exact measure
+// would score the second 64).
+func TestChunkEditSimilarityCapsTheExactDistance(t *testing.T) {
+	kept := para(0, "k")
+	edit := func(changed int) []chunker.Piece {
+		w := strings.Fields(para(1, "x"))
+		w = append(w, strings.Fields(para(2, "x"))...) // 120 words
+		for i := 0; i < changed; i++ {
+			w[i] = fmt.Sprintf("new%d", i)
+		}
+		return pieces(kept, strings.Join(w, " "))
+	}
+	old := edit(0)
+	// 60 words replaced: D = 120 of n+m = 360 words.
+	require.Equal(t, 67, chunker.ChunkEditSimilarity(old, edit(60)))
+	// 65 replaced: D = 130 is past the cap; the changed chunks count as
+	// sharing nothing: 1 − 240/360.
+	require.Equal(t, 33, chunker.ChunkEditSimilarity(old, edit(65)))
+}
