@@ -74,6 +74,9 @@ type options struct {
 	// inFlightBytes and inFlightDocs are pipeline.max_in_flight_bytes and
 	// max_in_flight_documents (0: the pipeline's defaults).
 	inFlightBytes, inFlightDocs int
+	// timeline prints, per second of source commits, how many changes
+	// were applied and their worst freshness: where a high p99 comes from.
+	timeline bool
 }
 
 func main() {
@@ -92,6 +95,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 0, "pipeline.workers (0: the pipeline's default); 32 reproduces serve's former default with a remote provider")
 	flag.IntVar(&o.inFlightBytes, "max-in-flight-bytes", 0, "pipeline.max_in_flight_bytes (0: the pipeline's default)")
 	flag.IntVar(&o.inFlightDocs, "max-in-flight-documents", 0, "pipeline.max_in_flight_documents (0: the pipeline's default)")
+	flag.BoolVar(&o.timeline, "timeline", false, "after each in-process rate, print per second of source commits the changes applied and their median and worst freshness (where a p99 comes from)")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	var curve bool
 	var cur curveOptions
@@ -207,6 +211,7 @@ type timingSink struct {
 	mu    sync.Mutex
 	from  time.Time // only changes committed after from count
 	lat   []time.Duration
+	at    []time.Time // each lat's source commit
 	count int
 	// inserted counts the chunk rows the measured changes inserted.
 	inserted int
@@ -219,6 +224,7 @@ func (s *timingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome,
 		s.mu.Lock()
 		if !s.from.IsZero() && d.SourceTS.After(s.from) {
 			s.lat = append(s.lat, now.Sub(d.SourceTS))
+			s.at = append(s.at, d.SourceTS)
 			s.count++
 			s.inserted += out.Inserted
 		}
@@ -350,6 +356,9 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	ts.mu.Lock()
 	lat := slices.Clone(ts.lat)
 	inserted := ts.inserted
+	if o.timeline {
+		printTimeline(ts.at, ts.lat)
+	}
 	ts.mu.Unlock()
 	if len(lat) == 0 {
 		return res, fmt.Errorf("nothing applied in the measured window")
@@ -363,6 +372,32 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	res.applied = float64(len(lat)) / o.duration.Seconds()
 	res.chunks = float64(inserted) / o.duration.Seconds()
 	return res, nil
+}
+
+// printTimeline prints, per second of source commits, the changes applied
+// and their median and worst freshness.
+func printTimeline(at []time.Time, lat []time.Duration) {
+	if len(at) == 0 {
+		return
+	}
+	first := slices.MinFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	var secs [][]time.Duration
+	for i, t := range at {
+		k := int(t.Sub(first) / time.Second)
+		for len(secs) <= k {
+			secs = append(secs, nil)
+		}
+		secs[k] = append(secs[k], lat[i])
+	}
+	fmt.Println("  second | applied | p50 | max")
+	for k, ls := range secs {
+		if len(ls) == 0 {
+			fmt.Printf("  %6d | 0 | - | -\n", k)
+			continue
+		}
+		slices.Sort(ls)
+		fmt.Printf("  %6d | %d | %d ms | %d ms\n", k, len(ls), ls[len(ls)/2].Milliseconds(), ls[len(ls)-1].Milliseconds())
+	}
 }
 
 // drive commits changes at rate for the warm-up and o.duration: through
