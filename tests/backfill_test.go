@@ -146,7 +146,7 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 	w := newBackfillWorld(t, rows)
 
 	cleanCfg, cleanSchema := w.config()
-	out, err := exec.Command(bin, "backfill", "--config", cleanCfg, "--page-rows", fmt.Sprint(pageRows)).CombinedOutput()
+	out, err := ragsyncCmd("backfill", "--config", cleanCfg, "--page-rows", fmt.Sprint(pageRows)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), fmt.Sprintf("backfill: %d rows read", rows))
 	require.Contains(t, string(out), "bulk load", "an empty index takes the bulk path")
@@ -161,7 +161,7 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 
 	// The streaming path loads the same index.
 	streamCfg, streamSchema := w.config()
-	out, err = exec.Command(bin, "backfill", "--config", streamCfg, "--page-rows", fmt.Sprint(pageRows), "--bulk", "off").CombinedOutput()
+	out, err = ragsyncCmd("backfill", "--config", streamCfg, "--page-rows", fmt.Sprint(pageRows), "--bulk", "off").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.NotContains(t, string(out), "bulk load")
 	require.Equal(t, want, w.documents(streamSchema), "bulk and streaming paths store the same chunks")
@@ -177,7 +177,7 @@ func TestBackfillSIGKILLResume(t *testing.T) {
 		if attempt > 0 {
 			args = append(args, "--resume")
 		}
-		cmd := exec.Command(bin, args...)
+		cmd := ragsyncCmd(args...)
 		logPath := filepath.Join(w.dir, fmt.Sprintf("run%d.log", attempt))
 		f, err := os.Create(logPath)
 		require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestBackfillSharesEmbeddingRequests(t *testing.T) {
 	for _, bulk := range []string{"auto", "off"} {
 		cfg, schema := w.config()
 		requests, inputs := w.srv.Requests.Load(), w.srv.Inputs.Load()
-		out, err := exec.Command(bin, "backfill", "--config", cfg, "--bulk", bulk, "--progress", "none").CombinedOutput()
+		out, err := ragsyncCmd("backfill", "--config", cfg, "--bulk", bulk, "--progress", "none").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Len(t, w.documents(schema), rows)
 		requests, inputs = w.srv.Requests.Load()-requests, w.srv.Inputs.Load()-inputs
@@ -262,7 +262,7 @@ func TestBackfillReconcilesThroughTheCLI(t *testing.T) {
 	cfg, schema := w.config()
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(bin, append([]string{"backfill", "--config", cfg, "--page-rows", "8"}, args...)...).CombinedOutput()
+		out, err := ragsyncCmd(append([]string{"backfill", "--config", cfg, "--page-rows", "8"}, args...)...).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return string(out)
 	}

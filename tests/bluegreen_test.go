@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -334,7 +333,7 @@ func randN(n int) int {
 // runQuiet runs ragsync with the env's config and returns stdout (stderr on
 // failure), without logging: the queriers run hundreds of times.
 func (e *env) runQuiet(args ...string) (string, error) {
-	cmd := exec.Command(bin, append(args, "--config", e.cfg)...)
+	cmd := ragsyncCmd(append(args, "--config", e.cfg)...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

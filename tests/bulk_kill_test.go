@@ -41,14 +41,14 @@ func TestBulkBackfillKilledMidPagePaysOnlyInFlight(t *testing.T) {
 
 	cleanCfg, _ := config()
 	before := w.srv.Inputs.Load()
-	out, err := exec.Command(bin, "backfill", "--config", cleanCfg, "--progress", "none").CombinedOutput()
+	out, err := ragsyncCmd("backfill", "--config", cleanCfg, "--progress", "none").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "bulk load: HNSW index built in", "the summary includes the HNSW build")
 	clean := w.srv.Inputs.Load() - before
 
 	cfg, schema := config()
 	before = w.srv.Inputs.Load()
-	cmd := exec.Command(bin, "backfill", "--config", cfg, "--progress", "none")
+	cmd := ragsyncCmd("backfill", "--config", cfg, "--progress", "none")
 	logPath := filepath.Join(w.dir, "killed.log")
 	f, err := os.Create(logPath)
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestBulkBackfillKilledMidPagePaysOnlyInFlight(t *testing.T) {
 	require.NoError(t, w.conn.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+".backfill_checkpoints WHERE rows_read > 0").Scan(&checkpoints))
 	require.Zero(t, checkpoints, "the kill landed before the first page was flushed")
 
-	out, err = exec.Command(bin, "backfill", "--config", cfg, "--resume", "--progress", "none").CombinedOutput()
+	out, err = ragsyncCmd("backfill", "--config", cfg, "--resume", "--progress", "none").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	total := w.srv.Inputs.Load() - before
 	extra := total - clean

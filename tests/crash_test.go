@@ -146,7 +146,7 @@ func (e *env) startServe(name string) *proc {
 	logPath := filepath.Join(e.dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	require.NoError(e.t, err)
-	cmd := exec.Command(bin, "serve", "--config", e.cfg)
+	cmd := ragsyncCmd("serve", "--config", e.cfg)
 	cmd.Stdout, cmd.Stderr = f, f
 	require.NoError(e.t, cmd.Start())
 	p := &proc{cmd: cmd, done: make(chan struct{})}

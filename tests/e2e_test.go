@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -270,7 +269,7 @@ func startFrontDoorServe(t *testing.T, e *env, events, tag, frontdoorExtra, extr
 	prefix := tag + hex.EncodeToString(b[:])
 	writeConfigSource(t, e, fmt.Sprintf("source:\n  kind: file\n  file:\n    path: %s\n    follow: true\n"+
 		"frontdoor:\n  enabled: true\n  redis_url: %s\n  prefix: %s\n%s%s", events, redisURL(), prefix, frontdoorExtra, extra))
-	serve := exec.Command(bin, "serve", "--config", e.cfg)
+	serve := ragsyncCmd("serve", "--config", e.cfg)
 	logs := &syncBuffer{}
 	serve.Stderr = logs
 	require.NoError(t, serve.Start())

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,7 +30,7 @@ func TestRedisDownSaysItFirst(t *testing.T) {
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append(args, "--config", e.cfg)...)
+		cmd := ragsyncCmdContext(ctx, append(args, "--config", e.cfg)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		require.Error(t, cmd.Run(), "%v with Redis down", args)

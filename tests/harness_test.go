@@ -111,7 +111,7 @@ http:
 func (e *env) run(allowFail bool, args ...string) (string, error) {
 	e.t.Helper()
 	args = append(args, "--config", e.cfg)
-	cmd := exec.Command(bin, args...)
+	cmd := ragsyncCmd(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -215,3 +215,12 @@ func writeLines(t *testing.T, path string, lines ...string) {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// ragsyncCmd is the ragsync binary under test with args, killed with the
+// test binary (dieWithTest).
+func ragsyncCmd(args ...string) *exec.Cmd { return dieWithTest(exec.Command(bin, args...)) }
+
+// ragsyncCmdContext is ragsyncCmd, also killed when ctx ends.
+func ragsyncCmdContext(ctx context.Context, args ...string) *exec.Cmd {
+	return dieWithTest(exec.CommandContext(ctx, bin, args...))
+}

@@ -122,7 +122,7 @@ func runMeasured(t *testing.T, e *env, args ...string) (string, int64, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append(args, "--config", e.cfg)...)
+	cmd := ragsyncCmdContext(ctx, append(args, "--config", e.cfg)...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	require.NoError(t, cmd.Start())

@@ -138,7 +138,7 @@ frontdoor:
 			require.NotContains(t, out, "public.articles/3", "a deleted document never appears")
 		},
 		"query --via redis": func(t *testing.T) {
-			serve := exec.Command(bin, "serve", "--config", e.cfg)
+			serve := ragsyncCmd("serve", "--config", e.cfg)
 			var logs strings.Builder
 			serve.Stderr = &logs
 			require.NoError(t, serve.Start())
