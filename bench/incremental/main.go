@@ -49,6 +49,7 @@ func main() {
 	flag.IntVar(&cfg.RagsyncRefine, "ragsync-refine-target-tokens", 0, "ragsync's chunker refine_target_tokens: the size an update cuts the chunks it changes into (0: the chunker's default, -1: off)")
 	flag.IntVar(&cfg.Dimensions, "dimensions", 256, "embedding dimensions asked of the test server")
 	flag.StringVar(&cfg.Model, "model", "text-embedding-3-small", "embedding model name sent to the test server")
+	flag.StringVar(&cfg.VectorsURL, "vectors-url", "", "an OpenAI-compatible base URL (…/v1) whose model computes the vectors the test server serves, so recall is a real model's (-dimensions must be its size; spend is still counted in cl100k_base tokens); empty: hashing vectors, which compare chunkings, not a model")
 	flag.IntVar(&cfg.Queries, "queries", 200, "self-retrieval queries (sentences sampled from the final documents)")
 	flag.Uint64Var(&cfg.Seed, "seed", 3, "seed of the sentence sample")
 	flag.IntVar(&cfg.Workers, "workers", 4, "pipeline workers")
@@ -125,17 +126,20 @@ type config struct {
 	RagsyncTarget, RagsyncMin, RagsyncMax int
 	Dimensions                            int
 	Model                                 string
-	Queries                               int
-	Seed                                  uint64
-	Workers                               int
-	Verbose                               bool
-	NoReuse                               bool
-	Repay                                 bool
-	RepayWindow                           time.Duration
-	NewWords                              string
-	CheckEvery                            int
-	Breakdown                             bool
-	BreakdownArms                         string
+	// VectorsURL, when set, is an OpenAI-compatible embeddings endpoint
+	// whose vectors the counting server serves instead of hashing ones.
+	VectorsURL    string
+	Queries       int
+	Seed          uint64
+	Workers       int
+	Verbose       bool
+	NoReuse       bool
+	Repay         bool
+	RepayWindow   time.Duration
+	NewWords      string
+	CheckEvery    int
+	Breakdown     bool
+	BreakdownArms string
 
 	// RagsyncRefine is ragsync's chunker's RefineTargetTokens.
 	RagsyncRefine int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -274,6 +275,11 @@ func (r *result) writeJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
+	}
+	// -out may name a directory that does not exist yet: a 20-minute run
+	// should not end on that.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write results: %w", err)
 	}
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)

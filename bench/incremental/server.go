@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/openaitest"
@@ -16,8 +22,9 @@ type embeddings struct {
 	Model      string
 	Dimensions int
 
-	srv  *openaitest.Server
-	stop *tbShim
+	srv      *openaitest.Server
+	stop     *tbShim
+	upstream string // VectorsURL: whose vectors the server serves
 }
 
 // tbShim lets openaitest.New, whose only constructor takes a testing.TB to
@@ -35,8 +42,12 @@ func (s *tbShim) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
 // startEmbeddings starts the counting server and a client for it.
 func startEmbeddings(cfg config) (*embeddings, error) {
 	shim := &tbShim{}
-	srv := openaitest.New(shim, openaitest.Options{Dimensions: cfg.Dimensions, APIKey: "bench-key"})
-	e := &embeddings{srv: srv, stop: shim, Model: cfg.Model, Dimensions: cfg.Dimensions}
+	opts := openaitest.Options{Dimensions: cfg.Dimensions, APIKey: "bench-key"}
+	if cfg.VectorsURL != "" {
+		opts.Vectors = upstreamVectors(cfg.VectorsURL, cfg.Model)
+	}
+	srv := openaitest.New(shim, opts)
+	e := &embeddings{srv: srv, stop: shim, Model: cfg.Model, Dimensions: cfg.Dimensions, upstream: cfg.VectorsURL}
 	client, err := embedder.NewOpenAI(embedder.Config{
 		Provider:   embedder.ProviderOpenAI,
 		BaseURL:    srv.URL,
@@ -70,5 +81,50 @@ func (e *embeddings) Close() {
 
 // Describe names the embedding setup for the report.
 func (e *embeddings) Describe() string {
+	if e.upstream != "" {
+		return fmt.Sprintf("embedder.OpenAI -> internal/openaitest (%s, %d dims, the vectors of the model at %s)", e.Model, e.Dimensions, e.upstream)
+	}
 	return fmt.Sprintf("embedder.OpenAI -> internal/openaitest (%s, %d dims, feature-hashing vectors)", e.Model, e.Dimensions)
+}
+
+// upstreamVectors returns an openaitest.Options.Vectors that asks the
+// OpenAI-compatible embeddings endpoint at base (…/v1) for the vectors of
+// model, and checks that they have the size asked for.
+func upstreamVectors(base, model string) func([]string, int) ([][]float32, error) {
+	client := &http.Client{Timeout: 10 * time.Minute}
+	return func(texts []string, dims int) ([][]float32, error) {
+		body, err := json.Marshal(map[string]any{"model": model, "input": texts})
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Post(strings.TrimSuffix(base, "/")+"/embeddings", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("-vectors-url: %w", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return nil, fmt.Errorf("-vectors-url: %s: %s", resp.Status, msg)
+		}
+		var out struct {
+			Data []struct {
+				Index     int       `json:"index"`
+				Embedding []float32 `json:"embedding"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return nil, fmt.Errorf("-vectors-url: %w", err)
+		}
+		if len(out.Data) != len(texts) {
+			return nil, fmt.Errorf("-vectors-url: %d vectors for %d texts", len(out.Data), len(texts))
+		}
+		vecs := make([][]float32, len(texts))
+		for _, d := range out.Data {
+			if d.Index < 0 || d.Index >= len(texts) || len(d.Embedding) != dims {
+				return nil, fmt.Errorf("-vectors-url: vector %d of %d dimensions (want %d: set -dimensions to the model's size)", d.Index, len(d.Embedding), dims)
+			}
+			vecs[d.Index] = d.Embedding
+		}
+		return vecs, nil
+	}
 }

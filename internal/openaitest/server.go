@@ -41,6 +41,11 @@ type Options struct {
 	// "ignore" answers with JSON numbers whatever was asked, "reject"
 	// refuses the parameter with a 400. Empty supports it.
 	NoBase64 string
+	// Vectors, if set, computes the vectors in place of the hashing
+	// embedder, as a real model behind the fake would: a benchmark can
+	// measure retrieval with a real model's vectors while the server keeps
+	// counting requests, inputs and tokens. dims is the size asked for.
+	Vectors func(texts []string, dims int) ([][]float32, error)
 }
 
 // Fault changes how the server answers one request. Status and Drop replace
@@ -309,7 +314,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if f != nil && f.Dimensions > 0 {
 		dims = f.Dimensions
 	}
-	vecs, err := embedder.NewHashing(dims).Embed(context.Background(), req.Input)
+	var vecs [][]float32
+	var err error
+	if s.opts.Vectors != nil {
+		vecs, err = s.opts.Vectors(req.Input, dims)
+	} else {
+		vecs, err = embedder.NewHashing(dims).Embed(context.Background(), req.Input)
+	}
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "server_error", err.Error())
 		return

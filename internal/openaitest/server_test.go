@@ -3,6 +3,7 @@ package openaitest_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -142,4 +143,33 @@ func TestServerFaults(t *testing.T) {
 	require.Equal(t, int32(2), calls.Load())
 	require.Equal(t, int64(5), s.Requests.Load())
 	require.Equal(t, int64(2), s.Inputs.Load(), "only successful replies count inputs")
+}
+
+// TestServerServesVectorsOfItsHook: with Options.Vectors the server answers
+// with the hook's vectors (a real model behind the fake), still counting
+// what it serves, and a failing hook is a 500.
+func TestServerServesVectorsOfItsHook(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	s := openaitest.New(t, openaitest.Options{Vectors: func(texts []string, dims int) ([][]float32, error) {
+		if fail.Load() {
+			return nil, errors.New("model down")
+		}
+		out := make([][]float32, len(texts))
+		for i, x := range texts {
+			out[i] = make([]float32, dims)
+			out[i][0] = float32(len(x))
+		}
+		return out, nil
+	}})
+	resp, err := client(s, "").CreateEmbeddings(t.Context(), openai.EmbeddingRequestStrings{Input: []string{"ab", "cde"}, Model: "m", Dimensions: 4})
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 0, 0, 0}, resp.Data[0].Embedding)
+	require.Equal(t, []float32{3, 0, 0, 0}, resp.Data[1].Embedding)
+	require.Equal(t, int64(2), s.Inputs.Load())
+	fail.Store(true)
+	_, err = client(s, "").CreateEmbeddings(t.Context(), openai.EmbeddingRequestStrings{Input: []string{"ab"}, Model: "m", Dimensions: 4})
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusInternalServerError, apiErr.HTTPStatusCode)
 }
