@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -82,14 +83,9 @@ func (h *Hashing) vector(text string) []float32 {
 	text = strings.ToLower(strings.Join(strings.Fields(norm.NFC.String(text)), " "))
 	// Features are summed in first-seen order, not map order: float addition
 	// is not associative, and the same text must give bit-identical vectors.
-	tf := map[uint64]int{}
-	var order []uint64
-	add := func(f uint64) {
-		if tf[f] == 0 {
-			order = append(order, f)
-		}
-		tf[f]++
-	}
+	// One map from a feature to its place in order; the hashes are computed
+	// as the bytes go by, without building the bigram and 3-gram strings.
+	fs := features{at: map[uint64]int{}}
 	words := strings.FieldsFunc(text, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
 	})
@@ -101,35 +97,26 @@ func (h *Hashing) vector(text string) []float32 {
 			content = append(content, w)
 		}
 	}
-	weight := map[uint64]float64{}
 	for i, w := range content {
-		add(fnv1a('w', w))
+		fs.add(fnv1a('w', w), false)
 		if i > 0 {
-			add(fnv1a('b', content[i-1]+" "+w))
+			fs.add(fnvString(fnvByte(fnvString(fnvStart('b'), content[i-1]), ' '), w), false)
 		}
 		// Character 3-grams inside each word let "leaves" meet "leaf" and
 		// "chains" meet "chain"; they weigh less than whole words.
-		runes := []rune(" " + w + " ")
-		for j := 0; j+3 <= len(runes); j++ {
-			f := fnv1a('c', string(runes[j:j+3]))
-			add(f)
-			weight[f] = trigramWeight
-		}
+		fs.trigrams(w, true)
 	}
-	if len(order) == 0 && text != "" {
+	if len(fs.order) == 0 && text != "" {
 		// Only stopwords or punctuation: fall back to 3-grams of the whole
 		// text, because a zero vector has no cosine distance (pgvector
 		// returns NaN) and such a chunk could never be found or compared.
-		runes := []rune(" " + text + " ")
-		for j := 0; j+3 <= len(runes); j++ {
-			add(fnv1a('c', string(runes[j:j+3])))
-		}
+		fs.trigrams(text, false)
 	}
 	acc := make([]float64, h.dims)
-	for _, f := range order {
-		w := 1 + math.Log(float64(tf[f]))
-		if fw, ok := weight[f]; ok {
-			w *= fw
+	for k, f := range fs.order {
+		w := 1 + math.Log(float64(fs.tf[k]))
+		if fs.tri[k] {
+			w *= trigramWeight
 		}
 		if f>>63 == 1 {
 			w = -w
@@ -149,6 +136,73 @@ func (h *Hashing) vector(text string) []float32 {
 		v[i] = float32(x * inv)
 	}
 	return v
+}
+
+// features counts a text's features in the order they are first seen.
+type features struct {
+	at    map[uint64]int // a feature's index in order
+	order []uint64
+	tf    []int
+	tri   []bool // weighed as a 3-gram (it was added as one)
+}
+
+func (fs *features) add(f uint64, trigram bool) {
+	k, ok := fs.at[f]
+	if !ok {
+		k = len(fs.order)
+		fs.at[f] = k
+		fs.order = append(fs.order, f)
+		fs.tf = append(fs.tf, 0)
+		fs.tri = append(fs.tri, false)
+	}
+	fs.tf[k]++
+	fs.tri[k] = fs.tri[k] || trigram
+}
+
+// trigrams adds the character 3-grams of " " + s + " ", each hashed as the
+// UTF-8 of its three runes (an invalid byte counts as U+FFFD, as converting
+// to []rune and back would make it); weighed says whether they weigh as
+// 3-grams.
+func (fs *features) trigrams(s string, weighed bool) {
+	var win [3]rune
+	n := 0
+	push := func(r rune) {
+		win[0], win[1], win[2] = win[1], win[2], r
+		if n++; n >= 3 {
+			h := fnvStart('c')
+			for _, x := range win {
+				h = fnvRune(h, x)
+			}
+			fs.add(h, weighed)
+		}
+	}
+	push(' ')
+	for _, r := range s {
+		push(r)
+	}
+	push(' ')
+}
+
+// fnvStart, fnvByte, fnvString and fnvRune compute fnv1a step by step:
+// fnvString(fnvStart(ns), s) is fnv1a(ns, s).
+func fnvStart(ns byte) uint64 { return fnvByte(fnvOffset, ns) }
+
+func fnvByte(h uint64, c byte) uint64 { return (h ^ uint64(c)) * fnvPrime }
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = fnvByte(h, s[i])
+	}
+	return h
+}
+
+func fnvRune(h uint64, r rune) uint64 {
+	var b [utf8.UTFMax]byte
+	n := utf8.EncodeRune(b[:], r)
+	for _, c := range b[:n] {
+		h = fnvByte(h, c)
+	}
+	return h
 }
 
 // trigramWeight scales character 3-gram features against word features.
