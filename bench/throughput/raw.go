@@ -154,24 +154,24 @@ func execAll(ctx context.Context, db *database, stmts ...string) error {
 }
 
 // writeCosts prices, per chunk, what the chunks table writes beyond the
-// HNSW index: each variant loads the same documents, one
-// transaction per document, into fresh tables of the bench's own shaped
-// like the migrations' (cost_chunks like chunks without tsv, + the generated
-// tsvector and its GIN index, + a cost_cache row per chunk like
-// embedding_cache's, + a cost_documents row with the source JSON like
-// documents'). They are named apart so that nothing here reads as SQL on
-// the index's tables, which only sink writes.
+// HNSW index: each variant loads the same documents, one transaction per
+// document, into fresh tables of the bench's own, shaped like the
+// migrations' (priced_rows like the chunk rows without tsv, + the generated
+// tsvector and its GIN index, + a priced_cache row per chunk like the
+// embedding cache's, + a priced_sources row with the source JSON like the
+// document rows'). Their names share nothing with the index's tables, so
+// nothing here reads as SQL on them: only sink writes those.
 func writeCosts(ctx context.Context, o options, c *corpus) error {
 	docs, n, err := rowsOf(ctx, c, o.dims)
 	if err != nil {
 		return err
 	}
-	const chunks = `CREATE TABLE cost_chunks (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
+	const chunks = `CREATE TABLE priced_rows (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
 		content_hash text NOT NULL, text text NOT NULL, tokens int NOT NULL, embedding vector NOT NULL %s)`
 	insertChunks := func(ctx context.Context, tx pgx.Tx, d docRows) error {
 		b := &pgx.Batch{}
 		for i, ch := range d.chunks {
-			b.Queue("INSERT INTO cost_chunks (doc_id, position, content_hash, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6)",
+			b.Queue("INSERT INTO priced_rows (doc_id, position, content_hash, text, tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6)",
 				d.id, ch.Position, ch.Hash, ch.Text, ch.Tokens, d.vecs[i])
 		}
 		return tx.SendBatch(ctx, b).Close()
@@ -181,26 +181,26 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 		ddl   []string
 		extra func(ctx context.Context, tx pgx.Tx, d docRows) error
 	}{
-		{name: "chunks + HNSW", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims)}},
+		{name: "chunks + HNSW", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims)}},
 		{name: "+ tsvector column and GIN index", ddl: []string{
 			fmt.Sprintf(chunks, ", tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, text)) STORED"),
-			hnswIndex("cost_chunks", o.dims), "CREATE INDEX ON cost_chunks USING gin (tsv)"}},
-		{name: "+ embedding_cache row", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims),
-			`CREATE TABLE cost_cache (model text NOT NULL, dimensions int NOT NULL, content_hash text NOT NULL,
+			hnswIndex("priced_rows", o.dims), "CREATE INDEX ON priced_rows USING gin (tsv)"}},
+		{name: "+ embedding_cache row", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims),
+			`CREATE TABLE priced_cache (model text NOT NULL, dimensions int NOT NULL, content_hash text NOT NULL,
 				embedding vector NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), last_used_at timestamptz NOT NULL DEFAULT now(),
-				PRIMARY KEY (model, dimensions, content_hash))`, "CREATE INDEX ON cost_cache (last_used_at)"},
+				PRIMARY KEY (model, dimensions, content_hash))`, "CREATE INDEX ON priced_cache (last_used_at)"},
 			extra: func(ctx context.Context, tx pgx.Tx, d docRows) error {
 				b := &pgx.Batch{}
 				for i, ch := range d.chunks {
-					b.Queue("INSERT INTO cost_cache (model, dimensions, content_hash, embedding) VALUES ('m', $1, $2, $3) ON CONFLICT DO NOTHING",
+					b.Queue("INSERT INTO priced_cache (model, dimensions, content_hash, embedding) VALUES ('m', $1, $2, $3) ON CONFLICT DO NOTHING",
 						o.dims, ch.Hash, d.vecs[i])
 				}
 				return tx.SendBatch(ctx, b).Close()
 			}},
-		{name: "+ documents row with the source JSON", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("cost_chunks", o.dims),
-			"CREATE TABLE cost_documents (id text PRIMARY KEY, metadata jsonb NOT NULL DEFAULT '{}', row jsonb)"},
+		{name: "+ documents row with the source JSON", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims),
+			"CREATE TABLE priced_sources (id text PRIMARY KEY, metadata jsonb NOT NULL DEFAULT '{}', row jsonb)"},
 			extra: func(ctx context.Context, tx pgx.Tx, d docRows) error {
-				_, err := tx.Exec(ctx, "INSERT INTO cost_documents (id, row) VALUES ($1, $2)", d.id, string(d.row))
+				_, err := tx.Exec(ctx, "INSERT INTO priced_sources (id, row) VALUES ($1, $2)", d.id, string(d.row))
 				return err
 			}},
 	}
