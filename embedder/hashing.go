@@ -68,35 +68,15 @@ const (
 
 // fnv1a hashes a feature namespace byte followed by s, so that the word
 // "the" and the trigram "the" land on different dimensions.
-func fnv1a(ns byte, s string) uint64 {
-	h := uint64(fnvOffset)
-	h ^= uint64(ns)
-	h *= fnvPrime
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= fnvPrime
-	}
-	return h
-}
+func fnv1a(ns byte, s string) uint64 { return fnvString(fnvStart(ns), s) }
 
 func (h *Hashing) vector(text string) []float32 {
-	text = strings.ToLower(strings.Join(strings.Fields(norm.NFC.String(text)), " "))
+	text, content := contentWords(text)
 	// Features are summed in first-seen order, not map order: float addition
 	// is not associative, and the same text must give bit-identical vectors.
 	// One map from a feature to its place in order; the hashes are computed
 	// as the bytes go by, without building the bigram and 3-gram strings.
 	fs := features{at: map[uint64]int{}}
-	words := strings.FieldsFunc(text, func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
-	})
-	// Function words carry no topic and, hashed, would make every English
-	// text look alike; they are dropped before any feature is made.
-	content := words[:0:0]
-	for _, w := range words {
-		if !stopwords[w] {
-			content = append(content, w)
-		}
-	}
 	for i, w := range content {
 		fs.add(fnv1a('w', w), false)
 		if i > 0 {
@@ -123,11 +103,35 @@ func (h *Hashing) vector(text string) []float32 {
 		}
 		acc[f%uint64(h.dims)] += w
 	}
+	return unitLength(acc)
+}
+
+// contentWords returns text normalised (NFC, lower case, whitespace runs
+// as one space) and its words without the stopwords. Function words carry
+// no topic and, hashed, would make every English text look alike; they are
+// dropped before any feature is made.
+func contentWords(text string) (string, []string) {
+	text = strings.ToLower(strings.Join(strings.Fields(norm.NFC.String(text)), " "))
+	words := strings.FieldsFunc(text, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
+	})
+	content := words[:0:0]
+	for _, w := range words {
+		if !stopwords[w] {
+			content = append(content, w)
+		}
+	}
+	return text, content
+}
+
+// unitLength returns acc scaled to length 1, as float32s; all zeros stay
+// zeros.
+func unitLength(acc []float64) []float32 {
 	var norm2 float64
 	for _, x := range acc {
 		norm2 += x * x
 	}
-	v := make([]float32, h.dims)
+	v := make([]float32, len(acc))
 	if norm2 == 0 {
 		return v
 	}
@@ -183,8 +187,8 @@ func (fs *features) trigrams(s string, weighed bool) {
 	push(' ')
 }
 
-// fnvStart, fnvByte, fnvString and fnvRune compute fnv1a step by step:
-// fnvString(fnvStart(ns), s) is fnv1a(ns, s).
+// fnvStart, fnvByte, fnvString and fnvRune compute fnv1a step by step, so
+// a bigram or 3-gram is hashed without building its string.
 func fnvStart(ns byte) uint64 { return fnvByte(fnvOffset, ns) }
 
 func fnvByte(h uint64, c byte) uint64 { return (h ^ uint64(c)) * fnvPrime }

@@ -5,18 +5,16 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"unicode"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/text/unicode/norm"
 )
 
-// vectorReference is Hashing.vector as it was before it hashed features
-// without building their strings: two maps and a string per bigram and
-// 3-gram. The vectors must stay bit-identical, since stored vectors and
+// vectorReference is Hashing.vector's feature hashing as it was before it
+// hashed features without building their strings: two maps and a string
+// per bigram and 3-gram (the normalisation before and after is shared). The vectors must stay bit-identical, since stored vectors and
 // cached ones are compared with new ones.
 func (h *Hashing) vectorReference(text string) []float32 {
-	text = strings.ToLower(strings.Join(strings.Fields(norm.NFC.String(text)), " "))
+	text, content := contentWords(text)
 	tf := map[uint64]int{}
 	var order []uint64
 	add := func(f uint64) {
@@ -24,15 +22,6 @@ func (h *Hashing) vectorReference(text string) []float32 {
 			order = append(order, f)
 		}
 		tf[f]++
-	}
-	words := strings.FieldsFunc(text, func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsMark(r)
-	})
-	content := words[:0:0]
-	for _, w := range words {
-		if !stopwords[w] {
-			content = append(content, w)
-		}
 	}
 	weight := map[uint64]float64{}
 	for i, w := range content {
@@ -64,19 +53,7 @@ func (h *Hashing) vectorReference(text string) []float32 {
 		}
 		acc[f%uint64(h.dims)] += w
 	}
-	var norm2 float64
-	for _, x := range acc {
-		norm2 += x * x
-	}
-	v := make([]float32, h.dims)
-	if norm2 == 0 {
-		return v
-	}
-	inv := 1 / math.Sqrt(norm2)
-	for i, x := range acc {
-		v[i] = float32(x * inv)
-	}
-	return v
+	return unitLength(acc)
 }
 
 // TestHashingVectorMatchesReference: on fixed and random texts (words and
