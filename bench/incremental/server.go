@@ -123,6 +123,9 @@ func upstreamVectors(base, model string) func([]string, int) ([][]float32, error
 			if d.Index < 0 || d.Index >= len(texts) || len(d.Embedding) != dims {
 				return nil, fmt.Errorf("-vectors-url: vector %d of %d dimensions (want %d: set -dimensions to the model's size)", d.Index, len(d.Embedding), dims)
 			}
+			if vecs[d.Index] != nil {
+				return nil, fmt.Errorf("-vectors-url: vector %d twice", d.Index)
+			}
 			vecs[d.Index] = d.Embedding
 		}
 		return vecs, nil

@@ -318,6 +318,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if s.opts.Vectors != nil {
 		vecs, err = s.opts.Vectors(req.Input, dims)
+		if err == nil && len(vecs) != len(req.Input) {
+			err = fmt.Errorf("the vectors hook gave %d vectors for %d inputs", len(vecs), len(req.Input))
+		}
 	} else {
 		vecs, err = embedder.NewHashing(dims).Embed(context.Background(), req.Input)
 	}

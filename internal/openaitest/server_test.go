@@ -147,13 +147,16 @@ func TestServerFaults(t *testing.T) {
 
 // TestServerServesVectorsOfItsHook: with Options.Vectors the server answers
 // with the hook's vectors (a real model behind the fake), still counting
-// what it serves, and a failing hook is a 500.
+// what it serves, and a failing hook, or one that loses a vector, is a 500.
 func TestServerServesVectorsOfItsHook(t *testing.T) {
 	t.Parallel()
-	var fail atomic.Bool
+	var fail, short atomic.Bool
 	s := openaitest.New(t, openaitest.Options{Vectors: func(texts []string, dims int) ([][]float32, error) {
 		if fail.Load() {
 			return nil, errors.New("model down")
+		}
+		if short.Load() {
+			return [][]float32{make([]float32, dims)}, nil
 		}
 		out := make([][]float32, len(texts))
 		for i, x := range texts {
@@ -172,4 +175,10 @@ func TestServerServesVectorsOfItsHook(t *testing.T) {
 	var apiErr *openai.APIError
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusInternalServerError, apiErr.HTTPStatusCode)
+	fail.Store(false)
+	short.Store(true)
+	_, err = client(s, "").CreateEmbeddings(t.Context(), openai.EmbeddingRequestStrings{Input: []string{"ab", "cde"}, Model: "m", Dimensions: 4})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusInternalServerError, apiErr.HTTPStatusCode)
+	require.Contains(t, apiErr.Message, "1 vectors for 2 inputs")
 }
