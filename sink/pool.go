@@ -53,11 +53,43 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", safe, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, connectError(safe, cfg.ConnConfig.Database, err)
+	// The server accepted the extension check's connection, so a lost
+	// first pool connection (a terminated backend, a restart under way) is
+	// a blip to retry, not a configuration to fix.
+	start, wait := time.Now(), 100*time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return pool, nil
+		}
+		if !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
+			pool.Close()
+			return nil, connectError(safe, cfg.ConnConfig.Database, err)
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open postgres %s: %w", safe, err)
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
-	return pool, nil
+}
+
+// sleepCtx waits d or until ctx ends, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// serverEnded reports an error the server sent as it ended a session it had
+// accepted: an administrator's pg_terminate_backend, a crash shutdown, a
+// server still starting up. The server is there, so a new connection can
+// succeed, unlike a refused dial or refused credentials.
+func serverEnded(err error) bool {
+	return isCode(err, "57P01") || isCode(err, "57P02") || isCode(err, "57P03")
 }
 
 // ensureVectorRetryFor bounds how long OpenPool keeps retrying the
@@ -66,17 +98,18 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 const ensureVectorRetryFor = 2 * time.Minute
 
 // ensureVector creates the vector extension over a plain connection. A
-// connection the server ended after it was made (a terminated backend, a
-// restart under way) is retried with backoff: such a blip at start-up must
-// not stop serve. A refused first connection fails at once with its fix,
-// since that is a configuration or a server that is down.
+// connection the server ended (a terminated backend, even while it was
+// still being set up; a restart under way) is retried with backoff: such a
+// blip at start-up must not stop serve. A refused first connection fails at
+// once with its fix, since that is a configuration or a server that is down.
 func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
 	start, wait, retrying := time.Now(), 100*time.Millisecond, false
 	for {
 		conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 		if err != nil {
 			// Once retrying, a server that is restarting refuses for a while.
-			if !retrying || !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor {
+			retryable := serverEnded(err) || (retrying && fault.Lost(err))
+			if !retryable || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
 				return connectError(safe, cc.Database, err)
 			}
 		} else {
@@ -90,10 +123,8 @@ func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
 			}
 		}
 		retrying = true
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("open postgres %s: %w", safe, ctx.Err())
-		case <-time.After(wait):
+		if err := sleepCtx(ctx, wait); err != nil {
+			return fmt.Errorf("open postgres %s: %w", safe, err)
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
