@@ -12,6 +12,9 @@ import (
 type curveOptions struct {
 	from, factor, limit float64
 	sustain             float64 // applied ÷ offered a rate needs to count as sustained
+	// drain > 0 first drains a backlog of that many changes (kafka only),
+	// the like-for-like ceiling the highest rate is compared with.
+	drain int
 }
 
 // curveRates returns the rates a curve tries, in order, up to limit.
@@ -31,7 +34,7 @@ func measure(ctx context.Context, o options, src string, rate float64) (result, 
 	if src == "postgres" {
 		return runServe(ctx, o, rate)
 	}
-	return run(ctx, o, src, rate)
+	return run(ctx, o, src, rate, 0)
 }
 
 // runCurve measures src at rising rates until the applied rate falls below
@@ -42,6 +45,18 @@ func measure(ctx context.Context, o options, src string, rate float64) (result, 
 func runCurve(ctx context.Context, o options, src string, c curveOptions) error {
 	fmt.Printf("max-rate curve through %s: rates from %g/s, ×%g each, until applied < %.2f × offered; %s per rate, provider latency %s\n",
 		src, c.from, c.factor, c.sustain, o.duration, o.latency)
+	var drained result
+	if c.drain > 0 {
+		if src != "kafka" {
+			return fmt.Errorf("-curve-drain: only through kafka")
+		}
+		var err error
+		if drained, err = run(ctx, o, src, 0, c.drain); err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+		fmt.Printf("%s: a backlog of %d of these changes drained at %.1f changes/s (%.0f chunk rows/s, %.2f rows per change)\n",
+			src, c.drain, drained.applied, drained.chunks, drained.chunks/drained.applied)
+	}
 	fmt.Println("| changes/s | p50 | p95 | p99 | applied/s | applied/offered | chunk rows/s |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	best := 0.0
@@ -69,5 +84,8 @@ func runCurve(ctx context.Context, o options, src string, c curveOptions) error 
 	fmt.Println(r)
 	fmt.Printf("%s: highest rate sustained %g changes/s (applied %.1f/s, p99 %s); at 80%% of it, %g/s: p50 %s, p99 %s, applied %.2f of offered (target: p99 ≤ 1 s)\n",
 		src, best, bestRes.applied, bestRes.p99.Round(time.Millisecond), at80, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.applied/at80)
+	if c.drain > 0 {
+		fmt.Printf("%s: highest rate sustained ÷ the same changes drained as a backlog: %.2f (%g ÷ %.1f)\n", src, best/drained.applied, best, drained.applied)
+	}
 	return nil
 }

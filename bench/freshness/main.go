@@ -20,9 +20,13 @@
 // With -curve it instead raises the rate through each source until the
 // applied rate falls below 0.95 of the offered one, and reports the curve
 // of p99 against rate, the highest rate sustained, and p99 at 80% of it.
+// -curve-drain N first drains a Kafka backlog of N changes made the same
+// way (the same documents, sizes, provider and pipeline) and reports the
+// highest rate sustained against that drain rate: what flowing at a fixed
+// rate costs against draining the same work as a backlog.
 //
 //	go run ./bench/freshness -sources kafka,postgres -rates 5,50 -latency 150ms -duration 30s
-//	go run ./bench/freshness -sources kafka -curve -curve-from 25 -curve-factor 1.5 -duration 60s
+//	go run ./bench/freshness -sources kafka -curve -curve-from 25 -curve-factor 1.5 -duration 60s -curve-drain 20000
 package main
 
 import (
@@ -74,6 +78,9 @@ type options struct {
 	// inFlightBytes and inFlightDocs are pipeline.max_in_flight_bytes and
 	// max_in_flight_documents (0: the pipeline's defaults).
 	inFlightBytes, inFlightDocs int
+	// groups and groupDocs are the sink's concurrent group transactions
+	// and documents per group (0: the sink's defaults).
+	groups, groupDocs int
 	// timeline prints, per second of source commits, how many changes
 	// were applied and their worst freshness: where a high p99 comes from.
 	timeline bool
@@ -95,6 +102,8 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 0, "pipeline.workers (0: the pipeline's default); 32 reproduces serve's former default with a remote provider")
 	flag.IntVar(&o.inFlightBytes, "max-in-flight-bytes", 0, "pipeline.max_in_flight_bytes (0: the pipeline's default)")
 	flag.IntVar(&o.inFlightDocs, "max-in-flight-documents", 0, "pipeline.max_in_flight_documents (0: the pipeline's default)")
+	flag.IntVar(&o.groups, "groups", 0, "in-process legs: group transactions writing at once (0: the sink's default, half the pool's connections)")
+	flag.IntVar(&o.groupDocs, "group-documents", 0, "in-process legs: documents per group transaction (0: the sink's default)")
 	flag.BoolVar(&o.timeline, "timeline", false, "after each in-process rate, print per second of source commits the changes applied and their median and worst freshness (where a p99 comes from)")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	var curve bool
@@ -104,6 +113,7 @@ func main() {
 	flag.Float64Var(&cur.factor, "curve-factor", 1.5, "-curve: each rate is this times the last")
 	flag.Float64Var(&cur.limit, "curve-limit", 5000, "-curve: the highest rate tried")
 	flag.Float64Var(&cur.sustain, "curve-sustain", 0.95, "-curve: applied ÷ offered a rate needs to count as sustained")
+	flag.IntVar(&cur.drain, "curve-drain", 0, "-curve through kafka: first drain a backlog of this many changes of the curve's own documents and provider latency, and report the highest rate sustained against that drain rate (like for like)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -163,7 +173,7 @@ func main() {
 			if src == "postgres" {
 				r, err = runServe(context.Background(), o, rate)
 			} else {
-				r, err = run(context.Background(), o, src, rate)
+				r, err = run(context.Background(), o, src, rate, 0)
 			}
 			if err != nil {
 				warnf("%s, rate %g: %v", src, rate, err)
@@ -271,7 +281,9 @@ func text(n int) string {
 	return b.String()
 }
 
-func run(ctx context.Context, o options, leg string, rate float64) (result, error) {
+// run measures leg at rate; with drain > 0 it instead drains a backlog
+// of drain changes (see drainBacklog).
+func run(ctx context.Context, o options, leg string, rate float64, drain int) (result, error) {
 	res := result{rate: rate}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -296,7 +308,8 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	}
 	co := embedder.NewCoalescer(client, ecfg.Coalesce())
 	defer co.Close()
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true})
+	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true,
+		Groups: o.groups, GroupDocuments: o.groupDocs})
 	if err != nil {
 		return res, err
 	}
@@ -309,13 +322,14 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 		src    pipeline.Source
 		commit func(ctx context.Context, id int, body string, now time.Time) error
 	)
+	flush := func(context.Context) error { return nil }
 	if leg == "kafka" {
-		ks, produce, closeKafka, err := kafkaLeg(o)
+		ks, produce, flushKafka, closeKafka, err := kafkaLeg(o)
 		if err != nil {
 			return res, err
 		}
 		defer closeKafka()
-		src, commit = ks, produce
+		src, commit, flush = ks, produce, flushKafka
 	} else {
 		ps, write, closePG, err := postgresLeg(ctx, o)
 		if err != nil {
@@ -332,6 +346,9 @@ func run(ctx context.Context, o options, leg string, rate float64) (result, erro
 	})
 	if err != nil {
 		return res, err
+	}
+	if drain > 0 {
+		return drainBacklog(ctx, o, p, ts, commit, flush, drain)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
@@ -400,6 +417,70 @@ func printTimeline(at []time.Time, lat []time.Duration) {
 	}
 }
 
+// drainBacklog measures the ceiling the curve is held against with the
+// curve's own work: n changes from drive's generator (the same documents,
+// sizes and provider latency) are committed to the source before the
+// pipeline starts, and the pipeline, built as for a rate, drains them. The
+// result's applied is changes processed per second, from the pipeline's
+// start to the last change; chunks is chunk rows written per second.
+func drainBacklog(ctx context.Context, o options, p *pipeline.Pipeline, ts *timingSink,
+	commit func(context.Context, int, string, time.Time) error, flush func(context.Context) error, n int) (result, error) {
+	ts.mu.Lock()
+	ts.from = time.Now().Add(-time.Second)
+	ts.mu.Unlock()
+	for range n {
+		if err := commit(ctx, mrand.IntN(o.docs), text(1500+mrand.IntN(2500)), time.Now()); err != nil {
+			return result{}, err
+		}
+	}
+	if err := flush(ctx); err != nil {
+		return result{}, fmt.Errorf("flush the backlog: %w", err)
+	}
+	processed := func() int {
+		done := 0
+		for k, v := range p.Stats() {
+			if strings.HasPrefix(k, "op_") {
+				done += v
+			}
+		}
+		return done
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	start := time.Now()
+	go func() { ran <- p.Run(runCtx) }()
+	last, lastAt := 0, start
+	for {
+		done := processed()
+		if done >= n {
+			break
+		}
+		if done > last {
+			last, lastAt = done, time.Now()
+		}
+		if time.Since(lastAt) > 2*time.Minute {
+			stop()
+			<-ran
+			return result{}, fmt.Errorf("drain stalled at %d of %d changes", done, n)
+		}
+		select {
+		case err := <-ran:
+			return result{}, fmt.Errorf("pipeline stopped after %d of %d changes: %v", processed(), n, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	stop()
+	if err := <-ran; err != nil {
+		return result{}, err
+	}
+	ts.mu.Lock()
+	inserted := ts.inserted
+	ts.mu.Unlock()
+	return result{rate: float64(n) / elapsed.Seconds(), applied: float64(n) / elapsed.Seconds(), chunks: float64(inserted) / elapsed.Seconds()}, nil
+}
+
 // drive commits changes at rate for the warm-up and o.duration: through
 // Kafka each is committed "now" in the source (its ts_ms) and produced at
 // once, as Debezium would; through the Postgres source each is a
@@ -438,22 +519,22 @@ func warnf(format string, args ...any) {
 // kafkaLeg starts an in-process Kafka with the topic and returns the Kafka
 // source, a function that produces a change of document id (committed in
 // the source at now: its ts_ms) as Debezium would, and a closer.
-func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(), error) {
+func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(context.Context) error, func(), error) {
 	const topic = "dbserver1.public.articles"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
 	if err != nil {
 		c.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
 	if err != nil {
 		prod.Close()
 		c.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	var lsn int64
 	produce := func(ctx context.Context, id int, body string, now time.Time) error {
@@ -471,7 +552,7 @@ func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, ti
 		})
 		return nil
 	}
-	return src, produce, func() { src.Close(); prod.Close(); c.Close() }, nil
+	return src, produce, prod.Flush, func() { src.Close(); prod.Close(); c.Close() }, nil
 }
 
 // postgresLeg returns the Postgres source streaming a table, publication
