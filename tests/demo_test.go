@@ -2,6 +2,7 @@ package tests
 
 import (
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,8 +17,16 @@ import (
 func TestDemo(t *testing.T) {
 	t.Parallel() // own schema, files and cluster
 	e := newEnv(t, "")
-	cmd := exec.Command("go", "run", "../examples/demo", "--ragsync", bin, "--dir", "../examples/demo",
-		"--postgres-url", pgtest.URL(), "--schema", e.schema)
+	// Built, then run itself rather than through `go run`, so that the
+	// parent-death signal reaches the demo and not only the go command: a
+	// test binary killed by its timeout leaves no demo behind. (The demo's
+	// own serve runs with --once and ends when it has drained.)
+	demo := filepath.Join(t.TempDir(), "demo")
+	if out, err := exec.Command("go", "build", "-o", demo, "../examples/demo").CombinedOutput(); err != nil {
+		t.Fatalf("build the demo: %v\n%s", err, out)
+	}
+	cmd := dieWithTest(exec.Command(demo, "--ragsync", bin, "--dir", "../examples/demo",
+		"--postgres-url", pgtest.URL(), "--schema", e.schema))
 	out, err := cmd.CombinedOutput()
 	t.Logf("demo output:\n%s", out)
 	require.NoError(t, err)
