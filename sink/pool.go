@@ -84,14 +84,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// serverEnded reports an error the server sent as it ended a session it had
-// accepted: an administrator's pg_terminate_backend, a crash shutdown, a
-// server still starting up. The server is there, so a new connection can
-// succeed, unlike a refused dial or refused credentials.
-func serverEnded(err error) bool {
-	return isCode(err, "57P01") || isCode(err, "57P02") || isCode(err, "57P03")
-}
-
 // ensureVectorRetryFor bounds how long OpenPool keeps retrying the
 // extension check over connections the server ended under it, as
 // migrations.Up does for its own.
@@ -108,7 +100,7 @@ func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
 		conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 		if err != nil {
 			// Once retrying, a server that is restarting refuses for a while.
-			retryable := serverEnded(err) || (retrying && fault.Lost(err))
+			retryable := fault.SessionEnded(err) || (retrying && fault.Lost(err))
 			if !retryable || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
 				return connectError(safe, cc.Database, err)
 			}

@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"net"
 	"net/url"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/internal/pgtest"
@@ -86,70 +83,6 @@ func TestOpenPoolSurvivesTerminatedBackend(t *testing.T) {
 	require.NoError(t, <-done, "a backend terminated during the extension check is retried")
 }
 
-// endingProxy listens on a local port and forwards connections to the
-// Postgres at target, except that the connections whose order (from 0) is in
-// end get a FATAL 57P01 ErrorResponse right after their startup message, as
-// a backend terminated while it was being set up answers.
-type endingProxy struct {
-	ln     net.Listener
-	target string
-	end    map[int]bool
-	seen   atomic.Int32
-}
-
-func startEndingProxy(t *testing.T, target string, end ...int) *endingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &endingProxy{ln: ln, target: target, end: map[int]bool{}}
-	for _, i := range end {
-		p.end[i] = true
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n := int(p.seen.Add(1)) - 1
-			go p.serve(c, p.end[n])
-		}
-	}()
-	return p
-}
-
-func (p *endingProxy) serve(c net.Conn, end bool) {
-	defer c.Close()
-	if end {
-		be := pgproto3.NewBackend(c, c)
-		for {
-			msg, err := be.ReceiveStartupMessage()
-			if err != nil {
-				return
-			}
-			if _, ok := msg.(*pgproto3.SSLRequest); ok {
-				if _, err := c.Write([]byte("N")); err != nil {
-					return
-				}
-				continue
-			}
-			break
-		}
-		be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01",
-			Message: "terminating connection due to administrator command"})
-		_ = be.Flush()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-	_, _ = io.Copy(c, up)
-}
-
 // TestOpenPoolRetriesASessionEndedAtStartup: the server ends a connection
 // while it is still being set up (pg_terminate_backend can land there, and a
 // server starting up or shutting down answers the same way). Whether that is
@@ -161,12 +94,6 @@ func TestOpenPoolRetriesASessionEndedAtStartup(t *testing.T) {
 		t.Skip("needs Postgres")
 	}
 	t.Parallel()
-	u, err := url.Parse(pgtest.URL())
-	require.NoError(t, err)
-	target := u.Host
-	if u.Port() == "" {
-		target = net.JoinHostPort(u.Hostname(), "5432")
-	}
 	for _, tc := range []struct {
 		name string
 		end  []int
@@ -179,16 +106,11 @@ func TestOpenPoolRetriesASessionEndedAtStartup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			p := startEndingProxy(t, target, tc.end...)
-			pu := *u
-			pu.Host = p.ln.Addr().String()
-			q := pu.Query()
-			q.Set("sslmode", "disable")
-			pu.RawQuery = q.Encode()
-			pool, err := sink.OpenPool(ctx, pu.String(), "ragsync")
+			p := pgtest.StartEndingProxy(t, tc.end...)
+			pool, err := sink.OpenPool(ctx, p.URL, "ragsync")
 			require.NoError(t, err, "a session the server ended at start-up is retried")
 			defer pool.Close()
-			require.GreaterOrEqual(t, int(p.seen.Load()), len(tc.end)+2, "the ended connections were made again")
+			require.GreaterOrEqual(t, p.Seen(), len(tc.end)+2, "the ended connections were made again")
 		})
 	}
 
@@ -197,10 +119,11 @@ func TestOpenPoolRetriesASessionEndedAtStartup(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		require.NoError(t, ln.Close())
-		pu := *u
-		pu.Host = addr
+		u, err := url.Parse(pgtest.URL())
+		require.NoError(t, err)
+		u.Host = addr
 		began := time.Now()
-		_, err = sink.OpenPool(context.Background(), pu.String(), "ragsync")
+		_, err = sink.OpenPool(context.Background(), u.String(), "ragsync")
 		require.ErrorContains(t, err, "is Postgres running?")
 		require.Less(t, time.Since(began), 10*time.Second, "a refused first dial is not retried")
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/internal/fault"
 )
 
 // setupResult is what setup leaves for run: the replication connection,
@@ -40,12 +41,18 @@ func connectSQL(ctx context.Context, url, app string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("source.postgres.url: %w", err)
 	}
 	sessionParams(cfg.RuntimeParams, app)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := fault.Reconnect(ctx, reconnectWithin, func() (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("connect to source.postgres.url: %w", err)
 	}
 	return conn, nil
 }
+
+// reconnectWithin bounds how long a connection the server ended as it
+// started (a terminated backend, a restart under way) is made again before
+// the error is returned: such a blip at start-up must not stop serve before
+// it has created anything, nor fail a health check.
+const reconnectWithin = 15 * time.Second
 
 func (s *Source) connectSQL(ctx context.Context) (*pgx.Conn, error) {
 	return connectSQL(ctx, s.cfg.URL, s.cfg.ApplicationName)

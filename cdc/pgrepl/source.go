@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/internal/fault"
 )
 
 // Config configures the logical replication source.
@@ -377,7 +378,7 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 	}
 	sessionParams(cfg.RuntimeParams, s.cfg.ApplicationName)
 	cfg.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := fault.Reconnect(ctx, reconnectWithin, func() (*pgconn.PgConn, error) { return pgconn.ConnectConfig(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}

@@ -534,3 +534,21 @@ func TestPostgresSourceAnswersKeepalivesWhileThePipelineIsBusy(t *testing.T) {
 	require.Equal(t, "2", got[0].DocKey)
 	require.Zero(t, metricValue(t, reg, "ragsync_source_reconnects_total"), "the walsender never timed out")
 }
+
+// TestStartSurvivesSessionsEndedAtStartup: the server ends the source's
+// first connections as they start (pg_terminate_backend can land there, and
+// a server starting up or shutting down answers the same way). The start
+// connects again, as serve does for its index, instead of failing before it
+// has created anything; the source then streams.
+func TestStartSurvivesSessionsEndedAtStartup(t *testing.T) {
+	t.Parallel()
+	b := pgSetup(t)
+	p := pgtest.StartEndingProxy(t, 0, 1, 2)
+	cfg := b.config()
+	cfg.URL = p.URL
+	s := b.source(t, cfg)
+	require.GreaterOrEqual(t, p.Seen(), 4, "the ended connections were made again")
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1, 'a', 'b')`, b.table()))
+	got := b.fetch(t, s, 1, true)
+	require.Equal(t, cdc.OpCreate, got[0].Op)
+}

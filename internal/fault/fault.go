@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -133,6 +134,45 @@ func Connection(err error) bool {
 		}
 	}
 	return false
+}
+
+// SessionEnded reports an error the server sent as it ended a session it
+// had accepted, possibly while the session was still being set up: an
+// administrator's pg_terminate_backend, a crash shutdown, a server still
+// starting (57P01–57P03). The server is there, so a new connection can
+// succeed, unlike a refused dial or refused credentials, which a start-up
+// reports at once with their fix.
+func SessionEnded(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "57P01", "57P02", "57P03":
+		return true
+	}
+	return false
+}
+
+// Reconnect calls connect again, with backoff from 100 ms, while it fails
+// with SessionEnded and for at most within; any other error, or the last
+// one once within has passed, is returned as it is. A connection made at
+// start-up goes through it, so that a backend terminated as it started
+// does not stop the service.
+func Reconnect[C any](ctx context.Context, within time.Duration, connect func() (C, error)) (C, error) {
+	start, wait := time.Now(), 100*time.Millisecond
+	for {
+		c, err := connect()
+		if err == nil || !SessionEnded(err) || time.Since(start)+wait > within {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // Lost reports whether err means the connection was lost under the work,

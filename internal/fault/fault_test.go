@@ -10,6 +10,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -113,4 +114,41 @@ func TestLostAndConnection(t *testing.T) {
 			require.Equal(t, tc.connection, fault.Connection(tc.err), "Connection(%v)", tc.err)
 		})
 	}
+}
+
+// TestReconnectRetriesOnlyEndedSessions: a session the server ended at
+// start-up is made again until it succeeds; a refused login or dial returns
+// at once; a server that keeps ending sessions is given up on after the
+// bound, with its error.
+func TestReconnectRetriesOnlyEndedSessions(t *testing.T) {
+	ended := &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+	require.True(t, fault.SessionEnded(fmt.Errorf("connect: %w", ended)))
+	require.False(t, fault.SessionEnded(&pgconn.PgError{Code: "28P01"}))
+	require.False(t, fault.SessionEnded(syscall.ECONNREFUSED))
+
+	calls := 0
+	got, err := fault.Reconnect(context.Background(), time.Minute, func() (int, error) {
+		calls++
+		if calls < 3 {
+			return 0, ended
+		}
+		return 7, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 7, got)
+	require.Equal(t, 3, calls)
+
+	for _, refused := range []error{&pgconn.PgError{Code: "28P01"}, syscall.ECONNREFUSED} {
+		calls = 0
+		_, err = fault.Reconnect(context.Background(), time.Minute, func() (int, error) { calls++; return 0, refused })
+		require.ErrorIs(t, err, refused)
+		require.Equal(t, 1, calls, "%v is not retried", refused)
+	}
+
+	calls = 0
+	began := time.Now()
+	_, err = fault.Reconnect(context.Background(), 500*time.Millisecond, func() (int, error) { calls++; return 0, ended })
+	require.ErrorIs(t, err, ended)
+	require.Greater(t, calls, 1)
+	require.Less(t, time.Since(began), 5*time.Second, "the bound is kept")
 }
