@@ -418,7 +418,7 @@ func printTimeline(at []time.Time, lat []time.Duration) {
 }
 
 // drainBacklog measures the ceiling the curve is held against with the
-// curve's own work: n changes from drive's generator (the same documents,
+// curve's own work: n changes made by drive's generator (the same texts,
 // sizes and provider latency) are committed to the source before the
 // pipeline starts, and the pipeline, built as for a rate, drains them. The
 // result's applied is changes processed per second, from the pipeline's

@@ -166,7 +166,7 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 	if err != nil {
 		return err
 	}
-	const chunks = `CREATE TABLE priced_rows (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
+	const pricedRows = `CREATE TABLE priced_rows (id bigserial PRIMARY KEY, doc_id text NOT NULL, position int NOT NULL,
 		content_hash text NOT NULL, text text NOT NULL, tokens int NOT NULL, embedding vector NOT NULL %s)`
 	insertChunks := func(ctx context.Context, tx pgx.Tx, d docRows) error {
 		b := &pgx.Batch{}
@@ -181,11 +181,11 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 		ddl   []string
 		extra func(ctx context.Context, tx pgx.Tx, d docRows) error
 	}{
-		{name: "chunks + HNSW", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims)}},
+		{name: "chunk rows + HNSW", ddl: []string{fmt.Sprintf(pricedRows, ""), hnswIndex("priced_rows", o.dims)}},
 		{name: "+ tsvector column and GIN index", ddl: []string{
-			fmt.Sprintf(chunks, ", tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, text)) STORED"),
+			fmt.Sprintf(pricedRows, ", tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, text)) STORED"),
 			hnswIndex("priced_rows", o.dims), "CREATE INDEX ON priced_rows USING gin (tsv)"}},
-		{name: "+ embedding_cache row", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims),
+		{name: "+ a cache row per chunk", ddl: []string{fmt.Sprintf(pricedRows, ""), hnswIndex("priced_rows", o.dims),
 			`CREATE TABLE priced_cache (model text NOT NULL, dimensions int NOT NULL, content_hash text NOT NULL,
 				embedding vector NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), last_used_at timestamptz NOT NULL DEFAULT now(),
 				PRIMARY KEY (model, dimensions, content_hash))`, "CREATE INDEX ON priced_cache (last_used_at)"},
@@ -197,7 +197,7 @@ func writeCosts(ctx context.Context, o options, c *corpus) error {
 				}
 				return tx.SendBatch(ctx, b).Close()
 			}},
-		{name: "+ documents row with the source JSON", ddl: []string{fmt.Sprintf(chunks, ""), hnswIndex("priced_rows", o.dims),
+		{name: "+ a row per document with the source JSON", ddl: []string{fmt.Sprintf(pricedRows, ""), hnswIndex("priced_rows", o.dims),
 			"CREATE TABLE priced_sources (id text PRIMARY KEY, metadata jsonb NOT NULL DEFAULT '{}', row jsonb)"},
 			extra: func(ctx context.Context, tx pgx.Tx, d docRows) error {
 				_, err := tx.Exec(ctx, "INSERT INTO priced_sources (id, row) VALUES ($1, $2)", d.id, string(d.row))
