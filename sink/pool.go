@@ -56,32 +56,12 @@ func OpenPool(ctx context.Context, url, schema string) (*pgxpool.Pool, error) {
 	// The server accepted the extension check's connection, so a lost
 	// first pool connection (a terminated backend, a restart under way) is
 	// a blip to retry, not a configuration to fix.
-	start, wait := time.Now(), 100*time.Millisecond
-	for {
-		err := pool.Ping(ctx)
-		if err == nil {
-			return pool, nil
-		}
-		if !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
-			pool.Close()
-			return nil, connectError(safe, cfg.ConnConfig.Database, err)
-		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("open postgres %s: %w", safe, err)
-		}
-		wait = min(2*wait, 5*time.Second)
+	_, err = fault.Retry(ctx, ensureVectorRetryFor, fault.Lost, func() (struct{}, error) { return struct{}{}, pool.Ping(ctx) })
+	if err != nil {
+		pool.Close()
+		return nil, connectError(safe, cfg.ConnConfig.Database, err)
 	}
-}
-
-// sleepCtx waits d or until ctx ends, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
+	return pool, nil
 }
 
 // ensureVectorRetryFor bounds how long OpenPool keeps retrying the
@@ -89,36 +69,45 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // migrations.Up does for its own.
 const ensureVectorRetryFor = 2 * time.Minute
 
+// vectorCheckError is the extension check failing over a connection that
+// was made, as opposed to the connection failing.
+type vectorCheckError struct{ err error }
+
+func (e vectorCheckError) Error() string { return e.err.Error() }
+func (e vectorCheckError) Unwrap() error { return e.err }
+
 // ensureVector creates the vector extension over a plain connection. A
 // connection the server ended (a terminated backend, even while it was
 // still being set up; a restart under way) is retried with backoff: such a
 // blip at start-up must not stop serve. A refused first connection fails at
-// once with its fix, since that is a configuration or a server that is down.
+// once with its fix, since that is a configuration or a server that is down;
+// once retrying, a server that is restarting refuses for a while.
 func ensureVector(ctx context.Context, cc *pgx.ConnConfig, safe string) error {
-	start, wait, retrying := time.Now(), 100*time.Millisecond, false
-	for {
+	retrying := false
+	retryable := func(err error) bool {
+		defer func() { retrying = true }()
+		var checkErr vectorCheckError
+		return fault.SessionEnded(err) || ((retrying || errors.As(err, &checkErr)) && fault.Lost(err))
+	}
+	_, err := fault.Retry(ctx, ensureVectorRetryFor, retryable, func() (struct{}, error) {
 		conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 		if err != nil {
-			// Once retrying, a server that is restarting refuses for a while.
-			retryable := fault.SessionEnded(err) || (retrying && fault.Lost(err))
-			if !retryable || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
-				return connectError(safe, cc.Database, err)
-			}
-		} else {
-			err = migrations.EnsureVector(ctx, conn)
-			_ = conn.Close(ctx)
-			if err == nil {
-				return nil
-			}
-			if !fault.Lost(err) || time.Since(start) > ensureVectorRetryFor || ctx.Err() != nil {
-				return fmt.Errorf("open postgres %s: %w", safe, err)
-			}
+			return struct{}{}, err
 		}
-		retrying = true
-		if err := sleepCtx(ctx, wait); err != nil {
-			return fmt.Errorf("open postgres %s: %w", safe, err)
+		defer func() { _ = conn.Close(ctx) }()
+		if err := migrations.EnsureVector(ctx, conn); err != nil {
+			return struct{}{}, vectorCheckError{err}
 		}
-		wait = min(2*wait, 5*time.Second)
+		return struct{}{}, nil
+	})
+	var checkErr vectorCheckError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &checkErr):
+		return fmt.Errorf("open postgres %s: %w", safe, checkErr.err)
+	default:
+		return connectError(safe, cc.Database, err)
 	}
 }
 

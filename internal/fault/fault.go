@@ -154,16 +154,24 @@ func SessionEnded(err error) bool {
 	return false
 }
 
-// Reconnect calls connect again, with backoff from 100 ms, while it fails
-// with SessionEnded and for at most within; any other error, or the last
-// one once within has passed, is returned as it is. A connection made at
+// Reconnect calls connect again, with backoff, while it fails with
+// SessionEnded and for at most within (see Retry). A connection made at
 // start-up goes through it, so that a backend terminated as it started
-// does not stop the service.
+// does not stop the service, while a refused dial or login is reported at
+// once with its fix.
 func Reconnect[C any](ctx context.Context, within time.Duration, connect func() (C, error)) (C, error) {
+	return Retry(ctx, within, SessionEnded, connect)
+}
+
+// Retry calls try until it succeeds or fails with an error retryable does
+// not accept, waiting 100 ms after the first failure and twice as long
+// after each next one (at most 5 s), for at most within. The last result
+// is returned as it is, also when ctx ends during a wait.
+func Retry[C any](ctx context.Context, within time.Duration, retryable func(error) bool, try func() (C, error)) (C, error) {
 	start, wait := time.Now(), 100*time.Millisecond
 	for {
-		c, err := connect()
-		if err == nil || !SessionEnded(err) || time.Since(start)+wait > within {
+		c, err := try()
+		if err == nil || !retryable(err) || time.Since(start)+wait > within {
 			return c, err
 		}
 		select {
@@ -191,12 +199,11 @@ func Lost(err error) bool {
 	if pgconn.SafeToRetry(err) {
 		return true
 	}
+	if SessionEnded(err) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57P01", "57P02", "57P03":
-			return true
-		}
 		return len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
 	}
 	var connectErr *pgconn.ConnectError
