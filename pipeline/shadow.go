@@ -106,12 +106,7 @@ func (p *Pipeline) shadowUpsert(ctx context.Context, doc sink.Document) error {
 // embedShadow embeds the chunks the shadow has no vector for, each
 // distinct text once, and caches them (or sets them on the chunks).
 func (p *Pipeline) embedShadow(ctx context.Context, sh Shadow, chunks []sink.Chunk) error {
-	var hashes []string
-	for _, c := range chunks {
-		if !slices.Contains(hashes, c.Hash) {
-			hashes = append(hashes, c.Hash)
-		}
-	}
+	hashes := distinctHashes(chunks)
 	if len(hashes) == 0 {
 		return nil
 	}
@@ -131,8 +126,10 @@ func (p *Pipeline) embedShadow(ctx context.Context, sh Shadow, chunks []sink.Chu
 	}
 	var texts, missing []string
 	var tokens []int
+	asked := make(map[string]bool, len(hashes))
 	for _, c := range chunks {
-		if !known[c.Hash] && !slices.Contains(missing, c.Hash) {
+		if !known[c.Hash] && !asked[c.Hash] {
+			asked[c.Hash] = true // each missing text once
 			missing = append(missing, c.Hash)
 			texts = append(texts, c.Text)
 			tokens = append(tokens, c.Tokens)

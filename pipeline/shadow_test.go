@@ -277,3 +277,20 @@ func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
 	require.Equal(t, "public.docs/2", shadow[0].ID)
 	require.Len(t, indexState(t, b.pool, "docs"), 2)
 }
+
+// TestShadowEmbedsEachDistinctTextOnce: a document that repeats a
+// paragraph sends the shadow's model each distinct chunk text once.
+func TestShadowEmbedsEachDistinctTextOnce(t *testing.T) {
+	b := setupShadow(t)
+	body := paraA + "\n\n" + paraB + "\n\n" + paraA + "\n\n" + paraA
+	b.run(t, [][]cdc.Message{{event("c", 1, 10, body)}}, b.shad)
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	chunks := ch.Split(body)
+	distinct := map[string]bool{}
+	for _, c := range chunks {
+		distinct[c.Hash] = true
+	}
+	require.Less(t, len(distinct), len(chunks), "the document repeats chunks")
+	require.EqualValues(t, len(distinct), b.shadowEmb.texts.Load())
+}

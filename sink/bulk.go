@@ -81,8 +81,10 @@ func (b *Bulk) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	}
 	var hashes, texts []string
 	var vecs [][]float32
+	cached := make(map[string]bool, len(d.Chunks))
 	for _, c := range d.Chunks {
-		if c.Vector != nil && c.VectorHash == "" && !slices.Contains(hashes, c.Hash) {
+		if c.Vector != nil && c.VectorHash == "" && !cached[c.Hash] {
+			cached[c.Hash] = true
 			hashes, texts, vecs = append(hashes, c.Hash), append(texts, c.Text), append(vecs, c.Vector)
 		}
 	}
