@@ -113,6 +113,7 @@ func main() {
 	flag.Float64Var(&cur.factor, "curve-factor", 1.5, "-curve: each rate is this times the last")
 	flag.Float64Var(&cur.limit, "curve-limit", 5000, "-curve: the highest rate tried")
 	flag.Float64Var(&cur.sustain, "curve-sustain", 0.95, "-curve: applied ÷ offered a rate needs to count as sustained")
+	flag.IntVar(&cur.refine, "curve-refine", 0, "-curve: after the first rate not sustained, halve the gap between it and the last rate sustained this many times")
 	flag.IntVar(&cur.drain, "curve-drain", 0, "-curve through kafka: first drain a backlog of this many changes of the curve's own documents and provider latency, and report the highest rate sustained against that drain rate (like for like)")
 	flag.Parse()
 	if *cpuProfile != "" {

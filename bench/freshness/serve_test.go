@@ -24,3 +24,12 @@ func TestCurveRates(t *testing.T) {
 	require.Equal(t, []float64{25, 38, 56, 84, 127, 190}, curveRates(curveOptions{from: 25, factor: 1.5, limit: 200}))
 	require.Equal(t, []float64{10}, curveRates(curveOptions{from: 10, factor: 2, limit: 10}))
 }
+
+// TestMidRate: refinement tries whole rates strictly between the last rate
+// sustained and the first not, and stops when none is left or none failed.
+func TestMidRate(t *testing.T) {
+	require.Equal(t, 315.0, midRate(300, 330))
+	require.Equal(t, 323.0, midRate(315, 330))
+	require.Equal(t, 0.0, midRate(300, 301), "no whole rate between")
+	require.Equal(t, 0.0, midRate(300, 0), "no rate failed: nothing to refine")
+}

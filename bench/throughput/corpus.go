@@ -63,12 +63,19 @@ func (c *corpus) writeEvents(dir string) (string, error) {
 }
 
 // writeEdits writes one Debezium update event per document, after every
-// create, that changes 5 characters in the middle of its body: the small
-// edit whose cost should follow the edit, not the document.
-func (c *corpus) writeEdits(dir string) (string, error) {
+// create, that changes n characters in the middle of its body (5 by
+// default: the small edit whose cost should follow the edit, not the
+// document). With n = 0 the body is unchanged: a new version of the row,
+// as an UPDATE of a column the index does not render makes, so the run
+// prices what any update of the document costs before its text changes.
+func (c *corpus) writeEdits(dir string, n int) (string, error) {
+	mark := "EDIT5"
+	if n != len(mark) {
+		mark = strings.Repeat("E", n)
+	}
 	return c.write(filepath.Join(dir, "edits.jsonl"), "u", len(c.titles), func(body string) string {
 		mid := len(body) / 2
-		return body[:mid] + "EDIT5" + body[mid+5:]
+		return body[:mid] + mark + body[min(mid+n, len(body)):]
 	})
 }
 

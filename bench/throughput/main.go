@@ -61,6 +61,7 @@ type options struct {
 	pgParams     string
 	dropNew      string
 	edit         bool
+	editChars    int
 	editSizes    []int
 }
 
@@ -98,7 +99,8 @@ func main() {
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
 	flag.StringVar(&o.dropNew, "drop-new", "", "indexes of schema ragsync to drop after -bin's migrations (price them: -base-bin the same binary)")
-	flag.BoolVar(&o.edit, "edit", true, "after each load at the first latency, apply an update of every document that changes 5 characters, and report its CPU")
+	flag.BoolVar(&o.edit, "edit", true, "after each load at the first latency, apply an update of every document that changes -edit-chars characters, and report its CPU")
+	flag.IntVar(&o.editChars, "edit-chars", 5, "characters the edit run changes in the middle of each document (0: none, a new version of the row with the same text, the floor of any update)")
 	var sizes string
 	flag.StringVar(&sizes, "edit-sizes", "4096,65536", "document sizes of the edit sweep (load + edit at the first latency, the same total bytes as the main load); empty: no sweep")
 	flag.Parse()
@@ -153,7 +155,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var edits string
 	if o.edit {
-		if edits, err = corpus.writeEdits(dir); err != nil {
+		if edits, err = corpus.writeEdits(dir, o.editChars); err != nil {
 			return err
 		}
 	}
@@ -239,7 +241,7 @@ func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path
 			if err != nil {
 				return err
 			}
-			edits, err := c.writeEdits(sub)
+			edits, err := c.writeEdits(sub, o.editChars)
 			if err != nil {
 				return err
 			}
