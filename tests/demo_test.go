@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/internal/orphan"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
@@ -25,7 +26,7 @@ func TestDemo(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", demo, "../examples/demo").CombinedOutput(); err != nil {
 		t.Fatalf("build the demo: %v\n%s", err, out)
 	}
-	cmd := dieWithTest(exec.Command(demo, "--ragsync", bin, "--dir", "../examples/demo",
+	cmd := orphan.DieWithParent(exec.Command(demo, "--ragsync", bin, "--dir", "../examples/demo",
 		"--postgres-url", pgtest.URL(), "--schema", e.schema))
 	out, err := cmd.CombinedOutput()
 	t.Logf("demo output:\n%s", out)

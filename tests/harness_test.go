@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/internal/orphan"
 	"github.com/ragsync/ragsync/internal/pgtest"
 )
 
@@ -217,10 +218,10 @@ func writeLines(t *testing.T, path string, lines ...string) {
 func getenv(k string) string { return os.Getenv(k) }
 
 // ragsyncCmd is the ragsync binary under test with args, killed with the
-// test binary (dieWithTest).
-func ragsyncCmd(args ...string) *exec.Cmd { return dieWithTest(exec.Command(bin, args...)) }
+// test binary (orphan.DieWithParent).
+func ragsyncCmd(args ...string) *exec.Cmd { return orphan.DieWithParent(exec.Command(bin, args...)) }
 
 // ragsyncCmdContext is ragsyncCmd, also killed when ctx ends.
 func ragsyncCmdContext(ctx context.Context, args ...string) *exec.Cmd {
-	return dieWithTest(exec.CommandContext(ctx, bin, args...))
+	return orphan.DieWithParent(exec.CommandContext(ctx, bin, args...))
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/internal/orphan"
 )
 
 const topic = "dbserver1.public.articles"
@@ -201,7 +202,7 @@ func drain(ctx context.Context, c *kfake.Cluster, bin, extra, group string, even
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return res, err
 	}
-	cmd := exec.Command(bin, "serve", "--once", "--config", cfg)
+	cmd := orphan.DieWithParent(exec.Command(bin, "serve", "--once", "--config", cfg))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	start := time.Now()

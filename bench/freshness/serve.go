@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ragsync/ragsync/internal/orphan"
 )
 
 // runServe measures freshness through `ragsync serve` (o.bin, a child
@@ -111,7 +113,7 @@ dlq:
 		return res, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(o.bin, "serve", "--config", cfg)
+	cmd := orphan.DieWithParent(exec.Command(o.bin, "serve", "--config", cfg))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start %s serve: %w (build it with make build, or pass -bin)", o.bin, err)

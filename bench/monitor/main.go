@@ -48,6 +48,7 @@ import (
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/internal/orphan"
 )
 
 const topic = "dbserver1.public.articles"
@@ -276,7 +277,7 @@ monitor:
 	if withMonitor {
 		args = append(args, "--monitor")
 	}
-	cmd := exec.Command(b.bin, args...)
+	cmd := orphan.DieWithParent(exec.Command(b.bin, args...))
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	pg := newBackendCPU(ctx, b.pgURL, tag)

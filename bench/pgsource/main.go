@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/internal/orphan"
 )
 
 const topic = "dbserver1.public.articles"
@@ -203,7 +204,7 @@ func serveOnce(bin, dir, source, match, pgURL, schema string, events int) (float
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(bin, "serve", "--once", "--config", cfg)
+	cmd := orphan.DieWithParent(exec.Command(bin, "serve", "--once", "--config", cfg))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	start := time.Now()

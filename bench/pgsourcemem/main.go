@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/internal/orphan"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -113,7 +114,7 @@ FROM generate_series(1, %d) g`, src, words, rows)); err != nil {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "serve", "--once", "--config", cfg)
+	cmd := orphan.DieWithParent(exec.Command(bin, "serve", "--once", "--config", cfg))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	start = time.Now()

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ragsync/ragsync/internal/openaitest"
+	"github.com/ragsync/ragsync/internal/orphan"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -197,7 +198,7 @@ http:
 	}
 	// Migrations run before the load: serve applies them too, but their
 	// cost is not the write path's.
-	mig := exec.CommandContext(ctx, bin, "migrate", "--config", cfg)
+	mig := orphan.DieWithParent(exec.CommandContext(ctx, bin, "migrate", "--config", cfg))
 	if out, err := mig.CombinedOutput(); err != nil {
 		return res, fmt.Errorf("migrate: %w\n%s", err, out)
 	}
@@ -221,7 +222,7 @@ http:
 	if o.cpuProfile != "" && bin == o.bin {
 		args = append(args, "--cpu-profile", fmt.Sprintf("%s-%s.pprof", o.cpuProfile, latency))
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := orphan.DieWithParent(exec.CommandContext(ctx, bin, args...))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	self0 := selfCPU()
@@ -279,7 +280,7 @@ http:
 	if o.cpuProfile != "" && bin == o.bin {
 		args = append(args, "--cpu-profile", fmt.Sprintf("%s-%s-edit.pprof", o.cpuProfile, latency))
 	}
-	cmd = exec.CommandContext(ctx, bin, args...)
+	cmd = orphan.DieWithParent(exec.CommandContext(ctx, bin, args...))
 	out.Reset()
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start = time.Now()

@@ -1,4 +1,4 @@
-package tests
+package orphan
 
 import (
 	"bufio"
@@ -13,31 +13,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// dieWithTest has the kernel kill cmd's process when the test binary
-// exits, however it exits: a test binary killed by go test's timeout runs
-// no cleanup, and a ragsync it started would go on holding its replication
-// slot, its connections and its schema, which the next suite on the
-// cluster (10 slots, 100 connections) then runs short of.
-func dieWithTest(cmd *exec.Cmd) *exec.Cmd {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
-// TestChildDiesWithTestBinary: a process started through dieWithTest dies
-// when the test binary that started it is killed (SIGKILL, as go test's
+// TestChildDiesWithTestBinary: a process started through DieWithParent
+// dies when the test binary that started it is killed (SIGKILL, as go test's
 // timeout ends a hung binary), instead of running on.
 func TestChildDiesWithTestBinary(t *testing.T) {
-	if os.Getenv("RAGSYNC_TEST_DIE_HELPER") == "1" {
+	if os.Getenv("ORPHAN_TEST_HELPER") == "1" {
 		// The test binary in the middle: it starts the child and waits to
 		// be killed.
-		cmd := dieWithTest(exec.Command("sleep", "60"))
+		cmd := DieWithParent(exec.Command("sleep", "60"))
 		require.NoError(t, cmd.Start())
 		fmt.Printf("child %d\n", cmd.Process.Pid)
 		time.Sleep(time.Minute)
 		return
 	}
 	helper := exec.Command(os.Args[0], "-test.run", "^TestChildDiesWithTestBinary$", "-test.short", "-test.v")
-	helper.Env = append(os.Environ(), "RAGSYNC_TEST_DIE_HELPER=1")
+	helper.Env = append(os.Environ(), "ORPHAN_TEST_HELPER=1")
 	out, err := helper.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, helper.Start())
