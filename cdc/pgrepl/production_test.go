@@ -426,6 +426,48 @@ func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
 	}
 }
 
+// endingState is a MemoryState whose ForgetLoad, the step right after a
+// first start created and recorded its slot, ends the start's SQL session
+// (as an administrator's pg_terminate_backend or a failover does) and then
+// fails.
+type endingState struct {
+	pgrepl.State
+	end func() error
+}
+
+func (s endingState) ForgetLoad(context.Context, string) error {
+	if err := s.end(); err != nil {
+		return err
+	}
+	return fmt.Errorf("state store down")
+}
+
+// TestFailedStartUndoesOnANewSessionWhenItsOwnEnded: a start whose SQL
+// session the server ended before a later step failed still drops the slot
+// and the publication it created, over a new connection: the one it
+// created them on is gone.
+func TestFailedStartUndoesOnANewSessionWhenItsOwnEnded(t *testing.T) {
+	b := pgSetup(t)
+	cfg := b.config()
+	ended := 0
+	state := endingState{State: pgrepl.NewMemoryState(), end: func() error {
+		return b.r.Conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, b.r.App).Scan(&ended)
+	}}
+	cfg.State = state
+	_, err := pgrepl.New(t.Context(), cfg)
+	require.ErrorContains(t, err, "state store down")
+	require.Equal(t, 1, ended, "the start's SQL session was ended")
+	pub, slot := b.exists(t)
+	require.False(t, slot, "the slot this start created is dropped over a new session")
+	require.False(t, pub, "the publication this start created is dropped over a new session")
+	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
+		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
+		created, _ := state.Created(t.Context(), kind, "test", name)
+		require.False(t, created, kind)
+	}
+}
+
 // TestRevokedSelectIsNamed: SELECT revoked from the source's role while the
 // initial load reads a table stops the source with the GRANT to run, and
 // says the next start resumes the load.

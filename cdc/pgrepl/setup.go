@@ -134,7 +134,12 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		}
 		s.log.Info("tables added to the publication ragsync created; their rows are loaded before streaming resumes", "publication", s.cfg.Publication, "tables", strings.Join(names, ", "))
 		undo = append(undo, func() {
-			_, _ = conn.Exec(context.Background(), fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", pub, strings.Join(names, ", ")))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.onLiveConn(ctx, conn, func(c *pgx.Conn) error {
+				_, err := c.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", pub, strings.Join(names, ", ")))
+				return err
+			})
 		})
 	}
 	s.index(p.tables)
@@ -256,27 +261,49 @@ func (s *Source) orderedTables() []*tableInfo {
 	return out
 }
 
+// onLiveConn runs f on conn or, when conn's session is gone (the server
+// ended it, or the network dropped it: the very failure a start may be
+// undoing), on a new connection, so that an undo still reaches the source.
+func (s *Source) onLiveConn(ctx context.Context, conn *pgx.Conn, f func(*pgx.Conn) error) error {
+	if !conn.IsClosed() {
+		err := f(conn)
+		if err == nil || !(conn.IsClosed() || fault.Lost(err)) {
+			return err
+		}
+	}
+	fresh, err := s.connectSQL(ctx)
+	if err != nil {
+		return err
+	}
+	defer fresh.Close(context.Background())
+	return f(fresh)
+}
+
 // dropCreated undoes a creation of this start: the slot or the publication.
 func (s *Source) dropCreated(conn *pgx.Conn, kind string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var err error
-	switch kind {
-	case KindSlot:
-		// The walsender of the replication connection closed just before
-		// holds the slot until it exits: a drop meanwhile is refused as in
-		// use (55006), so it is tried again until the slot is free.
-		for {
-			_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
-			var pe *pgconn.PgError
-			if err == nil || !errors.As(err, &pe) || pe.Code != "55006" || ctx.Err() != nil {
-				break
+	err := s.onLiveConn(ctx, conn, func(conn *pgx.Conn) error {
+		switch kind {
+		case KindSlot:
+			// The walsender of the replication connection closed just
+			// before holds the slot until it exits: a drop meanwhile is
+			// refused as in use (55006), so it is tried again until the
+			// slot is free.
+			for {
+				_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot)
+				var pe *pgconn.PgError
+				if err == nil || !errors.As(err, &pe) || pe.Code != "55006" || ctx.Err() != nil {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
+		case KindPublication:
+			_, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.cfg.Publication}.Sanitize())
+			return err
 		}
-	case KindPublication:
-		_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.cfg.Publication}.Sanitize())
-	}
+		return nil
+	})
 	if err != nil {
 		s.log.Error("could not undo what this failed start created: drop it by hand", "kind", kind, "error", err)
 		return
