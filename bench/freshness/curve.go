@@ -76,17 +76,26 @@ func runCurve(ctx context.Context, o options, src string, c curveOptions) error 
 	fmt.Println("|---|---|---|---|---|---|---|")
 	best, failed := 0.0, 0.0
 	var bestRes result
-	for _, rate := range curveRates(c) {
+	// try measures rate and moves best or failed to it.
+	try := func(rate float64) (sustained bool, err error) {
 		r, err := measure(ctx, o, src, rate)
 		if err != nil {
-			return fmt.Errorf("rate %g: %w", rate, err)
+			return false, fmt.Errorf("rate %g: %w", rate, err)
 		}
 		fmt.Println(r)
 		if r.applied < c.sustain*rate {
 			failed = rate
-			break
+			return false, nil
 		}
 		best, bestRes = rate, r
+		return true, nil
+	}
+	for _, rate := range curveRates(c) {
+		if ok, err := try(rate); err != nil {
+			return err
+		} else if !ok {
+			break
+		}
 	}
 	if best == 0 {
 		fmt.Printf("%s: not even %g/s was sustained\n", src, c.from)
@@ -97,15 +106,8 @@ func runCurve(ctx context.Context, o options, src string, c curveOptions) error 
 		if rate == 0 {
 			break
 		}
-		r, err := measure(ctx, o, src, rate)
-		if err != nil {
-			return fmt.Errorf("rate %g: %w", rate, err)
-		}
-		fmt.Println(r)
-		if r.applied < c.sustain*rate {
-			failed = rate
-		} else {
-			best, bestRes = rate, r
+		if _, err := try(rate); err != nil {
+			return err
 		}
 	}
 	at80 := math.Round(0.8*best*10) / 10

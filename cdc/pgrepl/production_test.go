@@ -404,6 +404,17 @@ func (failingState) ForgetLoad(context.Context, string) error {
 	return fmt.Errorf("state store down")
 }
 
+// requireForgotten checks that state no longer records the test's slot
+// and publication as created by ragsync.
+func (b *pgBundle) requireForgotten(t *testing.T, state pgrepl.State) {
+	t.Helper()
+	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
+		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
+		created, _ := state.Created(t.Context(), kind, "test", name)
+		require.False(t, created, kind)
+	}
+}
+
 // TestFailedStartAfterTheSlotDropsTheSlot: when a step after the slot's
 // creation fails (here the state store, with the initial load's snapshot
 // exported, so the walsender still holds the slot), the start drops the slot
@@ -419,11 +430,7 @@ func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
 	pub, slot := b.exists(t)
 	require.False(t, slot, "the slot this start created is dropped again")
 	require.False(t, pub, "the publication this start created is dropped again")
-	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
-		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
-		created, _ := state.Created(t.Context(), kind, "test", name)
-		require.False(t, created, kind)
-	}
+	b.requireForgotten(t, state)
 }
 
 // endingState is a MemoryState whose ForgetLoad, the step right after a
@@ -461,11 +468,7 @@ func TestFailedStartUndoesOnANewSessionWhenItsOwnEnded(t *testing.T) {
 	pub, slot := b.exists(t)
 	require.False(t, slot, "the slot this start created is dropped over a new session")
 	require.False(t, pub, "the publication this start created is dropped over a new session")
-	for _, kind := range []string{pgrepl.KindSlot, pgrepl.KindPublication} {
-		name := map[string]string{pgrepl.KindSlot: b.r.Slot, pgrepl.KindPublication: b.r.Publication}[kind]
-		created, _ := state.Created(t.Context(), kind, "test", name)
-		require.False(t, created, kind)
-	}
+	b.requireForgotten(t, state)
 }
 
 // TestRevokedSelectIsNamed: SELECT revoked from the source's role while the
