@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -97,7 +97,8 @@ func (b shadowBundle) run(t *testing.T, batches [][]cdc.Message, shadowSink pipe
 }
 
 // docState is a document as an index holds it: version, deleted, chunk
-// hashes in position order, and the vectors' dimensions.
+// hashes in position order, and, for a live document, its vectors'
+// dimensions.
 type docState struct {
 	ID, Version string
 	Deleted     bool
@@ -105,20 +106,27 @@ type docState struct {
 	Dims        []int
 }
 
-func indexState(t *testing.T, pool *pgxpool.Pool, index string) []docState {
+// indexState reads every document of st's index, deleted ones too, in id
+// order.
+func indexState(t *testing.T, st *sink.Store) []docState {
 	t.Helper()
-	rows, err := pool.Query(t.Context(), `SELECT d.id, d.version, d.deleted_at IS NOT NULL,
-		coalesce(array_agg(c.content_hash ORDER BY c.position) FILTER (WHERE c.id IS NOT NULL), '{}'),
-		coalesce(array_agg(DISTINCT vector_dims(c.embedding)) FILTER (WHERE c.id IS NOT NULL), '{}')
-		FROM documents d LEFT JOIN chunks c ON c.index_name = d.index_name AND c.doc_id = d.id
-		WHERE d.index_name = $1 GROUP BY 1, 2, 3 ORDER BY 1`, index)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (docState, error) {
-		var d docState
-		err := r.Scan(&d.ID, &d.Version, &d.Deleted, &d.Hashes, &d.Dims)
-		return d, err
-	})
-	require.NoError(t, err)
+	var out []docState
+	require.NoError(t, st.EachDocument(t.Context(), func(d sink.StoredDocument) error {
+		out = append(out, docState{ID: d.ID, Version: d.Version.String(), Deleted: d.Deleted, Hashes: d.Hashes})
+		return nil
+	}))
+	dims := map[string][]int{}
+	require.NoError(t, st.EachLiveContent(t.Context(), func(id string, chunks []sink.LiveChunk) error {
+		for _, c := range chunks {
+			if !slices.Contains(dims[id], len(c.Vector)) {
+				dims[id] = append(dims[id], len(c.Vector))
+			}
+		}
+		return nil
+	}))
+	for i := range out {
+		out[i].Dims = dims[out[i].ID]
+	}
 	return out
 }
 
@@ -150,7 +158,7 @@ func TestShadowReceivesEveryChange(t *testing.T) {
 	// A truncate, then a document created after it.
 	batches = append(batches, []cdc.Message{event("t", 0, 40, ""), event("c", 5, 41, paraC)})
 	p := b.run(t, batches, b.shad)
-	primary, shadow := indexState(t, b.pool, "docs"), indexState(t, b.pool, "docs_v2")
+	primary, shadow := indexState(t, b.primary), indexState(t, b.shad)
 	require.Len(t, primary, 5)
 	sameDocs(t, primary, shadow)
 	live := 0
@@ -178,7 +186,7 @@ func TestShadowTransientFailureRetriesWithoutDuplicates(t *testing.T) {
 		return nil
 	}}
 	p := b.run(t, changes(), flaky)
-	sameDocs(t, indexState(t, b.pool, "docs"), indexState(t, b.pool, "docs_v2"))
+	sameDocs(t, indexState(t, b.primary), indexState(t, b.shad))
 	st := p.Stats()
 	require.Positive(t, st["retries"])
 	require.Positive(t, st["duplicate"], "the primary answers the replays as duplicates")
@@ -190,9 +198,9 @@ func TestShadowPermanentFailureKeepsPrimary(t *testing.T) {
 	b := setupShadow(t)
 	broken := flakySink{Sink: b.shad, fail: func() error { return fmt.Errorf("shadow schema broken") }}
 	p := b.run(t, changes(), broken)
-	primary := indexState(t, b.pool, "docs")
+	primary := indexState(t, b.primary)
 	require.Len(t, primary, 4)
-	require.Empty(t, indexState(t, b.pool, "docs_v2"))
+	require.Empty(t, indexState(t, b.shad))
 	st := p.Stats()
 	require.Equal(t, 6, st["shadow_failed"])
 	require.Equal(t, 6, st["applied"])
@@ -272,10 +280,10 @@ func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
 	close(blocking.release)
 	<-swapped
 	require.NoError(t, <-ran)
-	shadow := indexState(t, b.pool, "docs_v2")
+	shadow := indexState(t, b.shad)
 	require.Len(t, shadow, 1, "only the batch after the swap reached the shadow")
 	require.Equal(t, "public.docs/2", shadow[0].ID)
-	require.Len(t, indexState(t, b.pool, "docs"), 2)
+	require.Len(t, indexState(t, b.primary), 2)
 }
 
 // TestShadowEmbedsEachDistinctTextOnce: a document that repeats a

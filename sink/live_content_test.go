@@ -51,3 +51,43 @@ func TestEachLiveContent(t *testing.T) {
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
 }
+
+// TestEachDocument reads every document of the index, the deleted one too,
+// in id order, each as Document reads it; another index's documents not at
+// all; and fn's error stops the read.
+func TestEachDocument(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	for _, d := range []sink.Document{doc("b", 1, chunks("b1", "b2")), doc("a", 1, chunks("a1")), doc("gone", 1, chunks("g1"))} {
+		_, err := s.Upsert(ctx, d)
+		require.NoError(t, err)
+	}
+	_, err := s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
+	require.NoError(t, err)
+	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "test-model", Dimensions: dims})
+	require.NoError(t, err)
+	_, err = other.Upsert(ctx, doc("z", 1, chunks("z1")))
+	require.NoError(t, err)
+
+	var got []sink.StoredDocument
+	require.NoError(t, s.EachDocument(ctx, func(d sink.StoredDocument) error {
+		got = append(got, d)
+		return nil
+	}))
+	ids := []string{sink.DocID("public.articles", "a"), sink.DocID("public.articles", "b"), sink.DocID("public.articles", "gone")}
+	require.Len(t, got, len(ids))
+	for i, id := range ids {
+		want, ok, err := s.Document(ctx, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, want, got[i])
+	}
+	require.Equal(t, []string{"b1", "b2"}, got[1].Hashes)
+	require.True(t, got[2].Deleted)
+
+	stop := errors.New("stop")
+	calls := 0
+	err = s.EachDocument(ctx, func(sink.StoredDocument) error { calls++; return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+}

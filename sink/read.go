@@ -127,24 +127,24 @@ func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[st
 func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
 	// One statement, so the chunk hashes belong to the same snapshot as
 	// the row.
-	d, ok, err := scanDocument(s.pool.QueryRow(ctx, s.documentSQL(), s.cfg.Index, id), id)
+	d, ok, err := scanDocument(s.pool.QueryRow(ctx, s.documentsSQL()+" AND d.id = $2", s.cfg.Index, id))
 	if err != nil {
 		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	return d, ok, nil
 }
 
-// scanDocument reads the row of documentSQL for document id; ok is false
-// when there is none.
-func scanDocument(row pgx.Row, id string) (StoredDocument, bool, error) {
+// scanDocument reads a row of documentsSQL; ok is false when there is
+// none.
+func scanDocument(row pgx.Row) (StoredDocument, bool, error) {
 	var (
-		d         = StoredDocument{ID: id}
+		d         StoredDocument
 		version   string
 		sourceTS  *time.Time
 		deletedAt *time.Time
 		tenant    *string
 	)
-	err := row.Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
+	err := row.Scan(&d.ID, &d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredDocument{}, false, nil
 	}
@@ -160,11 +160,40 @@ func scanDocument(row pgx.Row, id string) (StoredDocument, bool, error) {
 	return d, true, nil
 }
 
-func (s *Store) documentSQL() string {
-	return "SELECT d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at," +
+// documentsSQL reads the index's documents with their chunk hashes in
+// position order, one statement so the hashes belong to the row's
+// snapshot; callers add the rest of the WHERE clause.
+func (s *Store) documentsSQL() string {
+	return "SELECT d.id, d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at," +
 		" d.metadata, d.tenant, d.row," +
 		" array(SELECT c.content_hash FROM " + s.tChunks + " c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)" +
-		" FROM " + s.tDocs + " d WHERE d.index_name = $1 AND d.id = $2"
+		" FROM " + s.tDocs + " d WHERE d.index_name = $1"
+}
+
+// EachDocument calls fn for every document of the index, deleted ones
+// too, in id order, each as Document reads it, streaming rows so memory
+// stays flat. It stops at the first error fn returns. It is for comparing
+// what two indexes hold, as the dual-write tests compare a shadow with its
+// primary.
+func (s *Store) EachDocument(ctx context.Context, fn func(StoredDocument) error) error {
+	rows, err := s.pool.Query(ctx, s.documentsSQL()+" ORDER BY d.id", s.cfg.Index)
+	if err != nil {
+		return fmt.Errorf("read documents of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		d, _, err := scanDocument(rows)
+		if err != nil {
+			return fmt.Errorf("read documents of %s: %w", s.cfg.Index, err)
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read documents of %s: %w", s.cfg.Index, classify(err, s.cfg.Schema))
+	}
+	return nil
 }
 
 // Stats counts the index's documents, chunks and cached vectors.
