@@ -397,10 +397,19 @@ func TestRenamedTemplateColumnIsWarned(t *testing.T) {
 }
 
 // failingState is a MemoryState whose ForgetLoad fails: the step of a
-// first start right after the slot was created and recorded.
-type failingState struct{ pgrepl.State }
+// first start right after the slot was created and recorded. before, when
+// set, runs first (a test ends the start's SQL session there).
+type failingState struct {
+	pgrepl.State
+	before func() error
+}
 
-func (failingState) ForgetLoad(context.Context, string) error {
+func (s failingState) ForgetLoad(context.Context, string) error {
+	if s.before != nil {
+		if err := s.before(); err != nil {
+			return err
+		}
+	}
 	return fmt.Errorf("state store down")
 }
 
@@ -423,7 +432,7 @@ func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
 	b := pgSetup(t)
 	cfg := b.config()
 	cfg.InitialLoad = true
-	state := failingState{pgrepl.NewMemoryState()}
+	state := failingState{State: pgrepl.NewMemoryState()}
 	cfg.State = state
 	_, err := pgrepl.New(t.Context(), cfg)
 	require.ErrorContains(t, err, "state store down")
@@ -431,22 +440,6 @@ func TestFailedStartAfterTheSlotDropsTheSlot(t *testing.T) {
 	require.False(t, slot, "the slot this start created is dropped again")
 	require.False(t, pub, "the publication this start created is dropped again")
 	b.requireForgotten(t, state)
-}
-
-// endingState is a MemoryState whose ForgetLoad, the step right after a
-// first start created and recorded its slot, ends the start's SQL session
-// (as an administrator's pg_terminate_backend or a failover does) and then
-// fails.
-type endingState struct {
-	pgrepl.State
-	end func() error
-}
-
-func (s endingState) ForgetLoad(context.Context, string) error {
-	if err := s.end(); err != nil {
-		return err
-	}
-	return fmt.Errorf("state store down")
 }
 
 // TestFailedStartUndoesOnANewSessionWhenItsOwnEnded: a start whose SQL
@@ -457,7 +450,7 @@ func TestFailedStartUndoesOnANewSessionWhenItsOwnEnded(t *testing.T) {
 	b := pgSetup(t)
 	cfg := b.config()
 	ended := 0
-	state := endingState{State: pgrepl.NewMemoryState(), end: func() error {
+	state := failingState{State: pgrepl.NewMemoryState(), before: func() error {
 		return b.r.Conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE application_name = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, b.r.App).Scan(&ended)
 	}}
