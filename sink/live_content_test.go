@@ -10,14 +10,13 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// TestEachLiveContent reads every live document of the index with its
-// chunks in position order: a document without chunks comes with none, a
-// deleted one and another index's documents not at all, and fn's error
-// stops the read.
-func TestEachLiveContent(t *testing.T) {
+// seedBesideOther writes docs and a document "gone", deleted again, to a
+// new index, and document "z" to another index of the same schema.
+func seedBesideOther(t *testing.T, docs ...sink.Document) *sink.Store {
+	t.Helper()
 	s, b := setup(t)
 	ctx := context.Background()
-	for _, d := range []sink.Document{doc("a", 1, chunks("a1", "a2", "a3")), doc("empty", 1, nil), doc("gone", 1, chunks("g1"))} {
+	for _, d := range append(docs, doc("gone", 1, chunks("g1"))) {
 		_, err := s.Upsert(ctx, d)
 		require.NoError(t, err)
 	}
@@ -27,6 +26,16 @@ func TestEachLiveContent(t *testing.T) {
 	require.NoError(t, err)
 	_, err = other.Upsert(ctx, doc("z", 1, chunks("z1")))
 	require.NoError(t, err)
+	return s
+}
+
+// TestEachLiveContent reads every live document of the index with its
+// chunks in position order: a document without chunks comes with none, a
+// deleted one and another index's documents not at all, and fn's error
+// stops the read.
+func TestEachLiveContent(t *testing.T) {
+	s := seedBesideOther(t, doc("a", 1, chunks("a1", "a2", "a3")), doc("empty", 1, nil))
+	ctx := context.Background()
 
 	got := map[string][]sink.LiveChunk{}
 	var order []string
@@ -47,7 +56,7 @@ func TestEachLiveContent(t *testing.T) {
 
 	stop := errors.New("stop")
 	calls := 0
-	err = s.EachLiveContent(ctx, func(string, []sink.LiveChunk) error { calls++; return stop })
+	err := s.EachLiveContent(ctx, func(string, []sink.LiveChunk) error { calls++; return stop })
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
 }
@@ -56,18 +65,8 @@ func TestEachLiveContent(t *testing.T) {
 // in id order, each as Document reads it; another index's documents not at
 // all; and fn's error stops the read.
 func TestEachDocument(t *testing.T) {
-	s, b := setup(t)
+	s := seedBesideOther(t, doc("b", 1, chunks("b1", "b2")), doc("a", 1, chunks("a1")))
 	ctx := context.Background()
-	for _, d := range []sink.Document{doc("b", 1, chunks("b1", "b2")), doc("a", 1, chunks("a1")), doc("gone", 1, chunks("g1"))} {
-		_, err := s.Upsert(ctx, d)
-		require.NoError(t, err)
-	}
-	_, err := s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
-	require.NoError(t, err)
-	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "test-model", Dimensions: dims})
-	require.NoError(t, err)
-	_, err = other.Upsert(ctx, doc("z", 1, chunks("z1")))
-	require.NoError(t, err)
 
 	var got []sink.StoredDocument
 	require.NoError(t, s.EachDocument(ctx, func(d sink.StoredDocument) error {
@@ -87,7 +86,7 @@ func TestEachDocument(t *testing.T) {
 
 	stop := errors.New("stop")
 	calls := 0
-	err = s.EachDocument(ctx, func(sink.StoredDocument) error { calls++; return stop })
+	err := s.EachDocument(ctx, func(sink.StoredDocument) error { calls++; return stop })
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 1, calls)
 }
