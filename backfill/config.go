@@ -2,6 +2,8 @@ package backfill
 
 import (
 	"errors"
+
+	"github.com/ragsync/ragsync/cdc"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -45,6 +47,13 @@ type Config struct {
 	// reconciliation. In a dry run the deletes reach the DryRun, which
 	// writes nothing, and Progress counts them.
 	Reconcile Index
+	// ReconcileLimit bounds the share of a table's documents one reconcile
+	// may delete; past it the run stops before deleting any
+	// (*cdc.ReconcileRefused). Defaults to cdc.DefaultReconcileLimit.
+	ReconcileLimit *cdc.ReconcileLimit
+	// DryRun reports a reconcile past ReconcileLimit in Progress.Refused
+	// instead of failing, so a dry run prints what the run would refuse.
+	DryRun bool
 	// Topic is the topic name given to the messages (their Coord), for logs
 	// and dead letters. Defaults to "ragsync-backfill".
 	Topic string
@@ -55,6 +64,10 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.PageRows <= 0 {
 		c.PageRows = 500
+	}
+	if c.ReconcileLimit == nil {
+		l := cdc.DefaultReconcileLimit
+		c.ReconcileLimit = &l
 	}
 	if c.Topic == "" {
 		c.Topic = "ragsync-backfill"

@@ -64,9 +64,19 @@ func (s *Source) reconcileAfter(t *table, ack func(context.Context) error) func(
 func (s *Source) reconcileNext(ctx context.Context) (b cdc.Batch, ok bool, err error) {
 	t := s.rec
 	if !t.listed {
-		gone, left, err := s.gone(ctx, t)
+		gone, left, live, err := s.gone(ctx, t)
 		if err != nil {
 			return cdc.Batch{}, false, err
+		}
+		if err := cdc.CheckReconcile(t.Name, gone, live, *s.cfg.ReconcileLimit); err != nil {
+			var refused *cdc.ReconcileRefused
+			if !s.cfg.DryRun || !errors.As(err, &refused) {
+				return cdc.Batch{}, false, err
+			}
+			s.mu.Lock()
+			s.prog.Refused = append(s.prog.Refused, refused)
+			s.mu.Unlock()
+			gone = nil
 		}
 		s.mu.Lock()
 		s.prog.Reconciled += int64(len(gone))
@@ -75,7 +85,7 @@ func (s *Source) reconcileNext(ctx context.Context) (b cdc.Batch, ok bool, err e
 		s.cfg.Logger.InfoContext(ctx, "backfill table reconciled: documents whose rows are gone", "table", t.Name,
 			"documents", len(gone), "left_alone", left)
 		if left > 0 {
-			s.cfg.Logger.WarnContext(ctx, "backfill reconciliation left documents alone: their versions are not WAL positions of this database, or their keys do not read back as the id columns", "table", t.Name, "documents", left)
+			s.cfg.Logger.WarnContext(ctx, "backfill reconciliation left documents alone: another source wrote them (another database or server, a Debezium connector), they were stored before versions named their source, or their keys do not read back as the id columns", "table", t.Name, "documents", left)
 		}
 		t.listed, t.gone = true, gone
 	}
@@ -99,22 +109,22 @@ func (s *Source) reconcileNext(ctx context.Context) (b cdc.Batch, ok bool, err e
 // rowVersion is the version of the rows this run reads (see message), with
 // commit time now.
 func (s *Source) rowVersion(now time.Time) cdc.Version {
-	return cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{s.snap.position - 1}, TS: uint64(max(now.UnixMilli(), 0)), Snapshot: true}
+	return cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{s.snap.position - 1}, TS: uint64(max(now.UnixMilli(), 0)), Snapshot: true, Source: s.source}
 }
 
 // gone waits until t's rows are applied and returns the keys of its
-// documents whose rows are gone, and how many outdated documents it leaves
-// alone because it cannot tell.
-func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, error) {
+// documents whose rows are gone, how many documents it leaves alone
+// because it cannot tell, and how many live documents the table has.
+func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, int, error) {
 	select {
 	case <-t.applied:
 	case <-ctx.Done():
-		return nil, 0, ctx.Err()
+		return nil, 0, 0, ctx.Err()
 	}
 	// Waiting before the listing is as good as after it: what matters is
 	// that the table is asked after the wait.
 	if err := s.waitWriters(ctx); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var gone, batch []string
 	var left int64
@@ -123,7 +133,7 @@ func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, error) {
 		gone, left, batch = append(gone, g...), left+unread, batch[:0]
 		return err
 	}
-	other, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()), func(key string) error {
+	census, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()), nil, func(key string) error {
 		if batch = append(batch, key); len(batch) == 1000 {
 			return check()
 		}
@@ -133,9 +143,9 @@ func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, error) {
 		err = check()
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
+		return nil, 0, 0, fmt.Errorf("reconcile %s: %w", t.Name, err)
 	}
-	return gone, left + int64(other), nil
+	return gone, left + int64(census.LeftAlone()), census.Live, nil
 }
 
 // waitWriters waits until none of the transactions that held a write lock

@@ -58,6 +58,40 @@ type Source struct {
 
 	mu   sync.Mutex
 	prog Progress
+	// source names the database read (cdc.PostgresSource): the rows'
+	// versions carry it, and reconcile judges only its documents.
+	source string
+}
+
+// checkWholeRead refuses a run that would reconcile a table the role reads
+// through row-level security: the read would hold only the rows the
+// policies show, and every other document would look gone.
+func (s *Source) checkWholeRead(ctx context.Context) error {
+	if s.cfg.Reconcile == nil {
+		return nil
+	}
+	var names [][2]string
+	for _, t := range s.tables {
+		if t.whole {
+			names = append(names, [2]string{t.schema, t.name})
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	filtered, err := cdc.FilteredTables(ctx, s.pool, names)
+	if err != nil {
+		return err
+	}
+	if len(filtered) == 0 {
+		return nil
+	}
+	var role string
+	if err := s.pool.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		return fmt.Errorf("read the role: %w", err)
+	}
+	return &cdc.ErrFilteredRead{Role: role, Tables: filtered,
+		Fix: "run backfill with --no-reconcile (it then indexes the rows the role sees and deletes nothing)"}
 }
 
 // Progress is what a Source has done so far.
@@ -82,6 +116,11 @@ type Progress struct {
 	// Unreconciled counts the tables not reconciled because they are not
 	// read whole in this run's snapshot (a Where, or a resumed table).
 	Unreconciled int
+	// Refused lists, in a dry run, the reconciles that would stop the run
+	// because they exceed Config.ReconcileLimit (nothing was deleted).
+	Refused []*cdc.ReconcileRefused
+	// Source is the source the run's versions name (cdc.PostgresSource).
+	Source string
 }
 
 // Open connects to the source, resolves every table's id columns and size,
@@ -101,6 +140,12 @@ func Open(ctx context.Context, cfg Config, cp Checkpoints) (*Source, error) {
 	// One connection holds the snapshot, one re-checks rows outside it.
 	pc.MaxConns = 2
 	pc.ConnConfig.RuntimeParams["application_name"] = "ragsync-backfill"
+	if cfg.Reconcile != nil {
+		// A reconcile must read every row: with row_security off, a policy
+		// that would filter a read makes it fail instead (as pg_dump does),
+		// whatever init's check below missed.
+		pc.ConnConfig.RuntimeParams["row_security"] = "off"
+	}
 	// Values are read as text in the formats the Postgres source reads
 	// them in (UTC timestamps, hex bytea, …), so a row becomes the same
 	// document whether it is backfilled or streamed.
@@ -130,6 +175,11 @@ func (s *Source) init(ctx context.Context) error {
 	if err := s.pool.QueryRow(ctx, "SELECT current_database()").Scan(&s.db); err != nil {
 		return fmt.Errorf("connect source: %w (check --source-url)", err)
 	}
+	src, err := cdc.ReadPostgresSource(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	s.source, s.prog.Source = src, src
 	var errs []error
 	for _, t := range s.cfg.Tables {
 		tb, err := s.resolve(ctx, t)
@@ -185,6 +235,9 @@ func (s *Source) init(ctx context.Context) error {
 			}
 			s.cfg.Logger.InfoContext(ctx, "backfill will not delete the table's documents whose rows are gone", "table", t.Name, "reason", why)
 		}
+	}
+	if err := s.checkWholeRead(ctx); err != nil {
+		return err
 	}
 	s.prog.Exact = true
 	for _, t := range s.tables {

@@ -180,6 +180,7 @@ func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
 		return fail(reasonBadField, err)
 	}
 	ch.Version, err = sourceVersion(ev.src, ev.payload, kind)
+	ch.Version.Source = debeziumSource(ev.src)
 	// The commit time and the snapshot flag travel with the version: they
 	// order it against versions of other kinds (see Version).
 	ch.Version = ch.FenceVersion()

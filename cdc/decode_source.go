@@ -111,6 +111,21 @@ func TableName(ns, table string) string {
 
 var errNoVersion = errors.New("no version")
 
+// debeziumSource is the source a Debezium event's positions belong to: the
+// connector's logical server name (source.name, the topic prefix) and its
+// database (source.db), "dbz:<name>/<db>". Two connectors, or one
+// connector's two databases, never share positions, so their versions are
+// never compared by position (see Version). Empty when the event names
+// neither (an abridged or flattened source block): an unknown source.
+func debeziumSource(src map[string]any) string {
+	name, _ := src["name"].(string)
+	db, _ := src["db"].(string)
+	if name == "" && db == "" {
+		return ""
+	}
+	return "dbz:" + name + "/" + db
+}
+
 // sourceVersion orders the changes of one document. Each connector's
 // position is used where it is per-row monotonic; "ts" (source ts_ms) is the
 // last resort, since two changes in one millisecond tie.

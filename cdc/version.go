@@ -27,6 +27,27 @@ import (
 //     then kind name, then Parts, then a snapshot read sorts first. So a ts
 //     fallback never outranks a real position, and the order stays total.
 //
+// Every version may name its source (Source, Epoch): the stream whose
+// positions Parts are. Positions order changes only within one stream: a
+// WAL position of one database says nothing about another database's (the
+// LSNs of a cluster are shared by its databases and arbitrary across
+// clusters), nor about the same database after a dump/restore or an upgrade
+// by logical replication. So, before the rules above:
+//
+//  0. Two versions that both name a source, and name different ones, are
+//     foreign to each other (Foreign): their positions are never compared,
+//     only commit times (rule 2), so a source that moved to a server with
+//     lower positions is never frozen behind the old server's. Within one
+//     source a higher Epoch (a move the source recorded) sorts after any
+//     lower one whatever the positions. A version that names no source
+//     (written before versions carried one, or by a source that cannot
+//     tell) is epoch 0 of an unknown source: it is ordered by rules 1-3
+//     against any version, as before, so an upgrade changes no outcome.
+//
+// Nothing is reconciled across sources: cdc.Outdated only deletes documents
+// whose versions name the load's own source (or a source it succeeds), and
+// a truncate fences only its own source's changes (see FencedBy).
+//
 // Two "ts" versions that compare equal are a tie the source cannot break:
 // the sink applies the later-arriving one (see Positional), so a tie never
 // drops an edit, and a replay of identical content is a no-op because its
@@ -43,6 +64,33 @@ type Version struct {
 	TS uint64
 	// Snapshot is Change.Snapshot: the version of a snapshot read.
 	Snapshot bool
+	// Source names the stream Parts are positions of: "pg:<system
+	// identifier>/<database>" for the Postgres source and the backfill,
+	// "dbz:<server name>/<database>" for a Debezium event. Empty: unknown
+	// (a version stored before versions named their source).
+	Source string
+	// Epoch counts the moves of Source that were adopted (a move to a server
+	// whose positions restart); 0 until the first.
+	Epoch uint32
+}
+
+// Foreign reports whether v and o name different sources, so that neither
+// position orders the other and neither may fence, outdate or reconcile
+// the other. A version that names no source is foreign to none.
+func (v Version) Foreign(o Version) bool {
+	return v.Source != "" && o.Source != "" && v.Source != o.Source
+}
+
+// FencedBy reports whether a change at v is fenced out by a truncate at
+// fence: only a truncate of v's own source (or of an unknown one) fences,
+// and one at or after v (a position-less create tied with the truncate
+// arrived after it and wins).
+func (v Version) FencedBy(fence Version) bool {
+	if v.Foreign(fence) {
+		return false
+	}
+	c := v.Compare(fence)
+	return c < 0 || (c == 0 && v.Positional())
 }
 
 // Positional reports whether v carries a source position (every kind but
@@ -52,7 +100,11 @@ func (v Version) Positional() bool { return v.Kind != KindTS && v.Kind != "" }
 // Compare returns -1, 0 or +1 as v sorts before, equal to or after o (see
 // Version for the rule).
 func (v Version) Compare(o Version) int {
-	if v.Kind == o.Kind && v.Positional() {
+	foreign := v.Foreign(o)
+	if !foreign && v.Epoch != o.Epoch {
+		return cmp.Compare(v.Epoch, o.Epoch)
+	}
+	if v.Kind == o.Kind && v.Positional() && !foreign {
 		if c := compareParts(v.Parts, o.Parts); c != 0 {
 			return c
 		}
@@ -65,6 +117,11 @@ func (v Version) Compare(o Version) int {
 		return c // a position outranks none
 	}
 	if c := strings.Compare(v.Kind, o.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(v.Source, o.Source); foreign && c != 0 {
+		// Foreign versions at one commit time: any fixed order keeps
+		// Compare total, and the source name is one no replay changes.
 		return c
 	}
 	if c := compareParts(v.Parts, o.Parts); c != 0 {
@@ -109,8 +166,9 @@ func (v Version) time() uint64 {
 func (v Version) IsZero() bool { return v.Kind == "" && len(v.Parts) == 0 }
 
 // String renders v as the sink stores it:
-// "pg:00000000016b3f40.0000000000000232;ts=1700000000000;snapshot", the
-// ";ts=" and ";snapshot" parts only when set. Since versions carry a commit time the text no
+// "pg:00000000016b3f40.0000000000000232;ts=1700000000000;snapshot;src=pg:7316%2F…;epoch=1",
+// the ";ts=", ";snapshot", ";src=" and ";epoch=" parts only when set (the
+// source with '%' and ';' percent-escaped). Since versions carry a commit time the text no
 // longer sorts like Compare across kinds: compare parsed versions, never the
 // text.
 func (v Version) String() string {
@@ -129,6 +187,14 @@ func (v Version) String() string {
 	}
 	if v.Snapshot {
 		b.WriteString(";snapshot")
+	}
+	if v.Source != "" {
+		b.WriteString(";src=")
+		b.WriteString(sourceEscaper.Replace(v.Source))
+	}
+	if v.Epoch != 0 {
+		b.WriteString(";epoch=")
+		b.WriteString(strconv.FormatUint(uint64(v.Epoch), 10))
 	}
 	return b.String()
 }
@@ -164,11 +230,49 @@ func ParseVersion(s string) (Version, error) {
 				return Version{}, fmt.Errorf("parse version %q: bad ts %q", s, a[3:])
 			}
 			v.TS = n
+		case strings.HasPrefix(a, "src=") && v.Source == "" && len(a) > 4:
+			src, err := unescapeSource(a[4:])
+			if err != nil {
+				return Version{}, fmt.Errorf("parse version %q: bad src: %w", s, err)
+			}
+			v.Source = src
+		case strings.HasPrefix(a, "epoch=") && v.Epoch == 0:
+			n, err := strconv.ParseUint(a[6:], 10, 32)
+			if err != nil || n == 0 {
+				return Version{}, fmt.Errorf("parse version %q: bad epoch %q", s, a[6:])
+			}
+			v.Epoch = uint32(n)
 		default:
 			return Version{}, fmt.Errorf("parse version %q: unknown or repeated attribute %q", s, a)
 		}
 	}
 	return v, nil
+}
+
+var sourceEscaper = strings.NewReplacer("%", "%25", ";", "%3B")
+
+// unescapeSource reverses sourceEscaper.
+func unescapeSource(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "%25"):
+			b.WriteByte('%')
+		case strings.HasPrefix(s[i:], "%3B"):
+			b.WriteByte(';')
+		default:
+			return "", fmt.Errorf("%q: only %%25 and %%3B are escapes", s)
+		}
+		i += 2
+	}
+	return b.String(), nil
 }
 
 // MarshalText implements encoding.TextMarshaler.

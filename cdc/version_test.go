@@ -179,3 +179,88 @@ func TestParseVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestVersionSourceRoundTrip: a version's source and epoch survive the
+// stored text, escapes included, and old texts still parse as an unknown
+// source.
+func TestVersionSourceRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, v := range []Version{
+		{Kind: KindPostgres, Parts: []uint64{1, 2}, TS: 5, Source: "pg:7316/app"},
+		{Kind: KindPostgres, Parts: []uint64{1}, Snapshot: true, Source: "dbz:srv;x%/db", Epoch: 3},
+		{Kind: KindTS, Parts: []uint64{9}, TS: 9, Source: "dbz:s/d"},
+	} {
+		got, err := ParseVersion(v.String())
+		require.NoError(t, err, v.String())
+		require.Equal(t, v, got)
+	}
+	old, err := ParseVersion("pg:0000000000000001;ts=5")
+	require.NoError(t, err)
+	require.Empty(t, old.Source)
+	for _, bad := range []string{"pg:01;src=a%2", "pg:01;epoch=0", "pg:01;src=a;src=b", "pg:01;epoch=x"} {
+		_, err := ParseVersion(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// TestVersionCompareAcrossSources: positions of different sources never
+// order each other (only commit times do), an unknown source is ordered as
+// before, and a higher epoch of one source wins whatever the positions.
+func TestVersionCompareAcrossSources(t *testing.T) {
+	t.Parallel()
+	a := Version{Kind: KindPostgres, Parts: []uint64{9000}, TS: 100, Source: "pg:1/app"}
+	moved := Version{Kind: KindPostgres, Parts: []uint64{10}, TS: 200, Source: "pg:2/app"}
+	require.True(t, a.Foreign(moved))
+	require.Equal(t, -1, a.Compare(moved), "the later commit wins across sources")
+	require.Equal(t, 1, moved.Compare(a))
+	legacy := Version{Kind: KindPostgres, Parts: []uint64{9000}, TS: 100}
+	require.False(t, legacy.Foreign(moved))
+	require.Equal(t, 1, legacy.Compare(moved), "an unknown source is ordered by position, as before")
+
+	e0 := Version{Kind: KindPostgres, Parts: []uint64{9000}, TS: 100, Source: "dbz:s/app"}
+	e1 := Version{Kind: KindPostgres, Parts: []uint64{10}, TS: 50, Source: "dbz:s/app", Epoch: 1}
+	require.Equal(t, -1, e0.Compare(e1), "a higher epoch wins within a source")
+
+	fence := Version{Kind: KindPostgres, Parts: []uint64{10_000}, TS: 300, Source: "pg:1/app"}
+	require.True(t, a.FencedBy(fence))
+	require.False(t, moved.FencedBy(fence), "another source's truncate fences nothing of this one")
+
+	x := Version{Kind: KindPostgres, Parts: []uint64{1}, TS: 7, Source: "pg:1/a"}
+	y := Version{Kind: KindPostgres, Parts: []uint64{2}, TS: 7, Source: "pg:1/b"}
+	require.Equal(t, -x.Compare(y), y.Compare(x), "foreign versions at one time still order totally")
+	require.NotZero(t, x.Compare(y))
+}
+
+// TestReconcileLimit: the limit's forms, and what it lets through.
+func TestReconcileLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in         string
+		gone, live int
+		want       bool
+	}{
+		{"10%", 20, 20, false},
+		{"10%", 5, 20, true}, // up to five always pass
+		{"10%", 10, 100, true},
+		{"10%", 11, 100, false},
+		{"0.5", 50, 100, true},
+		{"0.5", 51, 100, false},
+		{"500", 500, 501, true},
+		{"500", 501, 10000, false},
+		{"0", 1, 10, false},
+	} {
+		l, err := ParseReconcileLimit(tc.in)
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, l.Allows(tc.gone, tc.live), "%s: %d of %d", tc.in, tc.gone, tc.live)
+	}
+	for _, bad := range []string{"", "x", "150%", "1.5", "-1"} {
+		_, err := ParseReconcileLimit(bad)
+		require.Error(t, err, bad)
+	}
+	err := CheckReconcile("public.articles", []string{"1", "2", "3", "4", "5", "6"}, 6, DefaultReconcileLimit)
+	var refused *ReconcileRefused
+	require.ErrorAs(t, err, &refused)
+	require.Contains(t, err.Error(), "would delete 6 of its 6 documents (100%)")
+	require.Contains(t, err.Error(), "--reconcile-max 6 or --yes")
+	require.NoError(t, CheckReconcile("t", []string{"1"}, 6, ReconcileLimit{Unlimited: true}))
+}

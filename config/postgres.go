@@ -41,6 +41,18 @@ type PostgresSourceOptions struct {
 	// ApplicationName names ragsync's connections on the source
 	// (pg_stat_activity, pg_stat_replication). Defaults to "ragsync".
 	ApplicationName string `yaml:"application_name"`
+	// ReconcileMax bounds what an initial load's reconcile may delete of a
+	// table's documents: a share ("10%", "0.1") or a count ("500"). Past
+	// it nothing is deleted and serve logs the count, a sample of keys and
+	// the fix. Defaults to 10% (at least 5 documents).
+	ReconcileMax string `yaml:"reconcile_max"`
+	// AdoptMove accepts that the source database now answers with another
+	// identity (system identifier) than the one the slot's loads recorded:
+	// a dump/restore, an upgrade, another server. Serve then loads the
+	// tables again and the load replaces the old server's documents.
+	// Defaults to false: such a start is refused (serve --adopt-source sets
+	// it for one start).
+	AdoptMove bool `yaml:"adopt_move"`
 }
 
 // pgName is what ragsync accepts as a slot or publication name: Postgres
@@ -73,6 +85,11 @@ func (c Config) ValidatePostgresSource() []error {
 	if p.StatusInterval < 0 || p.StatusInterval > 5*time.Minute {
 		add("source.postgres.status_interval: %s must be between 0 (default 10s) and 5m, and below the server's wal_sender_timeout", p.StatusInterval)
 	}
+	if p.ReconcileMax != "" {
+		if _, err := cdc.ParseReconcileLimit(p.ReconcileMax); err != nil {
+			add("source.postgres.reconcile_max: %v", err)
+		}
+	}
 	if p.HealthInterval < 0 {
 		add("source.postgres.health_interval: %s must not be negative", p.HealthInterval)
 	}
@@ -97,7 +114,13 @@ func (c Config) PostgresSourceConfig(state pgrepl.State, logger *slog.Logger, re
 		tables = append(tables, cdc.TableConfig{Match: t.Match, ID: t.ID})
 		textCols[t.Match] = pipeline.TableConfig{Text: t.Text}.TemplateColumns()
 	}
+	limit := cdc.DefaultReconcileLimit
+	if p.ReconcileMax != "" {
+		limit, _ = cdc.ParseReconcileLimit(p.ReconcileMax) // validated above
+	}
 	return pgrepl.Config{
+		ReconcileLimit:      limit,
+		AdoptMove:           p.AdoptMove,
 		URL:                 p.URL,
 		Publication:         p.Publication,
 		Slot:                p.Slot,

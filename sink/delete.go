@@ -196,8 +196,13 @@ func (s *Store) truncatePage(ctx context.Context, tx pgx.Tx, table, after string
 			rows.Close()
 			return page, fmt.Errorf("document %s: %w", id, err)
 		}
-		// A live document at the truncate's own version goes too: a
+		// A document another source wrote is not this truncate's: the
+		// table of another database may still hold its row. A live
+		// document at the truncate's own version goes too: a
 		// position-less tie is won by the later arrival, the truncate.
+		if sv.Foreign(v) {
+			continue
+		}
 		switch c := sv.Compare(v); {
 		case !deleted && c <= 0:
 			live = append(live, id)

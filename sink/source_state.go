@@ -20,6 +20,9 @@ type SourceLoad struct {
 	Table   string
 	Key     []string
 	Fenced  bool
+	// Source and Succeeds: see pgrepl.LoadRecord.
+	Source   string
+	Succeeds []string
 }
 
 // SourceState keeps the Postgres source's load records (source_loads) and
@@ -35,9 +38,9 @@ func NewSourceState(pool *pgxpool.Pool) *SourceState { return &SourceState{pool:
 func (s *SourceState) Load(ctx context.Context, slot string) (SourceLoad, error) {
 	var r SourceLoad
 	var done bool
-	var table *string
-	err := s.pool.QueryRow(ctx, `SELECT done_at IS NOT NULL, loaded_tables, pending_tables, progress_table, progress_key, fenced
-FROM source_loads WHERE slot = $1`, slot).Scan(&done, &r.Loaded, &r.Pending, &table, &r.Key, &r.Fenced)
+	var table, source *string
+	err := s.pool.QueryRow(ctx, `SELECT done_at IS NOT NULL, loaded_tables, pending_tables, progress_table, progress_key, fenced, source_id, succeeds
+FROM source_loads WHERE slot = $1`, slot).Scan(&done, &r.Loaded, &r.Pending, &table, &r.Key, &r.Fenced, &source, &r.Succeeds)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SourceLoad{}, nil
 	}
@@ -47,6 +50,12 @@ FROM source_loads WHERE slot = $1`, slot).Scan(&done, &r.Loaded, &r.Pending, &ta
 	r.Exists = true
 	if table != nil {
 		r.Table = *table
+	}
+	if source != nil {
+		r.Source = *source
+	}
+	if len(r.Succeeds) == 0 {
+		r.Succeeds = nil
 	}
 	if !done && r.Pending == nil && r.Loaded == nil {
 		r.Loaded, r.Table, r.Key = []string{}, "", nil
@@ -64,11 +73,16 @@ func (s *SourceState) SaveLoad(ctx context.Context, slot string, r SourceLoad) e
 	if r.Table != "" {
 		table = &r.Table
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO source_loads (slot, done_at, loaded_tables, pending_tables, progress_table, progress_key, fenced)
-VALUES ($1, CASE WHEN cardinality($3::text[]) = 0 THEN now() END, $2, $3, $4, $5, $6)
+	var source *string
+	if r.Source != "" {
+		source = &r.Source
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO source_loads (slot, done_at, loaded_tables, pending_tables, progress_table, progress_key, fenced, source_id, succeeds)
+VALUES ($1, CASE WHEN cardinality($3::text[]) = 0 THEN now() END, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (slot) DO UPDATE SET done_at = excluded.done_at, loaded_tables = excluded.loaded_tables,
   pending_tables = excluded.pending_tables, progress_table = excluded.progress_table,
-  progress_key = excluded.progress_key, fenced = excluded.fenced`, slot, loaded, nonNil(r.Pending), table, r.Key, r.Fenced)
+  progress_key = excluded.progress_key, fenced = excluded.fenced, source_id = excluded.source_id,
+  succeeds = excluded.succeeds`, slot, loaded, nonNil(r.Pending), table, r.Key, r.Fenced, source, nonNil(r.Succeeds))
 	if err != nil {
 		return fmt.Errorf("record the load state of slot %q: %w", slot, err)
 	}

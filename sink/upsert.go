@@ -324,10 +324,10 @@ func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertR
 		if err != nil {
 			return rd, fmt.Errorf("stored truncate version: %w", err)
 		}
-		// A position-less create tied with the truncate arrived after it
-		// and wins.
-		c := d.Version.Compare(fv)
-		rd.fenced = c < 0 || (c == 0 && d.Version.Positional())
+		// Only a truncate of the document's own source fences it; a
+		// position-less create tied with the truncate arrived after it
+		// and wins (cdc.Version.FencedBy).
+		rd.fenced = d.Version.FencedBy(fv)
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -420,8 +420,7 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 	if err != nil {
 		return false, fmt.Errorf("stored truncate version: %w", err)
 	}
-	c := v.Compare(fv)
-	return c < 0 || (c == 0 && v.Positional()), nil
+	return v.FencedBy(fv), nil
 }
 
 // queueInsertDoc inserts a new document row. No ON CONFLICT: a row a

@@ -105,7 +105,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 		s.log.Info("initial load: documents whose rows are gone deleted", "documents", n)
 	}
 	done := func(ctx context.Context) error {
-		final := LoadRecord{Loaded: mergeNames(rec.Loaded, rec.Pending)}
+		final := LoadRecord{Loaded: mergeNames(rec.Loaded, rec.Pending), Source: rec.Source, Succeeds: rec.Succeeds}
 		if err := s.cfg.State.SaveLoad(ctx, s.cfg.Slot, final); err != nil {
 			return fmt.Errorf("record initial load of slot %q: %w", s.cfg.Slot, err)
 		}
@@ -174,7 +174,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 				keyless++
 				continue
 			}
-			v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true}
+			v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true, Source: s.source}
 			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: docKey, Key: key, After: row, Version: v, SourceTS: ts, Snapshot: true,
 				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
 			*msgs = append(*msgs, message(ch, ts))
@@ -285,7 +285,7 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 		return 0, ctx.Err()
 	}
 	ts := time.UnixMilli(time.Now().UnixMilli()).UTC()
-	v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true}
+	v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true, Source: s.source}
 	n := 0
 	for _, name := range tables {
 		var t *tableInfo
@@ -298,12 +298,19 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 			continue
 		}
 		var gone []string
-		other, err := cdc.Outdated(ctx, s.cfg.Index, name, v, func(key string) error { gone = append(gone, key); return nil })
+		census, err := cdc.Outdated(ctx, s.cfg.Index, name, v, l.rec.Succeeds, func(key string) error { gone = append(gone, key); return nil })
 		if err != nil {
 			return n, fmt.Errorf("reconcile %s: %w", name, err)
 		}
-		if other > 0 {
-			s.log.Warn("initial load: documents whose versions are not replication positions left alone (their rows may be gone)", "table", name, "documents", other)
+		if census.LeftAlone() > 0 {
+			s.log.Warn("initial load: documents another source wrote (another database, server or connector), or stored before versions named their source, left alone (their rows may be gone)", "table", name, "documents", census.LeftAlone())
+		}
+		if err := cdc.CheckReconcile(name, gone, census.Live, s.cfg.ReconcileLimit); err != nil {
+			// Serve cannot ask: it deletes nothing of this table, says so,
+			// and streams on. The documents stay until a backfill that is
+			// allowed to delete them, or their rows' next change.
+			s.log.Error("initial load: reconcile refused, nothing deleted", "table", name, "error", err.Error())
+			continue
 		}
 		for _, key := range gone {
 			ch := cdc.Change{Op: cdc.OpDelete, Table: name, DocKey: key, Version: v, SourceTS: ts, Snapshot: true,

@@ -71,6 +71,9 @@ type plan struct {
 	pubActions    []string
 	toLoad        []string // tables[] tables whose rows were never loaded for this slot
 	record        LoadRecord
+	// movedFrom is the identity the slot's loads recorded, when the server
+	// now answers with another and the move is adopted.
+	movedFrom string
 	freeSlots     int
 	superuser     bool
 	canCreateInDB bool
@@ -92,6 +95,9 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 	}()
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.db); err != nil {
 		return nil, fmt.Errorf("read source database name: %w", err)
+	}
+	if s.source, err = cdc.ReadPostgresSource(ctx, conn); err != nil {
+		return nil, err
 	}
 	if s.cfg.StopAtEnd {
 		var at string
@@ -186,7 +192,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		if s.cfg.InitialLoad {
 			// The snapshot lives until the next command on the replication
 			// connection: import it before anything else happens there.
-			rec := LoadRecord{Loaded: []string{}, Pending: s.matchedNames(), Fenced: true}
+			rec := LoadRecord{Loaded: []string{}, Pending: s.matchedNames(), Fenced: true, Source: s.source, Succeeds: p.succeeds()}
 			if res.load, err = s.planLoad(ctx, conn, created.SnapshotName, res.start, rec); err != nil {
 				return res, err
 			}
@@ -195,11 +201,26 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		return res, nil
 	}
 	res.start = p.slot.confirmed
+	rec := p.record
+	if rec.Exists && rec.Source == "" {
+		// A record kept before identities were: the slot exists on this
+		// server and database, so the loads it records read this one.
+		rec.Source = s.source
+		if err := s.cfg.State.SaveLoad(ctx, s.cfg.Slot, rec); err != nil {
+			return res, fmt.Errorf("record the identity of slot %q's source: %w", s.cfg.Slot, err)
+		}
+		p.record = rec
+	}
 	if !s.cfg.InitialLoad {
 		return res, nil
 	}
-	rec := p.record
 	switch {
+	case p.movedFrom != "":
+		// An adopted move with the slot in place: load every table again
+		// on a snapshot of now, versioned at the confirmed position; its
+		// reconcile replaces the old identity's documents.
+		s.log.Warn("source moved: loading every table again from the new server", "from", p.movedFrom, "to", s.source)
+		rec = LoadRecord{Loaded: []string{}, Pending: s.matchedNames(), Fenced: true, Source: s.source, Succeeds: p.succeeds()}
 	case len(rec.Pending) > 0:
 		// An earlier load did not finish and its snapshot is gone. A fresh
 		// snapshot taken now, versioned at the slot's confirmed position,
@@ -220,7 +241,7 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 		// last load: load them on a snapshot of now, versioned at the
 		// confirmed position, for the same reason.
 		s.log.Info("loading tables the slot has not loaded yet", "tables", strings.Join(p.toLoad, ", "))
-		rec = LoadRecord{Loaded: rec.Loaded, Pending: p.toLoad, Fenced: true}
+		rec = LoadRecord{Loaded: rec.Loaded, Pending: p.toLoad, Fenced: true, Source: s.source, Succeeds: rec.Succeeds}
 	default:
 		return res, nil
 	}
@@ -229,6 +250,16 @@ func (s *Source) setup(ctx context.Context) (res *setupResult, err error) {
 	}
 	keepConn = true
 	return res, nil
+}
+
+// succeeds is the lineage the next load record carries: the recorded one,
+// plus the identity a move adopted now leaves behind.
+func (p *plan) succeeds() []string {
+	out := slices.Clone(p.record.Succeeds)
+	if p.movedFrom != "" && !slices.Contains(out, p.movedFrom) {
+		out = append(out, p.movedFrom)
+	}
+	return out
 }
 
 // index keeps the tables for the stream and the load.
@@ -490,11 +521,39 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &p.role, &p.sup
 		return nil, errors.Join(errs...)
 	}
 
+	// The identity the slot's loads recorded: another one means the
+	// database moved, and its positions say nothing about the stored ones.
+	if p.record, err = s.cfg.State.Load(ctx, s.cfg.Slot); err != nil {
+		return nil, fmt.Errorf("read initial load state of slot %q: %w", s.cfg.Slot, err)
+	}
+	if old := p.record.Source; old != "" && old != s.source {
+		if !s.cfg.AdoptMove || !s.cfg.InitialLoad {
+			return nil, &SourceError{msg: fmt.Sprintf("source.postgres.url: the source moved: slot %q's loads read %s, and the server now answers as %s "+
+				"(a dump/restore, pg_upgrade, an upgrade by logical replication, or another server or database): its WAL positions say nothing about the stored documents'. "+
+				"If this is the same database on a new server, start once with `ragsync serve --adopt-source` (with source.postgres.initial_load on): it loads every table again and that load replaces the documents the old server wrote; "+
+				"if it is another database, give it its own slot (source.postgres.slot) and index", s.cfg.Slot, old, s.source)}
+		}
+		p.movedFrom = old
+	}
+	if s.cfg.InitialLoad {
+		var names [][2]string
+		for _, t := range p.tables {
+			if t.matched {
+				names = append(names, [2]string{t.schema, t.table})
+			}
+		}
+		filtered, err := cdc.FilteredTables(ctx, conn, names)
+		if err != nil {
+			return nil, err
+		}
+		if len(filtered) > 0 {
+			return nil, &cdc.ErrFilteredRead{Role: p.role, Tables: filtered,
+				Fix: "turn the initial load off (source.postgres.initial_load: false; the stream itself is not filtered) and load with `ragsync backfill --no-reconcile`, which indexes only the rows the role sees"}
+		}
+	}
+
 	// What the slot has loaded so far.
 	if p.slot != nil && s.cfg.InitialLoad {
-		if p.record, err = s.cfg.State.Load(ctx, s.cfg.Slot); err != nil {
-			return nil, fmt.Errorf("read initial load state of slot %q: %w", s.cfg.Slot, err)
-		}
 		// Tables neither loaded nor in an unfinished load: loaded after
 		// it (or alone), in this start.
 		loaded := map[string]bool{}

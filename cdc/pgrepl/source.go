@@ -89,6 +89,17 @@ type Config struct {
 	// from one snapshot can delete the documents whose rows are gone. Nil:
 	// loads do not reconcile.
 	Index Index
+	// ReconcileLimit bounds what a load's reconcile may delete of a table's
+	// documents; past it nothing is deleted and the load says why.
+	// Defaults to cdc.DefaultReconcileLimit (the zero value is read as it).
+	ReconcileLimit cdc.ReconcileLimit
+	// AdoptMove accepts a source database that answers with another
+	// identity than the slot's loads recorded (a dump/restore, an upgrade,
+	// another server): the tables are loaded again and the load's reconcile
+	// replaces the old identity's documents. Without it such a start is
+	// refused, since the old server's positions say nothing about the new
+	// one's.
+	AdoptMove bool
 	// DLQPath is the dead-letter file of this source; the changes `ragsync
 	// dlq replay` queued beside it (ReplayPath) are applied at start.
 	// Empty: none.
@@ -127,6 +138,9 @@ func (c Config) withDefaults() Config {
 	if c.State == nil {
 		c.State = NewMemoryState()
 	}
+	if c.ReconcileLimit == (cdc.ReconcileLimit{}) {
+		c.ReconcileLimit = cdc.DefaultReconcileLimit
+	}
 	return c
 }
 
@@ -153,6 +167,9 @@ type Source struct {
 	cfg    Config
 	log    *slog.Logger
 	db     string
+	// source names this database's stream (cdc.PostgresSource): every
+	// version the source hands over carries it.
+	source string
 	out    chan fetched
 	cancel context.CancelFunc
 	done   chan struct{}

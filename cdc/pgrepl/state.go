@@ -52,10 +52,16 @@ type LoadRecord struct {
 	// resumed since), so when it finishes every document of its tables
 	// that it did not write is gone from the source.
 	Fenced bool
+	// Source is the identity of the database the slot's loads read
+	// (cdc.PostgresSource); empty on a record written before it was kept.
+	Source string
+	// Succeeds are the identities this source replaced by adopted moves:
+	// a load's reconcile treats their documents as its own, older ones.
+	Succeeds []string
 }
 
 func (r LoadRecord) clone() LoadRecord {
-	r.Loaded, r.Pending, r.Key = slices.Clone(r.Loaded), slices.Clone(r.Pending), slices.Clone(r.Key)
+	r.Loaded, r.Pending, r.Key, r.Succeeds = slices.Clone(r.Loaded), slices.Clone(r.Pending), slices.Clone(r.Key), slices.Clone(r.Succeeds)
 	return r
 }
 

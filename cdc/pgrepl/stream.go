@@ -444,7 +444,7 @@ func (s *Source) add(st *streamState, lsn pglogrepl.LSN, ch cdc.Change, r *relat
 		return fmt.Errorf("change at %s outside a transaction", lsn)
 	}
 	ts := time.UnixMilli(tx.ts.UnixMilli()).UTC()
-	ch.Version = cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(tx.commit), tx.pos}, TS: uint64(max(ts.UnixMilli(), 0))}
+	ch.Version = cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(tx.commit), tx.pos}, TS: uint64(max(ts.UnixMilli(), 0)), Source: s.source}
 	ch.SourceTS = ts
 	ch.TxID = strconv.FormatUint(uint64(tx.xid), 10)
 	ch.Coord = cdc.Coord{Topic: s.cfg.Slot + "." + r.schema + "." + r.table, Offset: int64(lsn)}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
@@ -39,6 +40,10 @@ type backfillFlags struct {
 	bulk      string
 	// noReconcile keeps the documents whose rows are gone.
 	noReconcile bool
+	// reconcileMax bounds what one table's reconcile may delete ("10%",
+	// "0.1", "500"); yes lifts the bound.
+	reconcileMax string
+	yes          bool
 	debezium    debeziumFlags
 	// tty is whether stderr is a terminal (globals.stderrTTY).
 	tty bool
@@ -92,7 +97,9 @@ would send to the embedding API and how many documents it would delete.`,
 				cfg.Backfill.PricePerMillionTokens = f.price
 			}
 			bc, bErr := cfg.BackfillSource(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
-			if err := errors.Join(cfg.Validate(false), bErr); err != nil {
+			limit, lErr := reconcileLimit(f)
+			bc.ReconcileLimit, bc.DryRun = limit, f.dryRun
+			if err := errors.Join(cfg.Validate(false), bErr, lErr); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -115,6 +122,8 @@ would send to the embedding API and how many documents it would delete.`,
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
 	fl.BoolVar(&f.noReconcile, "no-reconcile", false, "keep the documents whose rows are gone (default: a table read whole deletes them)")
+	fl.StringVar(&f.reconcileMax, "reconcile-max", "", `most a table's reconcile may delete: a share ("10%", "0.1") or a count ("500"); past it the run stops before deleting (default 10%, at least 5 documents)`)
+	fl.BoolVar(&f.yes, "yes", false, "let the reconcile delete past --reconcile-max")
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
@@ -148,12 +157,15 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		}
 		line := fmt.Sprintf("reconcile: %d documents whose rows are gone %s", pr.Reconciled, verb)
 		if pr.LeftAlone > 0 {
-			line += fmt.Sprintf("; %d older documents left alone (versions not of this database, or keys not of the table's id columns)", pr.LeftAlone)
+			line += fmt.Sprintf("; %d documents left alone (written by another source or before versions named their source, or keys not of the table's id columns)", pr.LeftAlone)
 		}
 		if pr.Unreconciled > 0 {
 			line += fmt.Sprintf("; %d table(s) not reconciled (--where, or resumed from an earlier snapshot)", pr.Unreconciled)
 		}
 		fmt.Fprintln(out, line)
+		for _, r := range pr.Refused {
+			fmt.Fprintf(out, "reconcile: a real run would stop here: %v\n", r)
+		}
 	}
 	switch {
 	case res.Bulk && res.BuildErr == nil:
@@ -186,6 +198,19 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
 	}
 	return nil
+}
+
+// reconcileLimit reads --reconcile-max and --yes.
+func reconcileLimit(f backfillFlags) (*cdc.ReconcileLimit, error) {
+	l := cdc.DefaultReconcileLimit
+	if f.reconcileMax != "" {
+		var err error
+		if l, err = cdc.ParseReconcileLimit(f.reconcileMax); err != nil {
+			return nil, fmt.Errorf("--reconcile-max %w", err)
+		}
+	}
+	l.Unlimited = f.yes
+	return &l, nil
 }
 
 // progressMode resolves --progress auto: a bar when stderr is a terminal,

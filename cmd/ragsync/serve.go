@@ -18,7 +18,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var once, lenient, monitorOnce bool
+	var once, lenient, monitorOnce, adopt bool
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -53,6 +53,9 @@ until it is stopped.`,
 			if err := cfg.Validate(true); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
+			if adopt {
+				cfg.Source.Postgres.AdoptMove = true
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// The hard-stop watcher ends with serve: left running, it would
@@ -77,6 +80,7 @@ until it is stopped.`,
 	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
 	cmd.Flags().BoolVar(&lenient, "lenient", false, "with --once, exit 0 even with dead letters or when no change matched the configured tables")
 	cmd.Flags().BoolVar(&monitorOnce, "monitor", false, "with --once, run the monitor during the drain too (unless monitor.enabled is false)")
+	cmd.Flags().BoolVar(&adopt, "adopt-source", false, "with the Postgres source: accept that the source database moved (its system identifier changed: a dump/restore, an upgrade, another server); every table is loaded again and the load replaces the old server's documents")
 	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (read it with go tool pprof); for performance reports")
 	return cmd
 }
