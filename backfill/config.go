@@ -3,8 +3,8 @@ package backfill
 import (
 	"errors"
 
-	"github.com/ragsync/ragsync/cdc"
 	"fmt"
+	"github.com/ragsync/ragsync/cdc"
 	"log/slog"
 	"strings"
 )

@@ -60,20 +60,20 @@ func (s *Source) connectSQL(ctx context.Context) (*pgx.Conn, error) {
 
 // plan is what the checks found and what setup will create.
 type plan struct {
-	role          string
-	pubExists     bool
-	pubCreated    bool // recorded as created by ragsync
-	slot          *slotRow
-	tables        []*tableInfo // the publication's tables (or those to publish), in the order Postgres lists them
-	createPub     []*tableInfo // publish these in a new publication
-	addToPub      []*tableInfo // add these to the existing publication
-	viaRoot       bool
-	pubActions    []string
-	toLoad        []string // tables[] tables whose rows were never loaded for this slot
-	record        LoadRecord
+	role       string
+	pubExists  bool
+	pubCreated bool // recorded as created by ragsync
+	slot       *slotRow
+	tables     []*tableInfo // the publication's tables (or those to publish), in the order Postgres lists them
+	createPub  []*tableInfo // publish these in a new publication
+	addToPub   []*tableInfo // add these to the existing publication
+	viaRoot    bool
+	pubActions []string
+	toLoad     []string // tables[] tables whose rows were never loaded for this slot
+	record     LoadRecord
 	// movedFrom is the identity the slot's loads recorded, when the server
 	// now answers with another and the move is adopted.
-	movedFrom string
+	movedFrom     string
 	freeSlots     int
 	superuser     bool
 	canCreateInDB bool

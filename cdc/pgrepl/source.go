@@ -164,9 +164,9 @@ type Index interface {
 // after a crash, and version fencing makes the resent changes no-ops.
 // Fetch, Ack and Close may be called from different goroutines.
 type Source struct {
-	cfg    Config
-	log    *slog.Logger
-	db     string
+	cfg Config
+	log *slog.Logger
+	db  string
 	// source names this database's stream (cdc.PostgresSource): every
 	// version the source hands over carries it.
 	source string

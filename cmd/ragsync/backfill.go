@@ -44,7 +44,7 @@ type backfillFlags struct {
 	// "0.1", "500"); yes lifts the bound.
 	reconcileMax string
 	yes          bool
-	debezium    debeziumFlags
+	debezium     debeziumFlags
 	// tty is whether stderr is a terminal (globals.stderrTTY).
 	tty bool
 }
