@@ -70,10 +70,12 @@ func (s *Source) checkWholeRead(ctx context.Context) error {
 	if s.cfg.Reconcile == nil {
 		return nil
 	}
+	// Every table, not only those read whole: with row_security off
+	// (Open) a filtered table fails to read at all, so say why first.
 	var names [][2]string
-	for _, t := range s.tables {
-		if t.whole {
-			names = append(names, [2]string{t.schema, t.name})
+	for _, t := range s.cfg.Tables {
+		if schema, name, err := splitName(t.Name); err == nil {
+			names = append(names, [2]string{schema, name})
 		}
 	}
 	if len(names) == 0 {
@@ -180,6 +182,9 @@ func (s *Source) init(ctx context.Context) error {
 		return err
 	}
 	s.source, s.prog.Source = src, src
+	if err := s.checkWholeRead(ctx); err != nil {
+		return err
+	}
 	var errs []error
 	for _, t := range s.cfg.Tables {
 		tb, err := s.resolve(ctx, t)
@@ -235,9 +240,6 @@ func (s *Source) init(ctx context.Context) error {
 			}
 			s.cfg.Logger.InfoContext(ctx, "backfill will not delete the table's documents whose rows are gone", "table", t.Name, "reason", why)
 		}
-	}
-	if err := s.checkWholeRead(ctx); err != nil {
-		return err
 	}
 	s.prog.Exact = true
 	for _, t := range s.tables {
@@ -601,6 +603,9 @@ func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Mes
 			// P - 1: above every change the snapshot sees, below every
 			// change written after the row was read (snapshot.go).
 			"lsn": s.snap.position - 1, "ts_ms": ms,
+			// The database's identity, which the decoder takes over as
+			// the version's source (cdc.Version.Source).
+			"ragsync_source": s.source,
 		},
 		"ts_ms": ms,
 	}
