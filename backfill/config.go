@@ -47,6 +47,14 @@ type Config struct {
 	// reconciliation. In a dry run the deletes reach the DryRun, which
 	// writes nothing, and Progress counts them.
 	Reconcile Index
+	// DebeziumServer, when set, is the logical server name (topic.prefix)
+	// of the Debezium connector that streams this database to serve: the
+	// rows' versions then name the connector's source, "dbz:<server>/<db>",
+	// so they order by position against the connector's events of the
+	// same database and the reconcile judges the documents it wrote.
+	// Empty: the database's own identity (cdc.PostgresSource), as the
+	// Postgres source streams it.
+	DebeziumServer string
 	// ReconcileLimit bounds the share of a table's documents one reconcile
 	// may delete; past it the run stops before deleting any
 	// (*cdc.ReconcileRefused). Defaults to cdc.DefaultReconcileLimit.

@@ -199,6 +199,9 @@ func raceOnce(t *testing.T, seed uint64) {
 	cfg := w.config(10)
 	cfg.Rate = 500
 	cfg.Reconcile = st
+	// serve applies the connector's events: the backfill's rows take its
+	// identity, as `ragsync backfill` does beside a Kafka source.
+	cfg.DebeziumServer = "dbserver1"
 	bsrc, err := backfill.Open(ctx, cfg, nil)
 	require.NoError(t, err)
 	defer bsrc.Close()

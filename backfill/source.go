@@ -181,6 +181,9 @@ func (s *Source) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.DebeziumServer != "" {
+		src = "dbz:" + s.cfg.DebeziumServer + "/" + s.db
+	}
 	s.source, s.prog.Source = src, src
 	if err := s.checkWholeRead(ctx); err != nil {
 		return err

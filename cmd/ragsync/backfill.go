@@ -97,6 +97,9 @@ would send to the embedding API and how many documents it would delete.`,
 				cfg.Backfill.PricePerMillionTokens = f.price
 			}
 			bc, bErr := cfg.BackfillSource(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
+			if f.debezium.connectorName != "" {
+				bc.DebeziumServer = f.debezium.connectorName
+			}
 			limit, lErr := reconcileLimit(f)
 			bc.ReconcileLimit, bc.DryRun = limit, f.dryRun
 			if err := errors.Join(cfg.Validate(false), bErr, lErr); err != nil {

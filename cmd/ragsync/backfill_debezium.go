@@ -28,7 +28,7 @@ func (f *debeziumFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.via, "via", "", `"debezium": ask the connector for an incremental snapshot instead of reading the tables`)
 	fl.StringVar(&f.signalTable, "signal-table", "", "with --via debezium: the connector's signal table (signal.data.collection), written through --source-url")
 	fl.StringVar(&f.signalTopic, "signal-topic", "", "with --via debezium: the connector's Kafka signal topic (signal.kafka.topic), on source.kafka.brokers")
-	fl.StringVar(&f.connectorName, "connector-name", "", "with --signal-topic: the connector's topic.prefix, the signal's key (default: the first source.kafka.topics entry up to its first dot)")
+	fl.StringVar(&f.connectorName, "connector-name", "", "the Debezium connector's topic.prefix: with --signal-topic the signal's key; without --via, the source the rows' versions name, so they order against the connector's events (default with a Kafka source: the first source.kafka.topics entry up to its first dot)")
 	fl.BoolVar(&f.stop, "stop", false, "with --via debezium: send stop-snapshot for the tables instead")
 	fl.BoolVar(&f.follow, "follow", true, "with --via debezium: follow the snapshot events serve applies until every row is in")
 	fl.DurationVar(&f.followTimeout, "follow-timeout", 0, "with --follow: give up after this long (0: until done or Ctrl-C)")
