@@ -296,6 +296,12 @@ func TestPostgresSourceSetupErrorsNameTheFix(t *testing.T) {
 		{"publication absent, no tables", func(c *pgrepl.Config) { c.Tables = nil }, []string{"source.postgres.publication", "does not exist"}},
 		{"pattern cannot make a publication", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: "public.*"}} }, []string{"tables[].match", "create the publication yourself"}},
 		{"table without replica identity", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey"}} }, []string{"REPLICA IDENTITY FULL", "nokey"}},
+		// Without a key the table needs a replica identity and tables[].id:
+		// one start names both.
+		{"table without primary key or id", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey"}} }, []string{`ALTER TABLE "` + b.r.Schema + `"."nokey" REPLICA IDENTITY FULL`, "set tables[].id for " + b.r.Schema + ".nokey", "add a primary key"}},
+		{"table without primary key, with id", func(c *pgrepl.Config) {
+			c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey", ID: []string{"a"}}}
+		}, []string{"REPLICA IDENTITY FULL", "nokey"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
