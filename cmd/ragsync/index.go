@@ -151,7 +151,12 @@ that when done) unless --force. NEW must not be another alias's live index,
 and not belong to another family (built by reindex for, or made live under,
 another alias): --force promotes an index of another family anyway.`,
 		Example: `  ragsync index promote articles_v2 --config ragsync.yaml`,
-		Args:    cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("index promote takes one argument, the index to make live (NEW), got %d: run `ragsync index list --config <file>` to see the indexes and their states, then `ragsync index promote <name>`", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := g.loadValid(false)
 			if err != nil {
