@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,4 +200,22 @@ func TestDefaultNamesComeFromTheIndexAndKeepWhatIsRecorded(t *testing.T) {
 	st, err := pgrepl.ReadSlotStatus(t.Context(), b.r.Conn, cfg.DefaultName)
 	require.NoError(t, err)
 	require.False(t, st.Exists, "no new slot beside the recorded one")
+}
+
+// TestSourceLogLinesNameEachAttributeOnce: the source's logger already
+// carries the slot; no line repeats it.
+func TestSourceLogLinesNameEachAttributeOnce(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
+	var logs syncBuffer
+	cfg := b.config()
+	cfg.InitialLoad = true
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := b.source(t, cfg)
+	b.fetch(t, s, 1, true)
+	s.Close()
+	require.Contains(t, logs.String(), "initial load started")
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		require.Equal(t, 1, strings.Count(line, " slot="), line)
+	}
 }
