@@ -133,15 +133,22 @@ bench-throughput: services build $(if $(BASE_REV),base-bin) ## write path: chunk
 bench-pgcost: services ## Postgres CPU of each write-path statement, per document, for a load and a 5-character edit
 	$(GO) run ./bench/pgcost
 
-compose-config: ## validate compose/ (the Kafka stack and the direct profile) with docker-compose config
-	cd compose && docker-compose config -q && docker-compose --profile direct config -q && docker-compose --profile ollama config -q
+# Compose v2 (the docker plugin, `docker compose`) when the docker client
+# has it, else v1 (`docker-compose`, Debian's package).
+COMPOSE     ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+compose-config: ## validate compose/ (the Kafka stack and the direct profile) with docker compose (v2) or docker-compose (v1) config
+	@command -v $(firstword $(COMPOSE)) >/dev/null || { echo "compose-config: $(COMPOSE) not found: install Docker's compose plugin (docker compose) or Debian's docker-compose, or run make compose-smoke (as root), which installs it"; exit 1; }
+	cd compose && $(COMPOSE) config -q && $(COMPOSE) --profile direct config -q && $(COMPOSE) --profile ollama config -q
 	@echo "compose: docker-compose.yml valid for the default, direct and ollama profiles"
 
-# Not part of make test: it needs root, installs docker.io, starts its own
-# dockerd and takes minutes (most of it the first image builds, cached in
-# /var/lib/ragsync-smoke afterwards).
-compose-smoke: compose-config ## bring compose's direct profile up for real from locally built images, index a row, query it, tear down
-	@bash scripts/compose-smoke.sh
+# Not part of make test: it needs root, installs docker.io and docker-compose,
+# validates compose/ (as compose-config), starts its own dockerd and takes
+# minutes (most of it the first image builds, cached in /var/lib/ragsync-smoke
+# afterwards). Its run directory is bin/scratch/compose-smoke, removed when it
+# passes.
+compose-smoke: ## install what it needs, validate compose/, bring the direct profile up for real from locally built images, index a row, query it, tear down
+	@SMOKE_RUN_DIR="$(CURDIR)/bin/scratch/compose-smoke" bash scripts/compose-smoke.sh
 
 clean: ## remove build output
 	rm -rf bin

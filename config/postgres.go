@@ -124,6 +124,7 @@ func (c Config) PostgresSourceConfig(state pgrepl.State, logger *slog.Logger, re
 		URL:                 p.URL,
 		Publication:         p.Publication,
 		Slot:                p.Slot,
+		DefaultName:         pgrepl.DefaultName(c.Postgres.Schema, c.Index),
 		Tables:              tables,
 		TextColumns:         textCols,
 		InitialLoad:         load,

@@ -12,15 +12,20 @@
 # profile are not started: no Grafana, Kafka or Debezium image can be built
 # from Debian's packages (make compose-config validates them).
 #
-# Runs as root. It starts its own dockerd (own socket and data root under
-# SMOKE_DIR) unless one answers there, and stops it at the end. Images stay
-# cached in SMOKE_DIR, so a second run skips debootstrap and the builds;
-# SMOKE_CLEAN=1 removes SMOKE_DIR at the end.
+# Runs as root. It installs what it needs first (docker.io, docker-compose,
+# debootstrap), then validates compose/ as make compose-config does, then
+# starts its own dockerd (own socket and data root) unless one answers
+# there, and stops it at the end. Images stay cached in SMOKE_DIR, so a
+# second run skips debootstrap and the builds; SMOKE_CLEAN=1 removes
+# SMOKE_DIR at the end. The run directory (dockerd's socket, pid and exec
+# root) lives under the build's scratch space, bin/scratch/compose-smoke
+# (SMOKE_RUN_DIR overrides it), and is removed when the run passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. "$REPO/scripts/debian-mirror.sh"
 SMOKE_DIR=${SMOKE_DIR:-/var/lib/ragsync-smoke}
-RUN_DIR=/run/ragsync-smoke
+RUN_DIR=${SMOKE_RUN_DIR:-$REPO/bin/scratch/compose-smoke}
 SOCK=$RUN_DIR/docker.sock
 export DOCKER_HOST=unix://$SOCK
 # Debian's docker client (20.10) has BuildKit built in; a newer client on
@@ -50,7 +55,12 @@ cleanup() {
     for _ in $(seq 30); do [ -S "$SOCK" ] || break; sleep 1; done
   fi
   if [ "${SMOKE_CLEAN:-0}" = 1 ]; then rm -rf "$SMOKE_DIR"; fi
-  if [ $rc -eq 0 ]; then say "passed"; else say "FAILED (exit $rc)"; fi
+  if [ $rc -eq 0 ]; then
+    rm -rf "$RUN_DIR"
+    say "passed"
+  else
+    say "FAILED (exit $rc); the run directory stays for a look: $RUN_DIR"
+  fi
 }
 trap cleanup EXIT
 
@@ -69,7 +79,15 @@ fi
 docker() { "$DOCKER" "$@"; }
 export PATH=$(dirname "$DOCKER"):$PATH # docker-compose runs `docker` for exec
 
+# Validate compose/ now that docker-compose is installed (make compose-config
+# cannot run before this script installed it).
+say "validating compose/ (default, direct and ollama profiles)"
+(cd "$REPO/compose" && docker-compose config -q && docker-compose --profile direct config -q && docker-compose --profile ollama config -q) ||
+  die "compose/docker-compose.yml is not valid (docker-compose config above says where)"
+
 mkdir -p "$SMOKE_DIR" "$RUN_DIR"
+# A Unix socket path holds at most 107 bytes.
+[ ${#SOCK} -le 100 ] || die "the run directory's path is too long for dockerd's socket ($SOCK): set SMOKE_RUN_DIR to a shorter one"
 if ! docker info >/dev/null 2>&1; then
   say "starting dockerd (--iptables=false --bridge=none; compose's own network resolves service names)"
   dockerd --iptables=false --bridge=none --data-root "$SMOKE_DIR/docker" --exec-root "$RUN_DIR/exec" \
@@ -91,8 +109,10 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
     rm -rf "$SMOKE_DIR/rootfs"
     # The Debian mirror this machine's apt already uses (DEBIAN_MIRROR
     # overrides it), so the smoke test reaches what the machine reaches.
-    mirror=${DEBIAN_MIRROR:-$( (grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'; awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null) | grep -v security | head -n 1)}
-    [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list(.d); set DEBIAN_MIRROR to one"
+    mirror=${DEBIAN_MIRROR:-}
+    if [ -z "$mirror" ]; then
+      mirror=$(debian_mirror) || die "no Debian mirror found for debootstrap (see above); set DEBIAN_MIRROR to one"
+    fi
     debootstrap --variant=minbase --include=ca-certificates bookworm "$SMOKE_DIR/rootfs" "$mirror" >"$SMOKE_DIR/debootstrap.log" 2>&1 ||
       die "debootstrap failed; see $SMOKE_DIR/debootstrap.log"
   fi

@@ -120,6 +120,15 @@ func (s sourceState) Load(ctx context.Context, slot string) (pgrepl.LoadRecord, 
 	return pgrepl.LoadRecord(r), err
 }
 
+func (s sourceState) Streams(ctx context.Context, database string) ([]pgrepl.Stream, error) {
+	got, err := s.SourceState.Streams(ctx, database)
+	out := make([]pgrepl.Stream, len(got))
+	for i, g := range got {
+		out[i] = pgrepl.Stream(g)
+	}
+	return out, err
+}
+
 func (s sourceState) SaveLoad(ctx context.Context, slot string, r pgrepl.LoadRecord) error {
 	return s.SourceState.SaveLoad(ctx, slot, sink.SourceLoad(r))
 }

@@ -56,3 +56,24 @@ func TestWritesAndLiveDocuments(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestStatsCountLiveChunksApartFromDeletedOnes: index list's chunk count
+// is what queries can find; the chunks a soft-deleted document keeps until
+// purge are counted on their own.
+func TestStatsCountLiveChunksApartFromDeletedOnes(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	cat := sink.NewCatalog(b.pool, b.schema)
+	for _, key := range []string{"1", "2"} {
+		_, err := s.Upsert(ctx, doc(key, 10, chunks("a"+key, "b"+key, "c"+key)))
+		require.NoError(t, err)
+	}
+	_, err := s.Delete(ctx, "public.articles", "2", ver(30), docTime)
+	require.NoError(t, err)
+	stats, err := cat.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	require.Equal(t, int64(1), stats[0].Documents)
+	require.Equal(t, int64(3), stats[0].Chunks, "only the live document's chunks")
+	require.Equal(t, int64(3), stats[0].DeletedChunks, "the deleted document's chunks, apart")
+}

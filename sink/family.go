@@ -251,7 +251,11 @@ type IndexStats struct {
 	IndexInfo
 	// Documents counts the live (not deleted) documents.
 	Documents int64
-	Chunks    int64
+	// Chunks counts the chunks of live documents: what queries can find.
+	Chunks int64
+	// DeletedChunks counts the chunks soft-deleted documents still hold
+	// (kept with their version fence until purge removes them).
+	DeletedChunks int64
 	// HNSWBytes is the size of the index's HNSW index, 0 while it has none.
 	HNSWBytes int64
 	CreatedAt time.Time
@@ -292,7 +296,8 @@ func (c *Catalog) List(ctx context.Context, configured string) ([]IndexStats, []
 func (c *Catalog) Stats(ctx context.Context) ([]IndexStats, error) {
 	rows, err := c.pool.Query(ctx, "SELECT i.name, i.model, i.dimensions, i.state, coalesce(i.follows, ''), i.dual_write_since, coalesce(i.family, ''), i.full_text, i.created_at,"+
 		" (SELECT count(*) FROM "+c.tDocs+" d WHERE d.index_name = i.name AND d.deleted_at IS NULL),"+
-		" (SELECT count(*) FROM "+c.tChunks+" ch WHERE ch.index_name = i.name),"+
+		" (SELECT count(*) FILTER (WHERE d.deleted_at IS NULL) FROM "+c.tChunks+" ch JOIN "+c.tDocs+" d ON d.index_name = ch.index_name AND d.id = ch.doc_id WHERE ch.index_name = i.name),"+
+		" (SELECT count(*) FILTER (WHERE d.deleted_at IS NOT NULL) FROM "+c.tChunks+" ch JOIN "+c.tDocs+" d ON d.index_name = ch.index_name AND d.id = ch.doc_id WHERE ch.index_name = i.name),"+
 		" coalesce(pg_relation_size(to_regclass(quote_ident($1) || '.' || quote_ident('chunks_hnsw_' || i.name))), 0)"+
 		" FROM "+c.tIndexes+" i ORDER BY i.name", c.schema)
 	if err != nil {
@@ -301,7 +306,7 @@ func (c *Catalog) Stats(ctx context.Context) ([]IndexStats, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexStats, error) {
 		var x IndexStats
 		err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText,
-			&x.CreatedAt, &x.Documents, &x.Chunks, &x.HNSWBytes)
+			&x.CreatedAt, &x.Documents, &x.Chunks, &x.DeletedChunks, &x.HNSWBytes)
 		return x, err
 	})
 	if err != nil {

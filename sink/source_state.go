@@ -123,6 +123,52 @@ func (s *SourceState) ForgetCreated(ctx context.Context, kind, database, name st
 	return err
 }
 
+// RecordStream records that slot, in the source database, streams
+// publication.
+func (s *SourceState) RecordStream(ctx context.Context, database, slot, publication string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO source_streams (database, slot, publication) VALUES ($1, $2, $3)
+ON CONFLICT (database, slot) DO UPDATE SET publication = excluded.publication, updated_at = now()`, database, slot, publication)
+	return err
+}
+
+// ForgetStream forgets slot's record.
+func (s *SourceState) ForgetStream(ctx context.Context, database, slot string) error {
+	_, err := s.pool.Exec(ctx, "DELETE FROM source_streams WHERE database = $1 AND slot = $2", database, slot)
+	return err
+}
+
+// SourceStream is a record of RecordStream.
+type SourceStream struct{ Slot, Publication string }
+
+// Streams returns every slot of database recorded with its publication, in
+// this schema and in every other ragsync schema of the index database
+// whose records the role may read: two deployments may share a source
+// database while each keeps its records in its own schema.
+func (s *SourceState) Streams(ctx context.Context, database string) ([]SourceStream, error) {
+	rows, err := s.pool.Query(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'source_streams' AND c.relkind = 'r' AND has_table_privilege(c.oid, 'SELECT') ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("list the schemas that record source streams: %w", err)
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the schemas that record source streams: %w", err)
+	}
+	var out []SourceStream
+	for _, schema := range schemas {
+		rows, err := s.pool.Query(ctx, "SELECT slot, publication FROM "+pgx.Identifier{schema, "source_streams"}.Sanitize()+" WHERE database = $1", database)
+		if err != nil {
+			return nil, fmt.Errorf("read the source streams recorded in schema %s: %w", schema, err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SourceStream])
+		if err != nil {
+			return nil, fmt.Errorf("read the source streams recorded in schema %s: %w", schema, err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
 // LiveVersions calls fn with the key and version of every live (not
 // deleted) document of table in the index, streaming rows. A full load of
 // the Postgres source, and a backfill of a table read whole, reconcile with

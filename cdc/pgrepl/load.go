@@ -70,7 +70,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 	}
 	if from == 0 && rec.Table == "" {
 		// A start line: the load may take long, and only "done" followed.
-		s.log.Info("initial load started", "slot", s.cfg.Slot, "tables", len(rec.Pending))
+		s.log.Info("initial load started", "tables", len(rec.Pending))
 	}
 	byName := map[string]*tableInfo{}
 	for _, t := range s.tables {

@@ -594,8 +594,16 @@ func (s *Source) checkTable(t *tableInfo, p *plan, toPublish bool) []error {
 	case t.ident == "n", t.ident == "d" && len(t.pk) == 0 && t.kind != "p":
 		// Published without a replica identity, the table would refuse
 		// the application's UPDATE and DELETE statements outright.
+		ident := map[string]string{"n": "NOTHING", "d": "DEFAULT"}[t.ident]
+		if len(t.ids) == 0 {
+			// Both fixes in one message: the id check below would
+			// otherwise only speak once the first fix is made.
+			add("table %s has no primary key, and ragsync needs two things it would give: a replica identity (REPLICA IDENTITY %s carries none, so once published Postgres would refuse the application's UPDATE and DELETE on it): run ALTER TABLE %s REPLICA IDENTITY FULL; and the columns that identify a document: set tables[].id for %s (e.g. id: [id]). Or add a primary key, which does both",
+				name, ident, name, t.name)
+			return errs
+		}
 		add("table %s has no replica identity (no primary key, REPLICA IDENTITY %s), so once published Postgres would refuse the application's UPDATE and DELETE on it: run ALTER TABLE %s REPLICA IDENTITY FULL, or add a primary key",
-			name, map[string]string{"n": "NOTHING", "d": "DEFAULT"}[t.ident], name)
+			name, ident, name)
 		return errs
 	}
 	for _, leaf := range t.badLeaves {

@@ -30,11 +30,19 @@ type Config struct {
 	URL string
 	// Publication is the publication to stream. If it does not exist it is
 	// created FOR TABLE the tables Tables names, with
-	// publish_via_partition_root. Defaults to "ragsync".
+	// publish_via_partition_root. Defaults to DefaultName, or to
+	// LegacyName where this deployment's records or its existing slot
+	// show it uses that one.
 	Publication string
 	// Slot is the logical replication slot, created with the pgoutput plugin
-	// if absent. Defaults to "ragsync".
+	// if absent. Defaults to DefaultName, or to LegacyName when this
+	// deployment's records show the slot of that name in the source
+	// database is its own: an existing slot is never renamed.
 	Slot string
+	// DefaultName names the slot and the publication when Slot or
+	// Publication is unset (see DefaultName, the function, which the CLI
+	// uses). Defaults to LegacyName.
+	DefaultName string
 	// Tables are tables[]: each Match names a table as Change.Table does
 	// (cdc.TableName: "schema.table", '%' written %25, '/' %2F and a '.' in
 	// the schema %2E; path.Match metacharacters escaped with '\'), and ID
@@ -111,12 +119,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Publication == "" {
-		c.Publication = "ragsync"
-	}
-	if c.Slot == "" {
-		c.Slot = "ragsync"
-	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 512
 	}
@@ -205,6 +207,12 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, errors.New("source.postgres.url: set the URL of the source database, e.g. postgres://app@db:5432/app")
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Slot == "" || cfg.Publication == "" {
+		var err error
+		if cfg, err = resolveConfigNames(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
 	s := &Source{
 		cfg:    cfg,
 		log:    cfg.Logger.With("stage", "source", "slot", cfg.Slot),
@@ -220,6 +228,13 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	st, err := s.setup(ctx)
 	if err != nil {
 		return nil, err
+	}
+	// Recorded at every start, so that deployments started before the
+	// record existed gain it too. Without it a drop by another deployment
+	// only keeps a publication it might otherwise drop: not worth failing
+	// the start.
+	if err := cfg.State.RecordStream(ctx, s.db, cfg.Slot, cfg.Publication); err != nil {
+		s.log.Warn("could not record which publication the slot streams; `ragsync slot drop` of another deployment on this database will keep the publication rather than guess", "publication", cfg.Publication, "error", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

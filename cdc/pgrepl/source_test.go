@@ -37,7 +37,7 @@ func (b *pgBundle) table() string { return b.r.Schema + ".articles" }
 
 func (b *pgBundle) config() pgrepl.Config {
 	return pgrepl.Config{
-		URL: pgtest.URL(), Slot: b.r.Slot, Publication: b.r.Publication, Tables: []cdc.TableConfig{{Match: b.table()}},
+		URL: b.r.URL, Slot: b.r.Slot, Publication: b.r.Publication, Tables: []cdc.TableConfig{{Match: b.table()}},
 		ApplicationName: b.r.App, StatusInterval: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond,
 	}
 }
@@ -296,6 +296,12 @@ func TestPostgresSourceSetupErrorsNameTheFix(t *testing.T) {
 		{"publication absent, no tables", func(c *pgrepl.Config) { c.Tables = nil }, []string{"source.postgres.publication", "does not exist"}},
 		{"pattern cannot make a publication", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: "public.*"}} }, []string{"tables[].match", "create the publication yourself"}},
 		{"table without replica identity", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey"}} }, []string{"REPLICA IDENTITY FULL", "nokey"}},
+		// Without a key the table needs a replica identity and tables[].id:
+		// one start names both.
+		{"table without primary key or id", func(c *pgrepl.Config) { c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey"}} }, []string{`ALTER TABLE "` + b.r.Schema + `"."nokey" REPLICA IDENTITY FULL`, "set tables[].id for " + b.r.Schema + ".nokey", "add a primary key"}},
+		{"table without primary key, with id", func(c *pgrepl.Config) {
+			c.Tables = []cdc.TableConfig{{Match: b.r.Schema + ".nokey", ID: []string{"a"}}}
+		}, []string{"REPLICA IDENTITY FULL", "nokey"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -417,7 +423,7 @@ func TestPostgresSourceReadyzFailsWhenSlotDropped(t *testing.T) {
 // load, so the next start loads again. A slot ragsync did not create is
 // refused without force.
 func TestDropSlot(t *testing.T) {
-	b := pgSetup(t)
+	b := ownDBSetup(t) // whether the publication goes depends on every slot of the database
 	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a')`, b.table()))
 	cfg := b.config()
 	cfg.InitialLoad = true
@@ -444,7 +450,7 @@ func TestDropSlot(t *testing.T) {
 	s.Close()
 	var dropped pgrepl.Dropped
 	require.Eventually(t, func() bool { dropped, err = pgrepl.Drop(t.Context(), cfg, false); return err == nil }, 10*time.Second, 100*time.Millisecond)
-	require.Equal(t, pgrepl.Dropped{Slot: true, Publication: true}, dropped, "the publication ragsync created goes with its slot")
+	require.Equal(t, pgrepl.Dropped{Slot: true, Publication: true, SlotName: b.r.Slot, PublicationName: b.r.Publication}, dropped, "the publication ragsync created goes with its slot")
 	st, err := pgrepl.ReadSlotStatus(t.Context(), b.r.Conn, b.r.Slot)
 	require.NoError(t, err)
 	require.False(t, st.Exists)
@@ -473,7 +479,7 @@ func TestDropSlot(t *testing.T) {
 	require.ErrorContains(t, err, "--force")
 	dropped, err = pgrepl.Drop(t.Context(), cfg, true)
 	require.NoError(t, err)
-	require.Equal(t, pgrepl.Dropped{Slot: true}, dropped, "force drops the slot, never a publication ragsync did not record creating")
+	require.Equal(t, pgrepl.Dropped{Slot: true, SlotName: b.r.Slot, PublicationName: b.r.Publication}, dropped, "force drops the slot, never a publication ragsync did not record creating")
 }
 
 // TestPostgresSourceResumesAnInterruptedLoad: a load cut short runs again

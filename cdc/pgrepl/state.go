@@ -24,7 +24,18 @@ type State interface {
 	Created(ctx context.Context, kind, database, name string) (bool, error)
 	RecordCreated(ctx context.Context, kind, database, name string) error
 	ForgetCreated(ctx context.Context, kind, database, name string) error
+	// RecordStream records that slot, in database, streams publication
+	// (at every start); ForgetStream forgets it. Streams returns the
+	// records of database: this deployment's, and those of every other
+	// deployment the state can see, so a drop can tell whether another
+	// slot still streams from a publication.
+	RecordStream(ctx context.Context, database, slot, publication string) error
+	ForgetStream(ctx context.Context, database, slot string) error
+	Streams(ctx context.Context, database string) ([]Stream, error)
 }
+
+// Stream is a slot and the publication it streams.
+type Stream struct{ Slot, Publication string }
 
 // Object kinds of State.Created.
 const (
@@ -70,11 +81,12 @@ type MemoryState struct {
 	mu      sync.Mutex
 	loads   map[string]LoadRecord
 	created map[[3]string]bool
+	streams map[[2]string]string
 }
 
 // NewMemoryState returns an empty MemoryState.
 func NewMemoryState() *MemoryState {
-	return &MemoryState{loads: map[string]LoadRecord{}, created: map[[3]string]bool{}}
+	return &MemoryState{loads: map[string]LoadRecord{}, created: map[[3]string]bool{}, streams: map[[2]string]string{}}
 }
 
 // Load implements State.
@@ -122,4 +134,33 @@ func (m *MemoryState) ForgetCreated(_ context.Context, kind, database, name stri
 	defer m.mu.Unlock()
 	delete(m.created, [3]string{kind, database, name})
 	return nil
+}
+
+// RecordStream implements State.
+func (m *MemoryState) RecordStream(_ context.Context, database, slot, publication string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.streams[[2]string{database, slot}] = publication
+	return nil
+}
+
+// ForgetStream implements State.
+func (m *MemoryState) ForgetStream(_ context.Context, database, slot string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.streams, [2]string{database, slot})
+	return nil
+}
+
+// Streams implements State: only the records of this MemoryState.
+func (m *MemoryState) Streams(_ context.Context, database string) ([]Stream, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Stream
+	for k, pub := range m.streams {
+		if k[0] == database {
+			out = append(out, Stream{Slot: k[1], Publication: pub})
+		}
+	}
+	return out, nil
 }

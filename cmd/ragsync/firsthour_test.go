@@ -273,7 +273,8 @@ func TestPurgeZeroMeansNow(t *testing.T) {
 	out, _, err = runCtx(t.Context(), "purge", "--older-than", "0s", "--keep-cache", "--config", w.cfg)
 	require.NoError(t, err)
 	require.Contains(t, out, "purged 1 documents")
-	require.Contains(t, out, "documents deleted more than 0s ago, cache entries unused for kept")
+	require.Contains(t, out, "documents deleted more than 0s ago, cache kept (--keep-cache)")
+	require.NotContains(t, out, "unused for kept")
 	require.Equal(t, 1, countDocs(t, w.schema))
 }
 
@@ -333,4 +334,15 @@ func TestQueryJSONMarksReusedVectors(t *testing.T) {
 	var hit map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &hit))
 	require.Equal(t, true, hit["vector_reused"])
+}
+
+// TestIndexPromoteWithoutArgumentSaysWhatToPass: the refusal names the
+// argument and how to list the indexes, not just a count of arguments.
+func TestIndexPromoteWithoutArgumentSaysWhatToPass(t *testing.T) {
+	for _, args := range [][]string{{"index", "promote"}, {"index", "promote", "a", "b"}} {
+		_, _, err := runCtx(t.Context(), args...)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "the index to make live (NEW)")
+		require.Contains(t, err.Error(), "ragsync index list --config <file>")
+	}
 }

@@ -32,6 +32,7 @@ type indexInfo struct {
 	Dimensions int       `json:"dimensions"`
 	Documents  int64     `json:"documents"`
 	Chunks     int64     `json:"chunks"`
+	Deleted    int64     `json:"deleted_chunks"`
 	HNSWBytes  int64     `json:"hnsw_bytes"`
 	State      string    `json:"state"`
 	Follows    string    `json:"follows,omitempty"`
@@ -51,7 +52,9 @@ func newIndexListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Show each index with its model, dimensions, documents, chunks, HNSW size and state, and the aliases",
-		Long: `list shows every index in postgres.schema and every alias. State is "live"
+		Long: `list shows every index in postgres.schema and every alias. CHUNKS counts
+the chunks of live documents (what queries can find); DELETED the chunks that
+soft-deleted documents still hold until ragsync purge removes them. State is "live"
 for an alias's target, and for the configured index (index:) when no alias
 names it; else "building" (ragsync reindex is filling it), "caught-up"
 (complete; serve writes every change to it too) or "retired" (the alias
@@ -86,7 +89,7 @@ SELECT on the schema can run it.`,
 			}
 			infos := make([]indexInfo, len(stats))
 			for i, x := range stats {
-				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks,
+				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks, Deleted: x.DeletedChunks,
 					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: x.Aliases, CreatedAt: x.CreatedAt}
 			}
 			out := cmd.OutOrStdout()
@@ -100,9 +103,9 @@ SELECT on the schema can run it.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tHNSW\tSTATE\tFAMILY\tALIASES")
+			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tDELETED\tHNSW\tSTATE\tFAMILY\tALIASES")
 			for _, x := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks,
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks, x.Deleted,
 					float64(x.HNSWBytes)/(1<<20), x.State, dash(x.Family), strings.Join(x.Aliases, ","))
 			}
 			if err := tw.Flush(); err != nil {
@@ -148,7 +151,12 @@ that when done) unless --force. NEW must not be another alias's live index,
 and not belong to another family (built by reindex for, or made live under,
 another alias): --force promotes an index of another family anyway.`,
 		Example: `  ragsync index promote articles_v2 --config ragsync.yaml`,
-		Args:    cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("index promote takes one argument, the index to make live (NEW), got %d: run `ragsync index list --config <file>` to see the indexes and their states, then `ragsync index promote <name>`", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := g.loadValid(false)
 			if err != nil {

@@ -71,8 +71,12 @@ Example:
 					"documents": res.Documents, "chunks": res.Chunks, "cache_entries": res.CacheEntries,
 					"document_retention": docsKept, "cache_retention": cacheKept})
 			}
-			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s (documents deleted more than %s ago, cache entries unused for %s)\n",
-				res.Documents, res.Chunks, res.CacheEntries, cfg.Index, docsKept, cacheKept)
+			cacheWhat := "cache entries unused for " + cacheKept
+			if opts.KeepCache {
+				cacheWhat = "cache kept (--keep-cache)"
+			}
+			_, err = fmt.Fprintf(out, "purged %d documents (%d chunks) and %d cache entries from index %s (documents deleted more than %s ago, %s)\n",
+				res.Documents, res.Chunks, res.CacheEntries, cfg.Index, docsKept, cacheWhat)
 			return err
 		},
 	}

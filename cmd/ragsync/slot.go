@@ -29,12 +29,17 @@ does not fill. The next serve creates a new slot and loads the tables again.`,
 		Use:   "drop",
 		Short: "Drop the replication slot ragsync created, and its publication (stop serve first)",
 		Long: `drop removes source.postgres.slot from the source server, and
-source.postgres.publication when ragsync created it, and forgets the slot's
-initial loads, so the next serve creates both again and loads the tables.
+source.postgres.publication when ragsync created it and no other slot of the
+database streams from it, and forgets the slot's initial loads, so the next
+serve creates both again and loads the tables.
 
 It drops only a slot ragsync recorded creating: another tool's slot of the
 same name (or one created by a ragsync that did not record it yet) needs
---force. A publication ragsync did not create is never dropped.
+--force. It never drops a slot of another database, --force or not: it says
+which database the slot belongs to and how to drop it there by hand. A
+publication ragsync did not create is never dropped; one that another slot
+streams from (or may: an idle slot no ragsync record explains) is kept, and
+drop prints why and the DROP PUBLICATION to run once nothing streams from it.
 
 Example:
   ragsync slot drop --config ragsync.yaml
@@ -65,15 +70,18 @@ Example:
 			}
 			out := cmd.OutOrStdout()
 			if dropped.Slot {
-				fmt.Fprintf(out, "replication slot %s dropped\n", orDefault(pc.Slot, "ragsync"))
+				fmt.Fprintf(out, "replication slot %s dropped\n", dropped.SlotName)
 			}
 			if dropped.Publication {
-				fmt.Fprintf(out, "publication %s dropped (ragsync had created it)\n", orDefault(pc.Publication, "ragsync"))
+				fmt.Fprintf(out, "publication %s dropped (ragsync had created it)\n", dropped.PublicationName)
+			}
+			if dropped.PublicationKept != "" {
+				fmt.Fprintln(out, dropped.PublicationKept)
 			}
 			return nil
 		},
 	}
-	drop.Flags().BoolVar(&force, "force", false, "drop the slot even if ragsync did not create it")
+	drop.Flags().BoolVar(&force, "force", false, "drop the slot even if ragsync did not create it (another tool's slot of the same name in this database; never another database's)")
 	cmd.AddCommand(drop)
 	return cmd
 }
