@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"time"
 	"errors"
 	"fmt"
 	"path"
@@ -24,6 +25,20 @@ type DecoderConfig struct {
 	// Tables maps tables to their id columns. Defaults to none: every
 	// document key comes from the message key.
 	Tables []TableConfig
+	// Moves are the recorded moves of sources whose name stays when their
+	// server changes (a Debezium connector pointed at a restored or
+	// upgraded database keeps its server name and database): a version of
+	// Source committed at or after At is of the next epoch, so it wins
+	// over every version of the server before, whatever the positions.
+	// Defaults to none.
+	Moves []SourceMove
+}
+
+// SourceMove is one move of a source: from At on, its changes come from a
+// server whose positions restarted.
+type SourceMove struct {
+	Source string
+	At     time.Time
 }
 
 // Validate reports every problem of c at once, each naming its field and
@@ -50,6 +65,7 @@ func (c DecoderConfig) Validate() error {
 // so one Decoder is safe for concurrent use by any number of goroutines.
 type Decoder struct {
 	tables []TableConfig
+	moves  map[string][]int64 // source → move times in ms, ascending
 }
 
 // NewDecoder returns a Decoder for cfg. It copies cfg, so later changes to
@@ -59,7 +75,27 @@ func NewDecoder(cfg DecoderConfig) *Decoder {
 	for i, t := range cfg.Tables {
 		d.tables[i] = TableConfig{Match: t.Match, ID: slices.Clone(t.ID)}
 	}
+	for _, m := range cfg.Moves {
+		if d.moves == nil {
+			d.moves = map[string][]int64{}
+		}
+		d.moves[m.Source] = append(d.moves[m.Source], m.At.UnixMilli())
+	}
+	for _, ts := range d.moves {
+		slices.Sort(ts)
+	}
 	return d
+}
+
+// epoch is how many recorded moves of source happened at or before ms.
+func (d *Decoder) epoch(source string, ms uint64) uint32 {
+	var n uint32
+	for _, at := range d.moves[source] {
+		if at <= int64(ms) {
+			n++
+		}
+	}
+	return n
 }
 
 // idColumns returns the configured id columns of table, or nil.
@@ -181,6 +217,9 @@ func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
 	}
 	ch.Version, err = sourceVersion(ev.src, ev.payload, kind)
 	ch.Version.Source = debeziumSource(ev.src)
+	if ch.Version.Source != "" && len(d.moves) > 0 {
+		ch.Version.Epoch = d.epoch(ch.Version.Source, uint64(max(ch.SourceTS.UnixMilli(), 0)))
+	}
 	// The commit time and the snapshot flag travel with the version: they
 	// order it against versions of other kinds (see Version).
 	ch.Version = ch.FenceVersion()

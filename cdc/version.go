@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Version orders the changes of one document. Kind names the source that
@@ -80,6 +81,44 @@ type Version struct {
 func (v Version) Foreign(o Version) bool {
 	return v.Source != "" && o.Source != "" && v.Source != o.Source
 }
+
+// regressSlackMS is how much later a change with a lower position of the
+// same source must have committed before Regressed calls it a move rather
+// than a clock's step back.
+const regressSlackMS = 1000
+
+// Regressed reports whether v, a streamed change, sits below stored (a
+// version of the same source and epoch) by position while it committed
+// more than a second later. Within one server a lower position never
+// commits later, so the source's positions restarted: it now reads a
+// server that was restored, upgraded or replaced under the same name (a
+// Debezium connector keeps its server name across such a move). Such a
+// change must not be dropped as stale, nor applied over the old server's
+// positions: it waits for the move to be recorded. A snapshot read is never
+// regressed: its position is the snapshot's and its time the read's.
+func (v Version) Regressed(stored Version) bool {
+	return v.Source != "" && v.Source == stored.Source && v.Epoch == stored.Epoch && v.Kind == stored.Kind &&
+		v.Positional() && !v.Snapshot && v.TS > stored.TS+regressSlackMS && v.TS != 0 && stored.TS != 0 &&
+		compareParts(v.Parts, stored.Parts) < 0
+}
+
+// RegressedError is a change whose source's positions went back (see
+// Version.Regressed); nothing of it was applied.
+type RegressedError struct {
+	ID             string
+	Change, Stored Version
+}
+
+func (e *RegressedError) Error() string {
+	at := time.UnixMilli(int64(e.Change.TS)).UTC().Format(time.RFC3339Nano)
+	return fmt.Sprintf("document %s: the positions of source %s went back (this change %s is below the stored %s, yet it committed later, at %s): "+
+		"the source now reads another server under the same name (a restore, an upgrade, a replacement), and its positions say nothing about the old server's. Nothing was applied. "+
+		"Record the move in source.moves (source: %q, at: %q, the commit time of the new server's first change) and restart, then run `ragsync dlq replay` to apply the changes held back",
+		e.ID, e.Change.Source, e.Change, e.Stored, at, e.Change.Source, at)
+}
+
+// Permanent reports that retrying does not help until the move is recorded.
+func (e *RegressedError) Permanent() bool { return true }
 
 // FencedBy reports whether a change at v is fenced out by a truncate at
 // fence: only a truncate of v's own source (or of an unknown one) fences,

@@ -59,6 +59,21 @@ type SourceConfig struct {
 	Kafka    KafkaSourceConfig    `yaml:"kafka"`
 	File     FileSourceConfig     `yaml:"file"`
 	Postgres PostgresSourceConfig `yaml:"postgres"`
+	// Moves records when a Debezium connector's database moved to a
+	// server whose positions restarted (a restore, an upgrade, another
+	// server under the same connector name): its changes committed from At
+	// on win over the old server's whatever their positions. Defaults to
+	// none. The Postgres source notices a move itself (serve --adopt-source).
+	Moves []SourceMoveConfig `yaml:"moves"`
+}
+
+// SourceMoveConfig is one entry of source.moves.
+type SourceMoveConfig struct {
+	// Source is the source the versions name, "dbz:<server>/<database>"
+	// (the refusal that asks for the entry prints it).
+	Source string `yaml:"source"`
+	// At is the commit time of the new server's first change (RFC 3339).
+	At time.Time `yaml:"at"`
 }
 
 type KafkaSourceConfig struct {
@@ -399,6 +414,14 @@ func (c Config) Validate(needSource bool) error {
 			add("source.kind: %q is not one of kafka, file, postgres", c.Source.Kind)
 		}
 	}
+	for i, m := range c.Source.Moves {
+		if !strings.HasPrefix(m.Source, "dbz:") {
+			add("source.moves[%d].source: %q: name a Debezium source as the refusal printed it, dbz:<server>/<database> (the Postgres source notices a move itself: serve --adopt-source)", i, m.Source)
+		}
+		if m.At.IsZero() {
+			add("source.moves[%d].at: set the commit time of the new server's first change, RFC 3339 (e.g. 2026-12-06T10:00:00Z)", i)
+		}
+	}
 	if err := c.DecoderConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -490,6 +513,9 @@ func (c Config) DecoderConfig() cdc.DecoderConfig {
 	var d cdc.DecoderConfig
 	for _, t := range c.Tables {
 		d.Tables = append(d.Tables, cdc.TableConfig{Match: t.Match, ID: t.ID})
+	}
+	for _, m := range c.Source.Moves {
+		d.Moves = append(d.Moves, cdc.SourceMove{Source: m.Source, At: m.At})
 	}
 	return d
 }

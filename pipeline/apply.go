@@ -98,6 +98,9 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 			return fmt.Errorf("read %s: %w", id, err)
 		}
 		if found && stored.Version.Compare(ch.Version) > 0 {
+			if ch.Version.Regressed(stored.Version) {
+				return permanent(&cdc.RegressedError{ID: id, Change: ch.Version, Stored: stored.Version})
+			}
 			p.count(op, "stale")
 			return nil
 		}
@@ -157,6 +160,9 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 			return fmt.Errorf("read %s: %w", id, err)
 		}
 		if l.Found && l.Doc.Version.Compare(ch.Version) > 0 {
+			if ch.Version.Regressed(l.Doc.Version) {
+				return permanent(&cdc.RegressedError{ID: id, Change: ch.Version, Stored: l.Doc.Version})
+			}
 			p.count(op, "stale")
 			return nil
 		}

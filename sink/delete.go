@@ -67,6 +67,8 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 		}
 	}
 	switch c := v.Compare(st.version); {
+	case c < 0 && v.Regressed(st.version):
+		return Outcome{}, &cdc.RegressedError{ID: id, Change: v, Stored: st.version}
 	case c < 0:
 		return Outcome{Stale: true}, nil
 	case c == 0 && st.deleted:

@@ -133,6 +133,8 @@ func (s *Store) decide(ctx context.Context, conn batcher, id string, d Document,
 		// the later arrival wins, so no edit is dropped (a replay rewrites
 		// the same chunk hashes, which changes nothing).
 		switch c := d.Version.Compare(rd.doc.version); {
+		case c < 0 && d.Version.Regressed(rd.doc.version):
+			return nil, Outcome{}, &cdc.RegressedError{ID: id, Change: d.Version, Stored: rd.doc.version}
 		case c < 0:
 			return nil, Outcome{Stale: true}, nil
 		case c == 0 && !rd.doc.deleted && d.Version.Positional():

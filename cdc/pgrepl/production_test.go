@@ -614,11 +614,16 @@ func TestUnusableSlotOrPublicationIsRefused(t *testing.T) {
 
 // staleIndex is an index whose every document of table is older than any
 // load: a reconcile would delete each one not loaded again.
-type staleIndex struct{ keys []string }
+// staleIndex lists keys as documents this database wrote (source) at a
+// position below any load's.
+type staleIndex struct {
+	keys   []string
+	source string
+}
 
 func (x staleIndex) LiveVersions(_ context.Context, _ string, fn func(string, cdc.Version) error) error {
 	for _, k := range x.keys {
-		if err := fn(k, cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{1, 0}}); err != nil {
+		if err := fn(k, cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{1, 0}, Source: x.source}); err != nil {
 			return err
 		}
 	}
@@ -636,7 +641,9 @@ func TestResumedLoadNeverReconciles(t *testing.T) {
 	cfg.InitialLoad = true
 	cfg.BatchSize = 1
 	cfg.State = pgrepl.NewMemoryState()
-	cfg.Index = staleIndex{keys: []string{"1", "2", "3", "9"}}
+	src, err := cdc.ReadPostgresSource(t.Context(), b.r.Conn)
+	require.NoError(t, err)
+	cfg.Index = staleIndex{keys: []string{"1", "2", "3", "9"}, source: src}
 	ops := func(got []cdc.Change) (out []string) {
 		for _, ch := range got {
 			if ch.DocKey != "" {
@@ -664,7 +671,7 @@ func TestResumedLoadNeverReconciles(t *testing.T) {
 	// A full load from a new slot's snapshot does reconcile: 9 is gone.
 	// (This index does not see what the load writes, so it lists only 9.)
 	require.Eventually(t, func() bool { _, err := pgrepl.Drop(t.Context(), cfg, false); return err == nil }, 10*time.Second, 100*time.Millisecond)
-	cfg.Index = staleIndex{keys: []string{"9"}}
+	cfg.Index = staleIndex{keys: []string{"9"}, source: src}
 	cfg.BatchSize = 10
 	s = b.source(t, cfg)
 	require.Equal(t, []string{"r:1", "r:2", "r:3", "r:4", "d:9"}, ops(b.fetch(t, s, 5, true)))

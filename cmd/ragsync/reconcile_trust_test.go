@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +80,53 @@ func TestBackfillNeverDeletesWhatItCannotSee(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Equal(t, 1, e.liveDocs())
 	require.False(t, strings.Contains(out, "would stop"), out)
+}
+
+// movedEvent is a change of public.notes from connector dbserver1's
+// database app at lsn, committed at ms.
+func movedEvent(op string, id, lsn int, ms int64, body string) string {
+	after := fmt.Sprintf(`{"id":%d,"body":%q}`, id, body)
+	return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":null,"after":%s,"source":{"connector":"postgresql","name":"dbserver1","db":"app","schema":"public","table":"notes","lsn":%d,"ts_ms":%d}}}`,
+		id, op, after, lsn, ms)
+}
+
+// TestMovedDebeziumSourceIsNeverDroppedAsStale: a Debezium connector
+// pointed at a restored database keeps its name, and the new server's
+// positions restart far below the old one's. Its changes are not dropped
+// as stale with exit 0: they are held back as dead letters whose reason
+// names source.moves, serve --once exits with dead letters, and once the
+// move is recorded the same changes apply.
+func TestMovedDebeziumSourceIsNeverDroppedAsStale(t *testing.T) {
+	e := newReindexEnv(t)
+	t0 := int64(1_780_000_000_000)
+	e.serve(movedEvent("c", 1, 9_000_000, t0, "Written on the old server."))
+
+	dir := t.TempDir()
+	events := filepath.Join(dir, "events.jsonl")
+	require.NoError(t, os.WriteFile(events, []byte(movedEvent("u", 1, 120, t0+600_000, "Edited on the new server.")+"\n"), 0o644))
+	dlq := filepath.Join(dir, "dlq.jsonl")
+	run := func(extra ...string) (string, error) {
+		args := append([]string{"serve", "--once", "--set", "source.kind=file", "--set", "source.file.path=" + events, "--set", "dlq.path=" + dlq}, extra...)
+		return runCLI(t, "", e.args(args...)...)
+	}
+	out, err := run()
+	require.Error(t, err, "a change held back is not a clean drain:\n%s", out)
+	var ec *exitError
+	require.ErrorAs(t, err, &ec)
+	require.Equal(t, ExitDeadLetters, ec.code, out)
+	dead, err := os.ReadFile(dlq)
+	require.NoError(t, err)
+	require.Contains(t, string(dead), "the positions of source dbz:dbserver1/app went back")
+	require.Contains(t, string(dead), "source.moves")
+	require.Contains(t, e.docs("articles")["public.notes/1"], ";src=dbz:dbserver1/app", "the old server's document is untouched")
+	before := e.docs("articles")["public.notes/1"]
+
+	cfg := filepath.Join(dir, "ragsync.yaml")
+	at := time.UnixMilli(t0 + 300_000).UTC().Format(time.RFC3339)
+	require.NoError(t, os.WriteFile(cfg, []byte("source:\n  moves:\n    - source: dbz:dbserver1/app\n      at: "+at+"\n"), 0o644))
+	out, err = run("--config", cfg)
+	require.NoError(t, err, out)
+	after := e.docs("articles")["public.notes/1"]
+	require.NotEqual(t, before, after)
+	require.Contains(t, after, ";epoch=1", "the new server's change is of the next epoch")
 }
