@@ -76,18 +76,21 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	// A dry run only reads: it creates no schema, index or checkpoint.
 	open := func() (*Index, error) { return OpenIndex(ctx, cfg.Index, logger, nil) }
 	if cfg.DryRun {
-		open = func() (*Index, error) { return OpenIndexRead(ctx, cfg.Index, logger) }
+		open = func() (*Index, error) { return openDryRun(ctx, cfg.Index, logger) }
 	}
 	ix, err := open()
 	if err != nil {
 		return nil, err
 	}
 	defer ix.Close()
+	// fresh: the index does not exist yet (a dry run's first backfill);
+	// there is no store to read, and nothing to reconcile.
+	fresh := ix.Store == nil
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !cfg.DryRun {
 		cp = sink.NewCheckpoints(ix.Pool, ix.Schema, ix.Name)
 	}
-	if cfg.Reconcile {
+	if cfg.Reconcile && !fresh {
 		// A dry run's deletes go to the dry run's sink, which writes
 		// nothing, like its upserts.
 		bc.Reconcile = ix.Store
@@ -105,6 +108,9 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	)
 	if cfg.DryRun {
 		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
+		if fresh {
+			dry = backfill.NewDryRun(nil, ix.Emb.Dimensions())
+		}
 		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
 	}
 	var shadows []pipeline.Shadow
@@ -196,4 +202,25 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		res.Estimate = &e
 	}
 	return res, nil
+}
+
+// openDryRun opens the configured index for a dry run, reading only. When
+// the real run would create the index (no schema yet, or a schema without
+// indexes, or --create-index beside others), the dry run prices that first
+// backfill against an empty index: the result has the configured embedder
+// and no store or pool, and nothing is created.
+func openDryRun(ctx context.Context, cfg IndexConfig, logger *slog.Logger) (*Index, error) {
+	ix, err := OpenIndexRead(ctx, cfg, logger)
+	if err == nil {
+		return ix, nil
+	}
+	if err := mayCreateAfter(err, cfg.Create); err != nil {
+		return nil, err
+	}
+	emb, err := embedder.New(cfg.Embedder)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("index does not exist yet: the dry run prices a first backfill into an empty index", "index", cfg.Index, "schema", cfg.Schema)
+	return &Index{Emb: emb, Schema: cfg.Schema, Name: cfg.Index}, nil
 }

@@ -39,6 +39,8 @@ type backfillFlags struct {
 	bulk      string
 	// noReconcile keeps the documents whose rows are gone.
 	noReconcile bool
+	// createIndex creates the configured index beside existing ones.
+	createIndex bool
 	debezium    debeziumFlags
 	// tty is whether stderr is a terminal (globals.stderrTTY).
 	tty bool
@@ -66,7 +68,12 @@ resumed) is then reconciled: its documents whose rows are gone are deleted,
 at the snapshot's version, so a change committed after the snapshot is
 never undone; --no-reconcile keeps them. --dry-run reads and chunks without
 embedding or writing, opens the index read-only, and prints what a real run
-would send to the embedding API and how many documents it would delete.`,
+would send to the embedding API and how many documents it would delete.
+
+The index is created when the schema has none yet; beside existing indexes
+an unknown index: is refused as a likely typo, naming the nearest one, and
+--create-index creates it anyway. --dry-run creates nothing: with no index
+yet, it prices the first backfill against an empty one.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -115,6 +122,7 @@ would send to the embedding API and how many documents it would delete.`,
 	fl.Float64Var(&f.price, "price-per-million-tokens", 0, "embedding price for --dry-run's cost (backfill.price_per_million_tokens)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display: auto (bar on a TTY, log lines otherwise), bar, log, none")
 	fl.BoolVar(&f.noReconcile, "no-reconcile", false, "keep the documents whose rows are gone (default: a table read whole deletes them)")
+	fl.BoolVar(&f.createIndex, "create-index", false, "create the configured index even though the schema holds other indexes (without it, an unknown index: beside them is refused as a likely typo)")
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
@@ -122,7 +130,9 @@ would send to the embedding API and how many documents it would delete.`,
 
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
-	bf := service.BackfillConfig{Index: cfg.indexConfig(), Source: bc, Pipeline: cfg.servicePipelineConfig(),
+	ic := cfg.indexConfig()
+	ic.Create = f.createIndex
+	bf := service.BackfillConfig{Index: ic, Source: bc, Pipeline: cfg.servicePipelineConfig(),
 		DryRun: f.dryRun, Bulk: f.bulk != "off", Reconcile: !f.noReconcile, Logger: logger,
 		Progress: func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{}) {
 			reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
