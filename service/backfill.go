@@ -86,6 +86,14 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	// fresh: the index does not exist yet (a dry run's first backfill);
 	// there is no store to read, and nothing to reconcile.
 	fresh := ix.Store == nil
+	if !cfg.DryRun {
+		// As serve does, and before a row is read: a bad key, an unknown
+		// model or another vector size fails at once with the setting to
+		// fix, instead of after reading the whole table for nothing.
+		if err := probeEmbedder(ctx, ix.Emb, logger); err != nil {
+			return nil, err
+		}
+	}
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !cfg.DryRun {
 		cp = sink.NewCheckpoints(ix.Pool, ix.Schema, ix.Name)

@@ -147,9 +147,14 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return err
 	}
 	pr, elapsed, out := res.Read, res.Took, cmd.OutOrStdout()
+	// A run that stopped before reading every row reconciled nothing:
+	// its summary must not say "0 documents deleted".
+	interrupted := res.Err == nil && ctx.Err() != nil && !pr.Done
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
-	if f.noReconcile {
+	if res.Err != nil || interrupted {
+		// No reconcile ran; the error below says why.
+	} else if f.noReconcile {
 		fmt.Fprintln(out, "reconcile: off (--no-reconcile), documents whose rows are gone were kept")
 	} else {
 		verb := "deleted"
@@ -192,8 +197,10 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	if res.Err != nil {
 		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
 	}
-	if ctx.Err() != nil && !pr.Done {
-		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
+	if interrupted {
+		// serve's code for a run a signal stopped: what was applied is
+		// committed, and --resume continues.
+		return &exitError{ExitInterrupted, fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)}
 	}
 	return nil
 }
