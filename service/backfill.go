@@ -54,7 +54,16 @@ type BackfillResult struct {
 	BuildErr error
 	// Estimate is a dry run's count of what a real run would embed.
 	Estimate *backfill.Estimate
-	Err      error
+	// Unserved says no serve of the index held its serving lock both when
+	// the backfill started and when it ended (not for a dry run): the rows
+	// changed after the snapshot are fenced out of the backfill, and
+	// nothing is applying them.
+	Unserved bool
+	// Repaid is the repayment of the reuse debt this run left (near-
+	// duplicate chunks on borrowed vectors), done before it returned;
+	// Repaid.Outstanding is what reuse.repay_max_tokens_per_hour left.
+	Repaid pipeline.RepayResult
+	Err    error
 }
 
 // dryEmbedder counts instead of embedding, with the real client's identity.
@@ -94,6 +103,7 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 			return nil, err
 		}
 	}
+	servedAtStart := !cfg.DryRun && serveRunning(ctx, cfg.Index.Index, ix, logger)
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !cfg.DryRun {
 		cp = sink.NewCheckpoints(ix.Pool, ix.Schema, ix.Name)
@@ -204,6 +214,14 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		}
 		res.Build = time.Since(bstart)
 	}
+	if !cfg.DryRun && res.Err == nil && ctx.Err() == nil {
+		// Serve repays reuse debt in the background; a backfill may run
+		// with no serve at all, so it repays its own before it ends.
+		if res.Repaid, err = repayAll(ctx, cfg.Pipeline, ix.Store, emb, logger); err != nil {
+			res.Err = err
+		}
+		res.Unserved = !servedAtStart || !serveRunning(ctx, cfg.Index.Index, ix, logger)
+	}
 	res.Read, res.Stats, res.Took = src.Progress(), p.Stats(), time.Since(start)
 	if dry != nil {
 		e := dry.Estimate()
@@ -231,4 +249,35 @@ func openDryRun(ctx context.Context, cfg IndexConfig, logger *slog.Logger) (*Ind
 	}
 	logger.Info("index does not exist yet: the dry run prices a first backfill into an empty index", "index", cfg.Index, "schema", cfg.Schema)
 	return &Index{Emb: emb, Schema: cfg.Schema, Name: cfg.Index}, nil
+}
+
+// serveRunning says whether a serve of the configured index (family) runs:
+// it holds the serving lock (sink.Catalog.HoldServing), a shared advisory
+// lock on a connection of its own. Postgres drops the lock with that
+// connection, so a serve that crashed stops counting at once (a heartbeat
+// row would need a timeout); it is taken for every kind of source, where
+// an active replication slot only tells of a Postgres source and not which
+// index it writes, and an application_name is only a label a config may
+// share or change. A failed check is logged and counts as no serve.
+func serveRunning(ctx context.Context, family string, ix *Index, logger *slog.Logger) bool {
+	running, err := sink.NewCatalog(ix.Pool, ix.Schema).ServeRunning(ctx, family)
+	if err != nil {
+		logger.WarnContext(ctx, "could not tell whether a serve of the index is running", "error", err)
+	}
+	return running
+}
+
+// repayAll repays the reuse debt of st, embedding with emb, unless reuse
+// is off.
+func repayAll(ctx context.Context, pc PipelineConfig, st *sink.Store, emb pipeline.Embedder, logger *slog.Logger) (pipeline.RepayResult, error) {
+	if pc.Pipeline.Reuse.Disabled {
+		return pipeline.RepayResult{}, nil
+	}
+	dc := pc.Debt
+	dc.Logger = logger.With("stage", "reuse_debt")
+	r, err := pipeline.NewRepayer(dc, st, emb)
+	if err != nil {
+		return pipeline.RepayResult{}, err
+	}
+	return r.RepayAll(ctx)
 }

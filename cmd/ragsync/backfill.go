@@ -73,7 +73,13 @@ would send to the embedding API and how many documents it would delete.
 The index is created when the schema has none yet; beside existing indexes
 an unknown index: is refused as a likely typo, naming the nearest one, and
 --create-index creates it anyway. --dry-run creates nothing: with no index
-yet, it prices the first backfill against an empty one.`,
+yet, it prices the first backfill against an empty one.
+
+The embedder is checked before a row is read, as serve checks it. Reuse
+debt (chunks on a near-duplicate's vector) is repaid before the backfill
+exits, and with no serve of the index running throughout, it warns that
+rows changed after the snapshot wait for serve or another backfill. Ctrl-C
+or SIGTERM exits 5, like serve --once.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -194,8 +200,20 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		fmt.Fprintf(out, "dry run: estimated time at the configured limits: %s (embedding at %d requests/min, %d tokens/min: %s; reading at %g rows/s: %s; 0 = no limit)\n",
 			max(embedTime, readTime).Round(time.Second), ec.RequestsPerMinute, ec.TokensPerMinute, embedTime.Round(time.Second), cfg.Backfill.Rate, readTime.Round(time.Second))
 	}
+	if d := res.Repaid; d.Repaid > 0 || d.Outstanding.Vectors > 0 {
+		fmt.Fprintf(out, "reuse debt: %d reused vectors replaced by exact ones (%d tokens sent)", d.Repaid, d.Tokens)
+		if d.Outstanding.Vectors > 0 {
+			fmt.Fprintf(out, "; %d left past reuse.repay_max_tokens_per_hour, for serve to repay", d.Outstanding.Vectors)
+		}
+		fmt.Fprintln(out)
+	}
 	if res.Err != nil {
 		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
+	}
+	if res.Unserved && !interrupted {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no ragsync serve of index %q ran through this backfill: rows changed after its snapshot (at %s) are fenced out of it and nothing applies them yet; "+
+			"start ragsync serve to apply them from the change stream (a serve that creates its Postgres slot only now starts after them: run backfill again once it runs), or run backfill again to read them as they are now\n",
+			cfg.Index, pr.Position)
 	}
 	if interrupted {
 		// serve's code for a run a signal stopped: what was applied is
