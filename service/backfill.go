@@ -125,9 +125,10 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		dry *backfill.DryRun
 	)
 	if cfg.DryRun {
-		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
 		if fresh {
 			dry = backfill.NewDryRun(nil, ix.Emb.Dimensions())
+		} else {
+			dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
 		}
 		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
 	}

@@ -155,7 +155,7 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	pr, elapsed, out := res.Read, res.Took, cmd.OutOrStdout()
 	// A run that stopped before reading every row reconciled nothing:
 	// its summary must not say "0 documents deleted".
-	interrupted := res.Err == nil && ctx.Err() != nil && !pr.Done
+	interrupted := ctx.Err() != nil && !pr.Done && (res.Err == nil || errors.Is(res.Err, context.Canceled))
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
 	if res.Err != nil || interrupted {
@@ -207,18 +207,18 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		}
 		fmt.Fprintln(out)
 	}
-	if res.Err != nil {
-		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
-	}
-	if res.Unserved && !interrupted {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no ragsync serve of index %q ran through this backfill: rows changed after its snapshot (at %s) are fenced out of it and nothing applies them yet; "+
-			"start ragsync serve to apply them from the change stream (a serve that creates its Postgres slot only now starts after them: run backfill again once it runs), or run backfill again to read them as they are now\n",
-			cfg.Index, pr.Position)
-	}
 	if interrupted {
 		// serve's code for a run a signal stopped: what was applied is
 		// committed, and --resume continues.
 		return &exitError{ExitInterrupted, fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)}
+	}
+	if res.Err != nil {
+		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
+	}
+	if res.Unserved {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no ragsync serve of index %q ran through this backfill: rows changed after its snapshot (at %s) are fenced out of it and nothing applies them yet; "+
+			"start ragsync serve to apply them from the change stream (a serve that creates its Postgres slot only now starts after them: run backfill again once it runs), or run backfill again to read them as they are now\n",
+			cfg.Index, pr.Position)
 	}
 	return nil
 }
