@@ -45,6 +45,9 @@ type Estimate struct {
 }
 
 // NewDryRun wraps st; vectors it pretends to compute have dims dimensions.
+// A nil st is an index that does not exist yet (a first backfill's dry
+// run): nothing is cached or stored, so every document is new and every
+// chunk is embedded once.
 func NewDryRun(st store, dims int) *DryRun {
 	return &DryRun{st: st, dims: dims, known: map[string]bool{}}
 }
@@ -110,9 +113,12 @@ func (d *DryRun) Truncate(context.Context, string, cdc.Version, time.Time) (int,
 // Vectors answers from the real cache plus the hashes this dry run would
 // have embedded already.
 func (d *DryRun) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
-	got, err := d.st.Vectors(ctx, hashes)
-	if err != nil {
-		return nil, err
+	got := map[string][]float32{}
+	if d.st != nil {
+		var err error
+		if got, err = d.st.Vectors(ctx, hashes); err != nil {
+			return nil, err
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -126,11 +132,17 @@ func (d *DryRun) Vectors(ctx context.Context, hashes []string) (map[string][]flo
 
 // Document reads the stored document: the fence applies as in a real run.
 func (d *DryRun) Document(ctx context.Context, id string) (sink.StoredDocument, bool, error) {
+	if d.st == nil {
+		return sink.StoredDocument{}, false, nil
+	}
 	return d.st.Document(ctx, id)
 }
 
 // StoredChunks reads the stored chunks, for near-duplicate reuse.
 func (d *DryRun) StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error) {
+	if d.st == nil {
+		return nil, nil
+	}
 	return d.st.StoredChunks(ctx, id)
 }
 

@@ -1,12 +1,12 @@
 package cdc
 
 import (
-	"time"
 	"errors"
 	"fmt"
 	"path"
 	"slices"
 	"strings"
+	"time"
 )
 
 // TableConfig says how to identify documents of the tables it matches.

@@ -181,13 +181,30 @@ func (r *Repayer) Run(ctx context.Context) error {
 // RepayOnce runs one round at the configured clock's now.
 func (r *Repayer) RepayOnce(ctx context.Context) (RepayResult, error) {
 	now := r.cfg.Now()
+	// Debt dated at or before due reaches its window's end before the next
+	// round: it must go this round.
+	return r.round(ctx, now, now.Add(r.cfg.Interval-r.cfg.Window))
+}
+
+// RepayAll repays the whole outstanding debt at once, whatever is left of
+// its windows, within MaxTokensPerHour: for a bounded run (a backfill)
+// that must not leave borrowed vectors behind for a serve that may never
+// run. The result's Outstanding is what the hourly cap left.
+func (r *Repayer) RepayAll(ctx context.Context) (RepayResult, error) {
+	now := r.cfg.Now()
+	// Everything is due. A window's margin past now also covers debt that
+	// Postgres dated (by its clock, when the pipeline gave none) a moment
+	// ahead of ours.
+	return r.round(ctx, now, now.Add(r.cfg.Window))
+}
+
+// round repays what is due at due, and beyond that what the accrued credit
+// covers.
+func (r *Repayer) round(ctx context.Context, now, due time.Time) (RepayResult, error) {
 	var res RepayResult
 	if err := r.learn(ctx); err != nil {
 		return res, err
 	}
-	// Debt dated at or before due reaches its window's end before the next
-	// round: it must go this round.
-	due := now.Add(r.cfg.Interval - r.cfg.Window)
 	sum, err := r.store.OutstandingDebt(ctx, due)
 	if err != nil {
 		return res, err

@@ -54,7 +54,16 @@ type BackfillResult struct {
 	BuildErr error
 	// Estimate is a dry run's count of what a real run would embed.
 	Estimate *backfill.Estimate
-	Err      error
+	// Unserved says no serve of the index held its serving lock both when
+	// the backfill started and when it ended (not for a dry run): the rows
+	// changed after the snapshot are fenced out of the backfill, and
+	// nothing is applying them.
+	Unserved bool
+	// Repaid is the repayment of the reuse debt this run left (near-
+	// duplicate chunks on borrowed vectors), done before it returned;
+	// Repaid.Outstanding is what reuse.repay_max_tokens_per_hour left.
+	Repaid pipeline.RepayResult
+	Err    error
 }
 
 // dryEmbedder counts instead of embedding, with the real client's identity.
@@ -76,18 +85,30 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	// A dry run only reads: it creates no schema, index or checkpoint.
 	open := func() (*Index, error) { return OpenIndex(ctx, cfg.Index, logger, nil) }
 	if cfg.DryRun {
-		open = func() (*Index, error) { return OpenIndexRead(ctx, cfg.Index, logger) }
+		open = func() (*Index, error) { return openDryRun(ctx, cfg.Index, logger) }
 	}
 	ix, err := open()
 	if err != nil {
 		return nil, err
 	}
 	defer ix.Close()
+	// fresh: the index does not exist yet (a dry run's first backfill);
+	// there is no store to read, and nothing to reconcile.
+	fresh := ix.Store == nil
+	if !cfg.DryRun {
+		// As serve does, and before a row is read: a bad key, an unknown
+		// model or another vector size fails at once with the setting to
+		// fix, instead of after reading the whole table for nothing.
+		if err := probeEmbedder(ctx, ix.Emb, logger); err != nil {
+			return nil, err
+		}
+	}
+	servedAtStart := !cfg.DryRun && serveRunning(ctx, cfg.Index.Index, ix, logger)
 	var cp backfill.Checkpoints // nil: a dry run keeps none
 	if !cfg.DryRun {
 		cp = sink.NewCheckpoints(ix.Pool, ix.Schema, ix.Name)
 	}
-	if cfg.Reconcile {
+	if cfg.Reconcile && !fresh {
 		// A dry run's deletes go to the dry run's sink, which writes
 		// nothing, like its upserts.
 		bc.Reconcile = ix.Store
@@ -104,7 +125,11 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		dry *backfill.DryRun
 	)
 	if cfg.DryRun {
-		dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
+		if fresh {
+			dry = backfill.NewDryRun(nil, ix.Emb.Dimensions())
+		} else {
+			dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
+		}
 		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
 	}
 	var shadows []pipeline.Shadow
@@ -190,10 +215,70 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		}
 		res.Build = time.Since(bstart)
 	}
+	if !cfg.DryRun && res.Err == nil && ctx.Err() == nil {
+		// Serve repays reuse debt in the background; a backfill may run
+		// with no serve at all, so it repays its own before it ends.
+		if res.Repaid, err = repayAll(ctx, cfg.Pipeline, ix.Store, emb, logger); err != nil {
+			res.Err = err
+		}
+		res.Unserved = !servedAtStart || !serveRunning(ctx, cfg.Index.Index, ix, logger)
+	}
 	res.Read, res.Stats, res.Took = src.Progress(), p.Stats(), time.Since(start)
 	if dry != nil {
 		e := dry.Estimate()
 		res.Estimate = &e
 	}
 	return res, nil
+}
+
+// openDryRun opens the configured index for a dry run, reading only. When
+// the real run would create the index (no schema yet, or a schema without
+// indexes, or --create-index beside others), the dry run prices that first
+// backfill against an empty index: the result has the configured embedder
+// and no store or pool, and nothing is created.
+func openDryRun(ctx context.Context, cfg IndexConfig, logger *slog.Logger) (*Index, error) {
+	ix, err := OpenIndexRead(ctx, cfg, logger)
+	if err == nil {
+		return ix, nil
+	}
+	if err := mayCreateAfter(err, cfg.Create); err != nil {
+		return nil, err
+	}
+	emb, err := embedder.New(cfg.Embedder)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("index does not exist yet: the dry run prices a first backfill into an empty index", "index", cfg.Index, "schema", cfg.Schema)
+	return &Index{Emb: emb, Schema: cfg.Schema, Name: cfg.Index}, nil
+}
+
+// serveRunning says whether a serve of the configured index (family) runs:
+// it holds the serving lock (sink.Catalog.HoldServing), a shared advisory
+// lock on a connection of its own. Postgres drops the lock with that
+// connection, so a serve that crashed stops counting at once (a heartbeat
+// row would need a timeout); it is taken for every kind of source, where
+// an active replication slot only tells of a Postgres source and not which
+// index it writes, and an application_name is only a label a config may
+// share or change. A failed check is logged and counts as no serve.
+func serveRunning(ctx context.Context, family string, ix *Index, logger *slog.Logger) bool {
+	running, err := sink.NewCatalog(ix.Pool, ix.Schema).ServeRunning(ctx, family)
+	if err != nil {
+		logger.WarnContext(ctx, "could not tell whether a serve of the index is running", "error", err)
+	}
+	return running
+}
+
+// repayAll repays the reuse debt of st, embedding with emb, unless reuse
+// is off.
+func repayAll(ctx context.Context, pc PipelineConfig, st *sink.Store, emb pipeline.Embedder, logger *slog.Logger) (pipeline.RepayResult, error) {
+	if pc.Pipeline.Reuse.Disabled {
+		return pipeline.RepayResult{}, nil
+	}
+	dc := pc.Debt
+	dc.Logger = logger.With("stage", "reuse_debt")
+	r, err := pipeline.NewRepayer(dc, st, emb)
+	if err != nil {
+		return pipeline.RepayResult{}, err
+	}
+	return r.RepayAll(ctx)
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -27,6 +28,13 @@ type IndexConfig struct {
 	Embedder embedder.Config
 	// FullText writes each chunk's tsvector (postgres.full_text).
 	FullText bool
+	// Create lets a command that writes register the configured index in
+	// a schema that holds other indexes already (--create-index). Without
+	// it an index is created only where none exists yet: beside existing
+	// ones, an unknown name is far more often a typo than a new index, and
+	// a typo would apply the source's changes to an empty index the real
+	// one never sees.
+	Create bool
 }
 
 // Index is an opened index: its embedder, store and the store's pool.
@@ -42,8 +50,13 @@ type Index struct {
 	Alias  string
 }
 
-// Close releases the pool.
-func (ix *Index) Close() { ix.Pool.Close() }
+// Close releases the pool, if it has one (a dry run's index that does
+// not exist yet has none).
+func (ix *Index) Close() {
+	if ix.Pool != nil {
+		ix.Pool.Close()
+	}
+}
 
 // withIdentity is ec built for an index's model and dimensions; the
 // offline embedder has one model, which the config leaves unnamed.
@@ -86,8 +99,12 @@ func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg pr
 func openIndex(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
 	name, alias, ec := cfg.Index, "", cfg.Embedder
 	err := migrations.RetryInterrupted(ctx, logger, "resolving index:", func() error {
-		r, found, err := sink.NewCatalog(pool, cfg.Schema).Resolve(ctx, cfg.Index)
-		if err != nil || !found || r.Alias == nil {
+		cat := sink.NewCatalog(pool, cfg.Schema)
+		r, found, err := cat.Resolve(ctx, cfg.Index)
+		if err == nil && !found {
+			return mayCreate(ctx, cat, cfg)
+		}
+		if err != nil || r.Alias == nil {
 			return err
 		}
 		name, alias = r.Index.Name, cfg.Index
@@ -124,6 +141,35 @@ func openIndex(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, logger 
 		return nil, err
 	}
 	return &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: name, Alias: alias}, nil
+}
+
+// mayCreate is nil when the configured index, which does not exist, may be
+// created (mayCreateAfter).
+func mayCreate(ctx context.Context, cat *sink.Catalog, cfg IndexConfig) error {
+	if _, err := cat.Lookup(ctx, cfg.Index); err != nil {
+		return mayCreateAfter(err, cfg.Create)
+	}
+	return nil // created meanwhile
+}
+
+// mayCreateAfter is nil when err, a failed look-up of the configured index,
+// says the index may be created: the schema is not migrated or holds no
+// index or alias yet, or create (--create-index) says so. Beside existing
+// indexes it is the *sink.UnknownIndexError of the read-only commands (its
+// "did you mean"), with the flag that creates the index anyway; any other
+// error is returned as it is. Writers check it before they open a source,
+// so a refused name consumes no change.
+func mayCreateAfter(err error, create bool) error {
+	var unknown *sink.UnknownIndexError
+	switch {
+	case errors.Is(err, sink.ErrNotMigrated):
+		return nil
+	case !errors.As(err, &unknown):
+		return err
+	case len(unknown.Known) == 0 || create:
+		return nil
+	}
+	return fmt.Errorf("%w; to start a new index beside them, run serve or backfill with --create-index", err)
 }
 
 // OpenIndexRead opens the configured index for a command that only reads

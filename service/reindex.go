@@ -93,7 +93,12 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	if err := cat.Claim(ctx, to, family, cfg.Force); err != nil && !errors.Is(err, sink.ErrNoIndex) {
 		return err
 	}
-	ix, err := openIndex(ctx, pool, cfg.Target, logger, nil)
+	// --to names the index to build: a new name beside the family's
+	// indexes is the point, not a typo (a typo of an existing index is
+	// the claim's refusal above).
+	target := cfg.Target
+	target.Create = true
+	ix, err := openIndex(ctx, pool, target, logger, nil)
 	if err != nil {
 		return err
 	}

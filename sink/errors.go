@@ -36,7 +36,21 @@ var (
 	ErrOriginGone = errors.New("reused vector's origin is no longer in the embedding cache")
 	// ErrInvalidQuery means a Query or query vector is malformed.
 	ErrInvalidQuery error = &permanentError{"invalid query"}
+	// ErrNotMigrated means the schema holds no ragsync tables at all
+	// (CheckMigrated): nothing was ever indexed there. A schema migrated
+	// to an older version is another error.
+	ErrNotMigrated = errors.New("schema not migrated")
 )
+
+// notMigratedError is CheckMigrated's error for a schema without ragsync
+// tables: its message says what to run, and it matches ErrNotMigrated.
+type notMigratedError struct{ schema string }
+
+func (e *notMigratedError) Error() string {
+	return "schema " + e.schema + " is not migrated: nothing is indexed there yet (run ragsync migrate, or ragsync serve, which migrates; or fix postgres.schema)"
+}
+
+func (e *notMigratedError) Is(target error) bool { return target == ErrNotMigrated }
 
 // Retryable reports whether err is a transient failure of the index's
 // Postgres after which the same call may succeed: a lost connection or a

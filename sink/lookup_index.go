@@ -116,7 +116,7 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	case err != nil:
 		return fmt.Errorf("read the schema version of %s: %w", schema, err)
 	case !exists || have == nil:
-		return fmt.Errorf("schema %s is not migrated: nothing is indexed there yet (run ragsync migrate, or ragsync serve, which migrates; or fix postgres.schema)", schema)
+		return &notMigratedError{schema}
 	case *have < want:
 		return fmt.Errorf("schema %s is at migration %d, this ragsync needs %d: run ragsync migrate (or ragsync serve, which migrates)", schema, *have, want)
 	}

@@ -44,7 +44,9 @@ type backfillFlags struct {
 	// "0.1", "500"); yes lifts the bound.
 	reconcileMax string
 	yes          bool
-	debezium     debeziumFlags
+	// createIndex creates the configured index beside existing ones.
+	createIndex bool
+	debezium    debeziumFlags
 	// tty is whether stderr is a terminal (globals.stderrTTY).
 	tty bool
 }
@@ -71,7 +73,18 @@ resumed) is then reconciled: its documents whose rows are gone are deleted,
 at the snapshot's version, so a change committed after the snapshot is
 never undone; --no-reconcile keeps them. --dry-run reads and chunks without
 embedding or writing, opens the index read-only, and prints what a real run
-would send to the embedding API and how many documents it would delete.`,
+would send to the embedding API and how many documents it would delete.
+
+The index is created when the schema has none yet; beside existing indexes
+an unknown index: is refused as a likely typo, naming the nearest one, and
+--create-index creates it anyway. --dry-run creates nothing: with no index
+yet, it prices the first backfill against an empty one.
+
+The embedder is checked before a row is read, as serve checks it. Reuse
+debt (chunks on a near-duplicate's vector) is repaid before the backfill
+exits, and with no serve of the index running throughout, it warns that
+rows changed after the snapshot wait for serve or another backfill. Ctrl-C
+or SIGTERM exits 5, like serve --once.`,
 		Example: `  ragsync backfill --config ragsync.yaml --source-url postgres://app@db:5432/app
   ragsync backfill --config ragsync.yaml --table public.articles --where "t.updated_at > now() - interval '30 days'"
   ragsync backfill --config ragsync.yaml --resume --rate 200
@@ -127,6 +140,7 @@ would send to the embedding API and how many documents it would delete.`,
 	fl.BoolVar(&f.noReconcile, "no-reconcile", false, "keep the documents whose rows are gone (default: a table read whole deletes them)")
 	fl.StringVar(&f.reconcileMax, "reconcile-max", "", `most a table's reconcile may delete: a share ("10%", "0.1") or a count ("500"); past it the run stops before deleting (default 10%, at least 5 documents)`)
 	fl.BoolVar(&f.yes, "yes", false, "let the reconcile delete past --reconcile-max")
+	fl.BoolVar(&f.createIndex, "create-index", false, "create the configured index even though the schema holds other indexes (without it, an unknown index: beside them is refused as a likely typo)")
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
@@ -134,7 +148,9 @@ would send to the embedding API and how many documents it would delete.`,
 
 func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfill.Config, f backfillFlags) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "backfill")
-	bf := service.BackfillConfig{Index: cfg.indexConfig(), Source: bc, Pipeline: cfg.servicePipelineConfig(),
+	ic := cfg.indexConfig()
+	ic.Create = f.createIndex
+	bf := service.BackfillConfig{Index: ic, Source: bc, Pipeline: cfg.servicePipelineConfig(),
 		DryRun: f.dryRun, Bulk: f.bulk != "off", Reconcile: !f.noReconcile, Logger: logger,
 		Progress: func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{}) {
 			reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
@@ -149,9 +165,14 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		return err
 	}
 	pr, elapsed, out := res.Read, res.Took, cmd.OutOrStdout()
+	// A run that stopped before reading every row reconciled nothing:
+	// its summary must not say "0 documents deleted".
+	interrupted := ctx.Err() != nil && !pr.Done && (res.Err == nil || errors.Is(res.Err, context.Canceled))
 	fmt.Fprintf(out, "backfill: %d rows read (%d superseded by later changes, %d re-checked), snapshot at %s, %s (%.0f rows/s)\n",
 		pr.Rows, pr.Superseded, pr.Rechecked, pr.Position, elapsed.Round(time.Millisecond), float64(pr.Rows)/max(elapsed.Seconds(), 1e-9))
-	if f.noReconcile {
+	if res.Err != nil || interrupted {
+		// No reconcile ran; the error below says why.
+	} else if f.noReconcile {
 		fmt.Fprintln(out, "reconcile: off (--no-reconcile), documents whose rows are gone were kept")
 	} else {
 		verb := "deleted"
@@ -194,11 +215,25 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		fmt.Fprintf(out, "dry run: estimated time at the configured limits: %s (embedding at %d requests/min, %d tokens/min: %s; reading at %g rows/s: %s; 0 = no limit)\n",
 			max(embedTime, readTime).Round(time.Second), ec.RequestsPerMinute, ec.TokensPerMinute, embedTime.Round(time.Second), cfg.Backfill.Rate, readTime.Round(time.Second))
 	}
+	if d := res.Repaid; d.Repaid > 0 || d.Outstanding.Vectors > 0 {
+		fmt.Fprintf(out, "reuse debt: %d reused vectors replaced by exact ones (%d tokens sent)", d.Repaid, d.Tokens)
+		if d.Outstanding.Vectors > 0 {
+			fmt.Fprintf(out, "; %d left past reuse.repay_max_tokens_per_hour, for serve to repay", d.Outstanding.Vectors)
+		}
+		fmt.Fprintln(out)
+	}
+	if interrupted {
+		// serve's code for a run a signal stopped: what was applied is
+		// committed, and --resume continues.
+		return &exitError{ExitInterrupted, fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)}
+	}
 	if res.Err != nil {
 		return fmt.Errorf("backfill stopped: %w (fix the cause, then run again with --resume)", res.Err)
 	}
-	if ctx.Err() != nil && !pr.Done {
-		return fmt.Errorf("backfill interrupted after %d rows: run again with --resume to continue", pr.Rows)
+	if res.Unserved {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no ragsync serve of index %q ran through this backfill: rows changed after its snapshot (at %s) are fenced out of it and nothing applies them yet; "+
+			"start ragsync serve to apply them from the change stream (a serve that creates its Postgres slot only now starts after them: run backfill again once it runs), or run backfill again to read them as they are now\n",
+			cfg.Index, pr.Position)
 	}
 	return nil
 }

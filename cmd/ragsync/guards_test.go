@@ -121,7 +121,7 @@ func TestReindexRefusesAnotherFamilysIndex(t *testing.T) {
 	e := newReindexEnv(t)
 	e.serve(noteEvent("c", 1, 10, "First note, about apples."))
 	tickets := func(extra ...string) []string { return append(e.args(extra...), "--set", "index=tickets") }
-	out, err := runCLI(t, "", tickets("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+writeEvents(t,
+	out, err := runCLI(t, "", tickets("serve", "--once", "--create-index", "--set", "source.kind=file", "--set", "source.file.path="+writeEvents(t,
 		noteEvent("c", 7, 10, "A ticket about a broken printer."), noteEvent("c", 8, 11, "A ticket about a lost password.")))...)
 	require.NoError(t, err, out)
 	before := e.docs("tickets")

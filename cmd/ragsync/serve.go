@@ -18,7 +18,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var once, lenient, monitorOnce, adopt bool
+	var once, lenient, monitorOnce, adopt, createIndex bool
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,7 +38,13 @@ the summary adds its check and token counts.
 
 Without --once, a file source with follow: false also stops at the end of the
 file, unless the front door is enabled: then serve keeps answering queries
-until it is stopped.`,
+until it is stopped.
+
+serve creates the configured index when the schema has none yet. Beside
+existing indexes an unknown index: is refused, naming the nearest one,
+before the source is opened (a typo would otherwise apply the source's
+changes to a new empty index and move the source past the real one);
+--create-index creates it anyway.`,
 		Example: `  ragsync serve --config ragsync.yaml
   ragsync serve --config ragsync.yaml --set source.kind=file --set source.file.path=events.jsonl --once`,
 		Args: cobra.NoArgs,
@@ -74,13 +80,14 @@ until it is stopped.`,
 				}
 				defer stopProfile()
 			}
-			return serve(ctx, cmd, cfg, once, lenient, monitorOnce)
+			return serve(ctx, cmd, cfg, once, lenient, monitorOnce, createIndex)
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
 	cmd.Flags().BoolVar(&lenient, "lenient", false, "with --once, exit 0 even with dead letters or when no change matched the configured tables")
 	cmd.Flags().BoolVar(&monitorOnce, "monitor", false, "with --once, run the monitor during the drain too (unless monitor.enabled is false)")
 	cmd.Flags().BoolVar(&adopt, "adopt-source", false, "with the Postgres source: accept that the source database moved (its system identifier changed: a dump/restore, an upgrade, another server); every table is loaded again and the load replaces the old server's documents")
+	cmd.Flags().BoolVar(&createIndex, "create-index", false, "create the configured index even though the schema holds other indexes (without it, an unknown index: beside them is refused as a likely typo)")
 	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the run to this file (read it with go tool pprof); for performance reports")
 	return cmd
 }
@@ -104,7 +111,7 @@ func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
 	}
 }
 
-func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, monitorOnce bool) error {
+func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, monitorOnce, createIndex bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
 	logger = slog.New(service.TraceLogs{Handler: logs})
@@ -119,6 +126,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	sc.Once, sc.MonitorOnce, sc.Logger, sc.Logs = once, monitorOnce, logger, logs
+	sc.Index.Create = createIndex
 	res, err := service.Serve(ctx, sc)
 	if once && res.Stats != nil {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", res.Stats)
