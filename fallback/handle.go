@@ -272,7 +272,7 @@ func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64,
 		return
 	}
 	ttl := f.cfg.MinIdle*time.Duration(f.cfg.MaxDeliveries+1) + time.Minute
-	if err := f.rdb.Set(ctx, f.keys.failure(r.EntryID), cause.Error(), ttl).Err(); err != nil {
+	if err := f.rdb.Set(ctx, f.keys.failure(r.EntryID), f.cfg.Redact(cause.Error()), ttl).Err(); err != nil {
 		f.logger.WarnContext(ctx, "record failure reason", "id", r.ID, "error", err)
 	}
 }

@@ -53,6 +53,9 @@ type Options struct {
 type Fault struct {
 	// Status, if non-zero, is returned with an OpenAI-style error body.
 	Status int
+	// Message, if set, is that body's message in place of "injected
+	// fault <status>": e.g. one quoting the API key, as OpenAI's 401 does.
+	Message string
 	// RetryAfter is sent as the Retry-After header (seconds or an HTTP date).
 	RetryAfter string
 	// Header adds arbitrary response headers (retry-after-ms,
@@ -267,7 +270,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler) // aborts the response without a reply
 		}
 		if f.Status != 0 {
-			writeError(w, f.Status, "server_error", fmt.Sprintf("injected fault %d", f.Status))
+			msg := f.Message
+			if msg == "" {
+				msg = fmt.Sprintf("injected fault %d", f.Status)
+			}
+			writeError(w, f.Status, "server_error", msg)
 			return
 		}
 		if f.BodyBytes > 0 {
