@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -383,7 +384,7 @@ func (f *FrontDoor) searchVector(parent context.Context, t *target, r request) (
 	defer cancel()
 	vec, err := f.embed(ctx, t, r.Query)
 	if err != nil {
-		if parent.Err() == nil {
+		if parent.Err() == nil && !errors.Is(err, sink.ErrInvalidQuery) {
 			f.breaker.Failure()
 		}
 		return nil, err
@@ -417,11 +418,21 @@ func (f *FrontDoor) embed(ctx context.Context, t *target, text string) ([]float3
 		}
 	}
 	vecs, err := t.emb.Embed(ctx, []string{text})
+	var in *embedder.InputError
+	if errors.As(err, &in) {
+		// The text itself cannot be embedded (or the provider answers it
+		// with a vector that cannot be searched): the request's fault,
+		// answered at once rather than retried and dead-lettered.
+		return nil, fmt.Errorf("%w: embed query: %w", sink.ErrInvalidQuery, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
 	}
 	if len(vecs) != 1 || len(vecs[0]) == 0 {
 		return nil, fmt.Errorf("embed query: got %d vectors for 1 text", len(vecs))
+	}
+	if why := embedder.Unsearchable(vecs[0]); why != "" {
+		return nil, fmt.Errorf("%w: the query text embeds to %s", sink.ErrInvalidQuery, why)
 	}
 	f.metrics.embeddings.WithLabelValues("computed").Inc()
 	if err := f.rdb.Set(ctx, key, encodeVector(vecs[0]), f.cfg.EmbeddingTTL).Err(); err != nil {

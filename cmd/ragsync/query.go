@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -134,7 +135,7 @@ type hitJSON struct {
 	Table    string         `json:"table"`
 	Key      string         `json:"key"`
 	Position int            `json:"position"`
-	Score    float64        `json:"score"`
+	Score    score          `json:"score"`
 	Text     string         `json:"text"`
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// VectorReused marks a hit whose vector is reused from a
@@ -142,12 +143,25 @@ type hitJSON struct {
 	VectorReused bool `json:"vector_reused,omitempty"`
 }
 
+// score is a hit's score in JSON: null when it is not a finite number (a
+// chunk stored with a zero vector, before such vectors were refused, has
+// no cosine similarity), since JSON has no NaN and one such hit must not
+// fail the whole output.
+type score float64
+
+func (s score) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(s))
+}
+
 func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata, h.Reused}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, score(h.Score), h.Text, h.Metadata, h.Reused}); err != nil {
 				return err
 			}
 		}

@@ -71,6 +71,10 @@ type Fault struct {
 	// Lengths makes the vector of input i Lengths[i] long: one bad vector
 	// among good ones.
 	Lengths map[int]int
+	// Fill makes every entry of input i's vector Fill[i]: 0 answers a
+	// zero vector, NaN or ±Inf one that is not finite (sent as base64,
+	// which can carry them; JSON numbers cannot).
+	Fill map[int]float32
 	// Short leaves the last Short vectors out of the answer.
 	Short int
 	// Long appends Long vectors whose indexes are past the inputs.
@@ -344,6 +348,15 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				vecs[i] = v[0]
+			}
+		}
+	}
+	if f != nil {
+		for i, x := range f.Fill {
+			if i >= 0 && i < len(vecs) {
+				for j := range vecs[i] {
+					vecs[i][j] = x
+				}
 			}
 		}
 	}
