@@ -182,6 +182,12 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	// The leader's searchVector reported to the breaker; a follower (or a
 	// Redis failure before any search) only gives its probe back.
 	f.breaker.Release()
+	if errors.Is(err, sink.ErrTenantRequired) {
+		// Fail closed: an index with tenants never answers across them.
+		rep := reply{Status: StatusError, Reason: (&InvalidRequestError{Field: fieldTenant, Reason: tenantRequired}).Error(), Source: SourceNone}
+		f.finish(ctx, stream, r, rep, outcomeInvalid, start)
+		return
+	}
 	if errors.Is(err, sink.ErrInvalidQuery) {
 		// Postgres refused the request's input as data: the request's
 		// fault, answered at once, not retried and not held against the
@@ -202,6 +208,10 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	}
 	f.finish(ctx, stream, r, reply{Status: StatusOK, Results: results, Cached: source == SourceShared, Source: source}, outcome, start)
 }
+
+// tenantRequired is the reason a request without a tenant is refused on
+// an index that holds documents of tenants.
+const tenantRequired = "required: this index holds documents of tenants, and an answer without one would mix them; send the tenant field"
 
 // serveScript is the whole hit path in one round trip: read the index
 // generation, derive the fresh cache key from it (see freshKey), read the
