@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // Providers accepted in Config.Provider.
@@ -307,7 +309,7 @@ func (c Config) Validate() error {
 func (c Config) LogValue() slog.Value {
 	key := ""
 	if c.APIKey != "" {
-		key = "[redacted]"
+		key = redact.Mask
 	}
 	return slog.GroupValue(
 		slog.String("provider", c.Provider), slog.String("base_url", c.BaseURL),
@@ -326,7 +328,7 @@ func (c Config) LogValue() slog.Value {
 // String redacts the API key, for %v and %s.
 func (c Config) String() string {
 	if c.APIKey != "" {
-		c.APIKey = "[redacted]"
+		c.APIKey = redact.Mask
 	}
 	c.Logger, c.Registerer = nil, nil
 	type plain Config // no String method: avoids recursion

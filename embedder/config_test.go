@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 func TestConfig(t *testing.T) {
@@ -93,7 +94,7 @@ func TestConfigRedactsKey(t *testing.T) {
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("start", "embedder", cfg)
 	require.NotContains(t, buf.String(), "sk-secret")
-	require.Contains(t, buf.String(), "[redacted]")
+	require.Contains(t, buf.String(), redact.Mask)
 	require.NotContains(t, fmt.Sprint(cfg), "sk-secret")
 	require.NotContains(t, fmt.Sprintf("%+v", cfg), "sk-secret")
 	require.Equal(t, "sk-secret-123", cfg.APIKey, "redaction must not modify the config")

@@ -3,6 +3,7 @@ package embedder_test
 import (
 	"bytes"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,13 @@ var faults = []struct {
 	aloneOK bool
 }{
 	{"wrong length for one input", func(pos int) openaitest.Fault { return openaitest.Fault{Lengths: map[int]int{pos: dims + 1}} }, false},
+	{"zero vector for one input", func(pos int) openaitest.Fault { return openaitest.Fault{Fill: map[int]float32{pos: 0}} }, false},
+	{"NaN vector for one input", func(pos int) openaitest.Fault {
+		return openaitest.Fault{Fill: map[int]float32{pos: float32(math.NaN())}}
+	}, false},
+	{"Inf vector for one input", func(pos int) openaitest.Fault {
+		return openaitest.Fault{Fill: map[int]float32{pos: float32(math.Inf(1))}}
+	}, false},
 	{"short answer", func(int) openaitest.Fault { return openaitest.Fault{Short: 1} }, false},
 	{"long answer", func(int) openaitest.Fault { return openaitest.Fault{Long: 1} }, false},
 	{"padded answer", func(int) openaitest.Fault { return openaitest.Fault{Padded: 1} }, true},

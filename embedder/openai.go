@@ -371,7 +371,9 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 // DimensionError: every request would get it), unless it is one vector
 // of a model already seen answering at the right size. A vector whose
 // size differs from its neighbours' is its input's fault: an InputError
-// naming the first, so that only that input's document fails.
+// naming the first, so that only that input's document fails. A vector of
+// the right size that cannot be searched (Unsearchable) is its input's
+// fault the same way.
 func (o *OpenAI) checkSizes(vecs [][]float32) error {
 	want := o.cfg.Dimensions
 	bad, uniform := -1, true
@@ -383,6 +385,11 @@ func (o *OpenAI) checkSizes(vecs [][]float32) error {
 	}
 	if bad < 0 {
 		o.sized.Store(true)
+		for i, v := range vecs {
+			if why := Unsearchable(v); why != "" {
+				return &InputError{Index: i, Reason: fmt.Sprintf("model %q returned for it %s", o.cfg.Model, why)}
+			}
+		}
 		return nil
 	}
 	got := len(vecs[bad])

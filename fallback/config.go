@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/ragsync/ragsync/internal/redact"
 )
 
 // Config configures a FrontDoor. The yaml tags are the names under
@@ -125,10 +127,20 @@ type Config struct {
 	BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
 	// Bloom sizes the Bloom filters of known tenants and document ids.
 	Bloom BloomConfig `yaml:"bloom"`
+	// Redact masks secrets in every text the front door writes to Redis
+	// (a reply's reason, a dead letter's reason, the failure remembered
+	// between deliveries): an embedder's error may quote the API key, a
+	// driver's a connection string, and clients read both. serve sets it
+	// to the process's redactor. Defaults to the password patterns of
+	// redact.String.
+	Redact func(string) string `yaml:"-"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
+	if c.Redact == nil {
+		c.Redact = redact.String
+	}
 	if c.RedisURL == "" {
 		c.RedisURL = "redis://127.0.0.1:6379/0"
 	}

@@ -53,7 +53,7 @@ func (f *FrontDoor) deadLetter(ctx context.Context, entryID string, attempts int
 	for k, v := range msgs[0].Values {
 		values[k] = v
 	}
-	values[fieldDLQReason] = reason
+	values[fieldDLQReason] = f.cfg.Redact(reason)
 	values[fieldDLQAttempts] = attempts
 	if fieldString(values, fieldDLQEntry) == "" {
 		// A replayed dead letter keeps the entry id its client knows.

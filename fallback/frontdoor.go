@@ -429,6 +429,7 @@ const (
 // send replies to r and acknowledges its entry on stream.
 func (f *FrontDoor) send(ctx context.Context, stream string, r request, rep reply) (int, error) {
 	argv := []any{f.cfg.Group, r.EntryID, f.cfg.IdempotencyTTL.Milliseconds(), f.cfg.ReplyTTL.Milliseconds(), f.cfg.ReplyMaxLen}
+	rep.Reason = f.cfg.Redact(rep.Reason)
 	argv = append(argv, rep.fields(r.ID, r.replyEntry())...)
 	n, err := replyScript.Run(ctx, f.rdb, []string{f.keys.replied(r.ReplyTo, r.ID), r.ReplyTo, stream}, argv...).Int()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -181,6 +182,12 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	// The leader's searchVector reported to the breaker; a follower (or a
 	// Redis failure before any search) only gives its probe back.
 	f.breaker.Release()
+	if errors.Is(err, sink.ErrTenantRequired) {
+		// Fail closed: an index with tenants never answers across them.
+		rep := reply{Status: StatusError, Reason: (&InvalidRequestError{Field: fieldTenant, Reason: tenantRequired}).Error(), Source: SourceNone}
+		f.finish(ctx, stream, r, rep, outcomeInvalid, start)
+		return
+	}
 	if errors.Is(err, sink.ErrInvalidQuery) {
 		// Postgres refused the request's input as data: the request's
 		// fault, answered at once, not retried and not held against the
@@ -201,6 +208,10 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 	}
 	f.finish(ctx, stream, r, reply{Status: StatusOK, Results: results, Cached: source == SourceShared, Source: source}, outcome, start)
 }
+
+// tenantRequired is the reason a request without a tenant is refused on
+// an index that holds documents of tenants.
+const tenantRequired = "required: this index holds documents of tenants, and an answer without one would mix them; send the tenant field"
 
 // serveScript is the whole hit path in one round trip: read the index
 // generation, derive the fresh cache key from it (see freshKey), read the
@@ -272,7 +283,7 @@ func (f *FrontDoor) retryLater(ctx context.Context, r request, deliveries int64,
 		return
 	}
 	ttl := f.cfg.MinIdle*time.Duration(f.cfg.MaxDeliveries+1) + time.Minute
-	if err := f.rdb.Set(ctx, f.keys.failure(r.EntryID), cause.Error(), ttl).Err(); err != nil {
+	if err := f.rdb.Set(ctx, f.keys.failure(r.EntryID), f.cfg.Redact(cause.Error()), ttl).Err(); err != nil {
 		f.logger.WarnContext(ctx, "record failure reason", "id", r.ID, "error", err)
 	}
 }
@@ -383,7 +394,7 @@ func (f *FrontDoor) searchVector(parent context.Context, t *target, r request) (
 	defer cancel()
 	vec, err := f.embed(ctx, t, r.Query)
 	if err != nil {
-		if parent.Err() == nil {
+		if parent.Err() == nil && !errors.Is(err, sink.ErrInvalidQuery) {
 			f.breaker.Failure()
 		}
 		return nil, err
@@ -417,11 +428,21 @@ func (f *FrontDoor) embed(ctx context.Context, t *target, text string) ([]float3
 		}
 	}
 	vecs, err := t.emb.Embed(ctx, []string{text})
+	var in *embedder.InputError
+	if errors.As(err, &in) {
+		// The text itself cannot be embedded (or the provider answers it
+		// with a vector that cannot be searched): the request's fault,
+		// answered at once rather than retried and dead-lettered.
+		return nil, fmt.Errorf("%w: embed query: %w", sink.ErrInvalidQuery, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
 	}
 	if len(vecs) != 1 || len(vecs[0]) == 0 {
 		return nil, fmt.Errorf("embed query: got %d vectors for 1 text", len(vecs))
+	}
+	if why := embedder.Unsearchable(vecs[0]); why != "" {
+		return nil, fmt.Errorf("%w: the query text embeds to %s", sink.ErrInvalidQuery, why)
 	}
 	f.metrics.embeddings.WithLabelValues("computed").Inc()
 	if err := f.rdb.Set(ctx, key, encodeVector(vecs[0]), f.cfg.EmbeddingTTL).Err(); err != nil {

@@ -51,6 +51,10 @@ type Deps struct {
 	// DebtWindow (the reuse repayment window; 0 means 5m).
 	Debt       DebtSource
 	DebtWindow time.Duration
+	// Redact masks secrets in the text events carry (their log lines
+	// quote errors, which may quote an API key or a connection string):
+	// events leave the process on Kafka and Redis. nil keeps the text.
+	Redact func(string) string
 }
 
 // Monitor runs the checks of one index. Its methods are safe for
@@ -286,6 +290,11 @@ func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []E
 	logs := m.deps.Logs.Recent(2 * m.cfg.Interval)
 	if len(logs) > 10 {
 		logs = logs[len(logs)-10:]
+	}
+	if m.deps.Redact != nil {
+		for i := range logs {
+			logs[i].Message, logs[i].Error = m.deps.Redact(logs[i].Message), m.deps.Redact(logs[i].Error)
+		}
 	}
 	// The slowest or failed batches recorded, then the traces of the
 	// warnings (a dead letter, a failed apply): both lead to a trace.

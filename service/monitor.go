@@ -12,6 +12,7 @@ import (
 
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/internal/redact"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 )
@@ -50,7 +51,7 @@ func (w *monitorWiring) Close() {
 // canary baseline: the monitor commands read and report, serve publishes
 // and takes the baselines. close releases it.
 func OpenMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, logger *slog.Logger) (*monitor.Monitor, func(), error) {
-	w, err := newMonitor(ctx, cfg, ix, nil, nil, nil, logger, false)
+	w, err := newMonitor(ctx, cfg, ix, nil, nil, nil, nil, logger, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +60,8 @@ func OpenMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, logger *slog
 
 // newMonitor builds the monitor of ix. publish adds the Kafka, Redis and
 // log publishers (serve; the monitor commands only read). lag may be nil.
-func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.LagSource, reg *prometheus.Registry, logs *monitor.LogRing, logger *slog.Logger, publish bool) (*monitorWiring, error) {
+// red masks secrets in the events' text (nil: the password patterns).
+func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.LagSource, reg *prometheus.Registry, logs *monitor.LogRing, red *redact.Redactor, logger *slog.Logger, publish bool) (*monitorWiring, error) {
 	w := &monitorWiring{}
 	mc := cfg.Config
 	mc.Logger = logger
@@ -67,7 +69,7 @@ func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.L
 		mc.Registerer = reg
 	}
 	deps := monitor.Deps{Pool: ix.Pool, Schema: ix.Schema, Index: ix.Name, Embedder: ix.Emb, Logs: logs,
-		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag}
+		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag, Redact: red.String}
 	if reg != nil {
 		deps.Gatherer = reg
 	}

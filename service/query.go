@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/sink"
@@ -25,6 +26,9 @@ func Search(ctx context.Context, cfg IndexConfig, text string, q sink.Query, log
 	vecs, err := ix.Emb.Embed(ctx, []string{text})
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
+	}
+	if why := embedder.Unsearchable(vecs[0]); why != "" {
+		return nil, fmt.Errorf("embed query: the query text embeds to %s; query with other words", why)
 	}
 	return ix.Store.Search(ctx, vecs[0], q)
 }

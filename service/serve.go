@@ -24,6 +24,7 @@ import (
 
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/internal/redact"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
@@ -55,6 +56,12 @@ type Config struct {
 	// Logger writes).
 	Logger *slog.Logger
 	Logs   *monitor.LogRing
+	// Redactor masks secrets in everything serve sends out of the process
+	// besides Logger's lines (which the caller routes through it): dead
+	// letters, the front door's replies and dead letters, monitor events
+	// and the /healthz and /readyz bodies. nil masks the password patterns
+	// only.
+	Redactor *redact.Redactor
 }
 
 // Result is what a serve run did.
@@ -72,7 +79,7 @@ type Result struct {
 // Serve runs serve until ctx ends, the source is drained (Once, or a
 // finite source without a front door) or something fails.
 func Serve(ctx context.Context, cfg Config) (Result, error) {
-	logger := cfg.Logger
+	logger, red := cfg.Logger, cfg.Redactor
 	// Bind before consuming: a port in use must fail at once, not after
 	// the source has been applied.
 	var ln net.Listener
@@ -116,7 +123,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	}
 	mon := &monitorWiring{}
 	if cfg.Monitor.Enabled && (!cfg.Once || cfg.MonitorOnce) {
-		if mon, err = newMonitor(ctx, cfg.Monitor, ix, src.lag, reg, cfg.Logs, logger, true); err != nil {
+		if mon, err = newMonitor(ctx, cfg.Monitor, ix, src.lag, reg, cfg.Logs, red, logger, true); err != nil {
 			return Result{}, err
 		}
 	}
@@ -124,7 +131,9 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	var fd *frontDoor
 	var observer pipeline.Observer
 	if cfg.FrontDoor != nil && !cfg.Once {
-		if fd, err = newFrontDoor(ctx, *cfg.FrontDoor, mon.tap(emb), st, reg, logger); err != nil {
+		fcfg := *cfg.FrontDoor
+		fcfg.Redact = red.String
+		if fd, err = newFrontDoor(ctx, fcfg, mon.tap(emb), st, reg, logger); err != nil {
 			return Result{}, err
 		}
 		defer fd.Close()
@@ -153,7 +162,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	// the repayment only calls it while the pipeline's lane is idle.
 	lanes := pipeline.NewLanes(pemb, 0)
 	pred := pipeline.NewPredictor(0)
-	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: src.dlq, Embedder: lanes.Live(), Store: st,
+	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red}, Embedder: lanes.Live(), Store: st,
 		Traces: mon.traces(), Observer: observer}, pred, reg, logger)
 	if err != nil {
 		return Result{}, err
@@ -225,10 +234,11 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	}
 	g.Go(func() error { return mon.run(runCtx) })
 	if ln != nil {
-		handler := httpHandler(reg, pool.Ping, ready)
+		handler := httpHandler(reg, pool.Ping, ready, logger)
 		if src.unhealthy != nil {
 			handler = sourceReadyz(src.unhealthy, handler)
 		}
+		handler = redactedHealth(red, handler)
 		// net/http's own messages (a failed accept, a bad request) go to
 		// the redacting logger, not to the log package's default one.
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
@@ -287,8 +297,11 @@ func purgePeriodically(ctx context.Context, st *sink.Store, opts sink.PurgeOptio
 }
 
 // httpHandler serves /metrics, /healthz (process alive) and /readyz
-// (Postgres reachable and the pipeline not failed).
-func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready func() bool) http.Handler {
+// (Postgres reachable and the pipeline not failed). /readyz says what is
+// wrong with Postgres without the connection details (postgresProblem)
+// and logs the error itself once each time the problem changes.
+func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready func() bool, logger *slog.Logger) http.Handler {
+	var lastProblem atomic.Pointer[string]
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -298,9 +311,14 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := ping(ctx); err != nil {
-			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+			problem := postgresProblem(err)
+			if old := lastProblem.Swap(&problem); old == nil || *old != problem {
+				logger.WarnContext(r.Context(), "readyz: the index's Postgres does not answer", "problem", problem, "error", err)
+			}
+			http.Error(w, "postgres: "+problem+"; see the logs", http.StatusServiceUnavailable)
 			return
 		}
+		lastProblem.Store(nil)
 		if !ready() {
 			http.Error(w, "pipeline stopped, stalled behind a failing dependency, or over its dead-letter limit (pipeline.dead_letter_max_ratio); see the logs", http.StatusServiceUnavailable)
 			return
@@ -308,6 +326,20 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// redactedHealth masks secrets in the bodies of /healthz and /readyz
+// (a source's problem may quote a connection string); /metrics carries
+// no error text (labels are fixed sets) and is served as it is.
+func redactedHealth(red *redact.Redactor, next http.Handler) http.Handler {
+	masked := redactedBody(red, next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			masked.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // sourceReadyz answers /readyz with the source's problem and its fix

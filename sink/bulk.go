@@ -207,6 +207,7 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 		[]string{"index_name", "id", "source_table", "doc_key", "version", "source_ts", "metadata", "tenant", "row"},
 		pgx.CopyFromSlice(len(ids), func(i int) ([]any, error) {
 			d := docs[ids[i]]
+			s.sawTenant(d.Tenant)
 			return []any{s.cfg.Index, d.ID, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS), jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row)}, nil
 		}))
 	if err != nil {

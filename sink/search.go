@@ -21,9 +21,14 @@ const MaxK = 1000
 type Query struct {
 	// K is how many hits to return at most, 1..MaxK. Defaults to 10.
 	K int
-	// Tenant, when set, keeps documents of that tenant only. Empty means
-	// every tenant: the caller enforces isolation.
+	// Tenant, when set, keeps documents of that tenant only. Empty on an
+	// index that holds documents with a tenant is refused with
+	// ErrTenantRequired, unless AllTenants is set; on an index without
+	// tenants it searches every document.
 	Tenant string
+	// AllTenants searches every tenant's documents on purpose (an
+	// operator's query). Front doors never set it.
+	AllTenants bool
 	// Filter, when set, keeps documents whose metadata contains it (jsonb
 	// @>), e.g. {"lang": "en"}.
 	Filter map[string]any
@@ -105,10 +110,20 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 	if err == nil && len(vec) != s.cfg.Dimensions {
 		err = fmt.Errorf("%w: vector has %d dimensions, index %s wants %d", ErrInvalidQuery, len(vec), s.cfg.Index, s.cfg.Dimensions)
 	}
+	zero := true
 	for _, f := range vec {
 		if err == nil && (math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)) {
 			err = fmt.Errorf("%w: vector holds NaN or Inf", ErrInvalidQuery)
 		}
+		zero = zero && f == 0
+	}
+	if err == nil && zero {
+		// A zero vector has no direction: its cosine distance to every
+		// chunk is NaN, which would rank nothing and print as NaN.
+		err = fmt.Errorf("%w: the query vector is all zeros, which has no cosine distance to any chunk", ErrInvalidQuery)
+	}
+	if err == nil {
+		err = s.checkTenant(ctx, q)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("search %s: %w", s.cfg.Index, err)
@@ -155,6 +170,9 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 	}
 	if s.cfg.SkipFullText {
 		return nil, fmt.Errorf("search text %s: %w (postgres.full_text is false; set it to true, and ragsync fills the index's full text on its next start)", s.cfg.Index, ErrFullTextOff)
+	}
+	if err := s.checkTenant(ctx, q); err != nil {
+		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, err)
 	}
 	if strings.TrimSpace(text) == "" {
 		return nil, nil

@@ -32,6 +32,8 @@ type Store struct {
 	// document alone. lookups lets concurrent Lookups share a round trip.
 	group   *groupCommit
 	lookups *lookupGroup
+	// tenancy is whether the index holds tenant documents (checkTenant).
+	tenancy tenancy
 }
 
 // New registers cfg.Index in the indexes table (or checks that it is

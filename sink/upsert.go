@@ -429,6 +429,7 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 // concurrent writer created since readForUpsert fails the transaction with
 // documents_pkey, and Upsert retries against it.
 func (s *Store) queueInsertDoc(b *pgx.Batch, id string, d Document) {
+	s.sawTenant(d.Tenant)
 	b.Queue("INSERT INTO "+s.tDocs+
 		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row, fuzzy_hash)"+
 		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -438,6 +439,7 @@ func (s *Store) queueInsertDoc(b *pgx.Batch, id string, d Document) {
 
 // queueUpdateDoc rewrites the locked document row.
 func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
+	s.sawTenant(d.Tenant)
 	b.Queue("UPDATE "+s.tDocs+
 		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
 		" metadata = $7, tenant = $8, row = $9, fuzzy_hash = $10, edit_similarity = $11, edit_method = $12, updated_at = now()"+

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,10 @@ func TestMisbehavingProvider(t *testing.T) {
 		lost bool
 	}{
 		{"wrong length for one input", func(pos int) openaitest.Fault { return openaitest.Fault{Lengths: map[int]int{pos: 255}} }, true},
+		{"zero vector for one input", func(pos int) openaitest.Fault { return openaitest.Fault{Fill: map[int]float32{pos: 0}} }, true},
+		{"NaN vector for one input", func(pos int) openaitest.Fault {
+			return openaitest.Fault{Fill: map[int]float32{pos: float32(math.NaN())}}
+		}, true},
 		{"short answer", func(int) openaitest.Fault { return openaitest.Fault{Short: 1} }, true},
 		{"long answer", func(int) openaitest.Fault { return openaitest.Fault{Long: 2} }, true},
 		{"padded answer", func(int) openaitest.Fault { return openaitest.Fault{Padded: 1} }, false},

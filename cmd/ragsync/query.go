@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ func newQueryCmd(g *globals) *cobra.Command {
 		k       int
 		filters []string
 		tenant  string
+		all     bool
 		table   string
 		asJSON  bool
 		via     string
@@ -32,13 +34,21 @@ func newQueryCmd(g *globals) *cobra.Command {
 and prints the ranked chunks with their document id, score (cosine similarity)
 and text. Deleted documents never appear. With --json, a hit whose vector is
 reused from a near-duplicate text and not yet repaid carries
-"vector_reused": true (serve repays it within reuse.repay_window).`,
+"vector_reused": true (serve repays it within reuse.repay_window).
+
+On an index that holds documents of tenants (tables[].tenant), a query
+must name one with --tenant, or ask for every tenant's documents on
+purpose with --all-tenants; without either it is refused, so that no
+answer mixes tenants by accident.`,
 		Example: `  ragsync query --config ragsync.yaml "how do I reset my router" -k 5
   ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(args[0]) == "" {
 				return errors.New("query: the query text is empty")
+			}
+			if all && tenant != "" {
+				return errors.New("--all-tenants and --tenant: give one or the other")
 			}
 			if k < 1 || k > 1000 {
 				return fmt.Errorf("-k: %d is out of range, use 1..1000", k)
@@ -58,13 +68,19 @@ reused from a near-duplicate text and not yet repaid carries
 			ctx := cmd.Context()
 			switch via {
 			case "redis":
+				if all {
+					return errors.New("--all-tenants: the front door always answers for one tenant on an index with tenants; query without --via redis")
+				}
 				return queryViaRedis(cmd, cfg, fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md}, table, timeout, asJSON)
 			case "", "postgres":
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
-			hits, err := service.Search(ctx, cfg.indexConfig(), args[0], sink.Query{K: k, Tenant: tenant, Filter: md, Table: table},
+			hits, err := service.Search(ctx, cfg.indexConfig(), args[0], sink.Query{K: k, Tenant: tenant, AllTenants: all, Filter: md, Table: table},
 				newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
+			if errors.Is(err, sink.ErrTenantRequired) {
+				return errors.New("query: this index holds documents of tenants: pass --tenant NAME, or --all-tenants to search every tenant's documents")
+			}
 			if err != nil {
 				return err
 			}
@@ -73,7 +89,8 @@ reused from a near-duplicate text and not yet repaid carries
 	}
 	cmd.Flags().IntVarP(&k, "k", "k", 10, "number of chunks to return")
 	cmd.Flags().StringArrayVar(&filters, "filter", nil, "metadata filter key=value (repeatable; all must match)")
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only documents of this tenant")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only documents of this tenant (required on an index with tenants, unless --all-tenants)")
+	cmd.Flags().BoolVar(&all, "all-tenants", false, "on an index with tenants, search every tenant's documents")
 	cmd.Flags().StringVar(&table, "table", "", "only documents of this source table, e.g. public.articles")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hits as JSON lines")
 	cmd.Flags().StringVar(&via, "via", "postgres", "postgres: search pgvector directly; redis: ask the front door over its Redis Stream protocol")
@@ -134,7 +151,7 @@ type hitJSON struct {
 	Table    string         `json:"table"`
 	Key      string         `json:"key"`
 	Position int            `json:"position"`
-	Score    float64        `json:"score"`
+	Score    score          `json:"score"`
 	Text     string         `json:"text"`
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// VectorReused marks a hit whose vector is reused from a
@@ -142,12 +159,25 @@ type hitJSON struct {
 	VectorReused bool `json:"vector_reused,omitempty"`
 }
 
+// score is a hit's score in JSON: null when it is not a finite number (a
+// chunk stored with a zero vector, before such vectors were refused, has
+// no cosine similarity), since JSON has no NaN and one such hit must not
+// fail the whole output.
+type score float64
+
+func (s score) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(s))
+}
+
 func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, h.Score, h.Text, h.Metadata, h.Reused}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, score(h.Score), h.Text, h.Metadata, h.Reused}); err != nil {
 				return err
 			}
 		}

@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/internal/redact"
 )
@@ -72,4 +77,27 @@ func TestLogsRedactSecrets(t *testing.T) {
 		require.NotContains(t, out, s)
 	}
 	require.Contains(t, out, `"msg":"embed failed"`, "the record stays JSON")
+}
+
+// TestDLQListRedactsSecrets lists dead letters written without redaction
+// (by an older ragsync, or another tool) whose reason quotes the API key
+// and the Postgres URL with its password: dlq list, as text and as JSON,
+// prints the reason with both masked.
+func TestDLQListRedactsSecrets(t *testing.T) {
+	const apiKey, pgPassword = "sk-proj-DlqL1stKey", "DlqPgPassw0rd"
+	pgURL := "postgres://owner:" + pgPassword + "@db.internal:5432/idx"
+	dir := t.TempDir()
+	events := filepath.Join(dir, "events.jsonl")
+	cause := fmt.Errorf("embeddings API returned 400 Bad Request: Incorrect API key provided: %s; then connect %s: refused", apiKey, pgURL)
+	require.NoError(t, file.NewDeadLetters(events+".dlq.jsonl", "test").Put(t.Context(), cdc.Message{Offset: 1, Value: []byte(`{"id":1}`)}, cause))
+	raw, err := os.ReadFile(events + ".dlq.jsonl")
+	require.NoError(t, err)
+	require.Contains(t, string(raw), apiKey, "the stored dead letter holds the key in clear")
+	cfg := dlqConfig(t, fmt.Sprintf("source:\n  kind: file\n  file:\n    path: %s\nembedder:\n  api_key: %s\npostgres:\n  url: %s\n", events, apiKey, pgURL))
+	for _, args := range [][]string{{"list"}, {"list", "--json"}} {
+		out := dlqLines(t, cfg, args...)
+		require.Contains(t, out, "Incorrect API key provided: "+redact.Mask, "dlq %v", args)
+		require.NotContains(t, out, apiKey, "dlq %v", args)
+		require.NotContains(t, out, pgPassword, "dlq %v", args)
+	}
 }

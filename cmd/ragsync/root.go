@@ -28,7 +28,8 @@ type globals struct {
 	index       string
 	// warn receives configuration warnings (the command's stderr).
 	warn io.Writer
-	// red masks secrets in everything written to stderr (errors, logs);
+	// red masks secrets in everything the process writes (stdout, stderr)
+	// or sends (serve's dead letters, replies, events, health bodies);
 	// load teaches it the configured secrets.
 	red *redact.Redactor
 	// stderrTTY is whether stderr is a terminal, found by main on the
@@ -56,11 +57,14 @@ per document.
 Settings come from --config (YAML), then RAGSYNC_* environment variables
 (RAGSYNC_EMBEDDER_API_KEY, RAGSYNC_POSTGRES_URL, …), then flags; flags win.`,
 		SilenceUsage: true,
-		// Errors and logs go through the redactor: a library error may quote
-		// a URL or DSN with its password.
+		// Errors, logs and every command's output go through the
+		// redactor: a library error may quote a URL or DSN with its
+		// password, a provider's the API key, and dead letters or replies
+		// written before may hold either.
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			root := cmd.Root()
 			root.SetErr(g.red.Writer(root.ErrOrStderr()))
+			root.SetOut(g.red.Writer(root.OutOrStdout()))
 			g.warn = cmd.ErrOrStderr()
 			// go-redis's own pool notices ("failed to dial after 5
 			// attempts") are debug lines: the command says what failed

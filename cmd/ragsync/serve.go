@@ -80,7 +80,7 @@ changes to a new empty index and move the source past the real one);
 				}
 				defer stopProfile()
 			}
-			return serve(ctx, cmd, cfg, once, lenient, monitorOnce, createIndex)
+			return serve(ctx, cmd, g, cfg, once, lenient, monitorOnce, createIndex)
 		},
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "drain the source (file to its end, Kafka to the offsets seen at start), print a summary and exit with a code saying how it ended")
@@ -111,7 +111,7 @@ func exitOnSecondSignal(ctx context.Context, done <-chan struct{}) {
 	}
 }
 
-func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, monitorOnce, createIndex bool) error {
+func serve(ctx context.Context, cmd *cobra.Command, g *globals, cfg Config, once, lenient, monitorOnce, createIndex bool) error {
 	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, !once)
 	logs := monitor.NewLogRing(logger.Handler(), 50) // warnings for the monitor's events
 	logger = slog.New(service.TraceLogs{Handler: logs})
@@ -125,7 +125,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg Config, once, lenient, m
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	sc.Once, sc.MonitorOnce, sc.Logger, sc.Logs = once, monitorOnce, logger, logs
+	sc.Once, sc.MonitorOnce, sc.Logger, sc.Logs, sc.Redactor = once, monitorOnce, logger, logs, g.red
 	sc.Index.Create = createIndex
 	res, err := service.Serve(ctx, sc)
 	if once && res.Stats != nil {

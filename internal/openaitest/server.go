@@ -53,6 +53,9 @@ type Options struct {
 type Fault struct {
 	// Status, if non-zero, is returned with an OpenAI-style error body.
 	Status int
+	// Message, if set, is that body's message in place of "injected
+	// fault <status>": e.g. one quoting the API key, as OpenAI's 401 does.
+	Message string
 	// RetryAfter is sent as the Retry-After header (seconds or an HTTP date).
 	RetryAfter string
 	// Header adds arbitrary response headers (retry-after-ms,
@@ -68,6 +71,10 @@ type Fault struct {
 	// Lengths makes the vector of input i Lengths[i] long: one bad vector
 	// among good ones.
 	Lengths map[int]int
+	// Fill makes every entry of input i's vector Fill[i]: 0 answers a
+	// zero vector, NaN or ±Inf one that is not finite (sent as base64,
+	// which can carry them; JSON numbers cannot).
+	Fill map[int]float32
 	// Short leaves the last Short vectors out of the answer.
 	Short int
 	// Long appends Long vectors whose indexes are past the inputs.
@@ -267,7 +274,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler) // aborts the response without a reply
 		}
 		if f.Status != 0 {
-			writeError(w, f.Status, "server_error", fmt.Sprintf("injected fault %d", f.Status))
+			msg := f.Message
+			if msg == "" {
+				msg = fmt.Sprintf("injected fault %d", f.Status)
+			}
+			writeError(w, f.Status, "server_error", msg)
 			return
 		}
 		if f.BodyBytes > 0 {
@@ -337,6 +348,15 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				vecs[i] = v[0]
+			}
+		}
+	}
+	if f != nil {
+		for i, x := range f.Fill {
+			if i >= 0 && i < len(vecs) {
+				for j := range vecs[i] {
+					vecs[i][j] = x
+				}
 			}
 		}
 	}

@@ -4,6 +4,13 @@
 // parameters (password=…), and literal secret values taken from the
 // configuration (API keys, passwords) wherever they appear, e.g. inside a
 // library's error text.
+//
+// A process has one Redactor, taught the configured secrets at start-up,
+// and everything that leaves the process goes through it: log lines and
+// printed errors (Writer), command output, dead-letter reasons, the front
+// door's replies and dead letters, monitor events and the health
+// endpoints' bodies (String, Error). A nil *Redactor masks the password
+// patterns only, so a component built without one still hides those.
 package redact
 
 import (
@@ -79,6 +86,9 @@ func (r *Redactor) Add(secrets ...string) {
 
 // String masks every known secret and password pattern in s.
 func (r *Redactor) String(s string) string {
+	if r == nil {
+		return String(s)
+	}
 	r.mu.RLock()
 	for _, sec := range r.secrets {
 		s = strings.ReplaceAll(s, sec, Mask)
@@ -86,6 +96,28 @@ func (r *Redactor) String(s string) string {
 	r.mu.RUnlock()
 	return String(s)
 }
+
+// Error returns err with its message masked, nil for nil. errors.Is and
+// errors.As still see err and its chain: classification is by behaviour,
+// never by text, so masking the text changes no decision.
+func (r *Redactor) Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if red := r.String(msg); red != msg {
+		return &redactedError{msg: red, err: err}
+	}
+	return err
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // Writer returns a writer that masks secrets in every Write before passing
 // it to w. Each Write is redacted on its own, so a secret must not be split
