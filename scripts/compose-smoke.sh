@@ -197,7 +197,7 @@ say "wrote public.articles id $id into source-db"
 doc="public.articles/$id"
 found=""
 for _ in $(seq 60); do
-  out=$("${COMPOSE[@]}" exec -T ragsync-direct ragsync query --json -k 3 "$body" 2>/dev/null || true)
+  out=$("${COMPOSE[@]}" exec -T ragsync-direct ragsync query --json -k 3 --all-tenants "$body" 2>/dev/null || true)
   if grep -q "\"doc_id\":\"$doc\"" <<<"$out"; then found=1; break; fi
   sleep 2
 done

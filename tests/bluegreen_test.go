@@ -53,7 +53,7 @@ func TestBlueGreenReindex(t *testing.T) {
 	// and the model check below recomputes each hit's score from its text.
 	_, logs := startFrontDoorServe(t, e, events, "bg", "  workers: 2\n", "index_poll: 200ms\nreuse:\n  enabled: false\n")
 	require.Eventually(t, func() bool {
-		o, err := e.run(true, "query", "sea kayaking paddle")
+		o, err := e.run(true, "query", "--tenant", "acme", "sea kayaking paddle")
 		return err == nil && strings.Contains(o, "public.articles/")
 	}, 60*time.Second, 300*time.Millisecond)
 
@@ -146,7 +146,7 @@ func TestBlueGreenReindex(t *testing.T) {
 				return
 			default:
 			}
-			out, err := e.runQuiet(append([]string{"query", "--json", "-k", "4"}, append(args, question)...)...)
+			out, err := e.runQuiet(append([]string{"query", "--json", "-k", "4", "--tenant", "acme"}, append(args, question)...)...)
 			if err != nil {
 				tl.failed.Add(1)
 				failures.Store(out, err.Error())
@@ -268,7 +268,7 @@ func TestBlueGreenReindex(t *testing.T) {
 	out, err = e.run(false, "index", "drop", "articles_v2")
 	require.NoError(t, err, out)
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"shadows":[]`) }, 30*time.Second, 200*time.Millisecond)
-	out, err = e.run(false, "query", "--via", "redis", "--json", question)
+	out, err = e.run(false, "query", "--via", "redis", "--tenant", "acme", "--json", question)
 	require.NoError(t, err, out)
 	hits := parseHits(t, out)
 	require.NotEmpty(t, hits)

@@ -25,20 +25,20 @@ func TestFrontDoorEndToEnd(t *testing.T) {
 	// query does not cache an empty answer (the negative cache would keep it
 	// for negative_ttl).
 	require.Eventually(t, func() bool {
-		o, err := e.run(true, "query", "espresso grind size and water temperature")
+		o, err := e.run(true, "query", "--tenant", "acme", "espresso grind size and water temperature")
 		return err == nil && strings.Contains(o, "public.articles/2")
 	}, 60*time.Second, 300*time.Millisecond)
 
 	var out string
 	require.Eventually(t, func() bool {
-		o, err := e.run(true, "query", "--via", "redis", "--timeout", "3s", "espresso grind size and water temperature")
+		o, err := e.run(true, "query", "--via", "redis", "--tenant", "acme", "--timeout", "3s", "espresso grind size and water temperature")
 		out = o
 		return err == nil && strings.Contains(o, "public.articles/2")
 	}, 60*time.Second, 500*time.Millisecond, "front door never answered: %s", out)
 	require.Contains(t, out, "status ok")
 
 	// Asked again: the answer comes from the cache.
-	out, _ = e.run(false, "query", "--via", "redis", "espresso grind size and water temperature")
+	out, _ = e.run(false, "query", "--via", "redis", "--tenant", "acme", "espresso grind size and water temperature")
 	require.Contains(t, out, "cached true")
 
 	// A tenant nobody has: empty, answered by the Bloom filter without a search.
@@ -47,7 +47,7 @@ func TestFrontDoorEndToEnd(t *testing.T) {
 	require.Contains(t, out, "no results")
 
 	// An invalid request gets a clear error reply.
-	_, err := e.run(true, "query", "--via", "redis", "-k", "500", "espresso")
+	_, err := e.run(true, "query", "--via", "redis", "--tenant", "acme", "-k", "500", "espresso")
 	require.Error(t, err)
 }
 

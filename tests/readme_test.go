@@ -152,17 +152,17 @@ frontdoor:
 			}()
 			var out string
 			require.Eventually(t, func() bool {
-				o, code := run("query", "--via", "redis", "--timeout", "3s", "espresso grind size and water temperature")
+				o, code := run("query", "--via", "redis", "--tenant", "acme", "--timeout", "3s", "espresso grind size and water temperature")
 				out = o
 				return code == 0 && strings.Contains(o, "public.articles/2")
 			}, 60*time.Second, 300*time.Millisecond, "the front door never answered (a finite file must not stop it): %s", out)
 			start := time.Now()
-			out, code := run("query", "--via", "redis", "espresso grind size and water temperature")
+			out, code := run("query", "--via", "redis", "--tenant", "acme", "espresso grind size and water temperature")
 			took := time.Since(start)
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, "cached true")
 			t.Logf("query --via redis (a process, cache hit) took %s", took)
-			out, code = run("query", "--via", "redis", "--filter", "lang=en", "espresso")
+			out, code = run("query", "--via", "redis", "--tenant", "acme", "--filter", "lang=en", "espresso")
 			require.Equal(t, 1, code)
 			require.Contains(t, out, "frontdoor.allowed_filters")
 
@@ -225,7 +225,7 @@ frontdoor:
 			out, code = run("backfill", "--source-url", srcURL, "--table", "public.articles", "--progress", "none")
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, "backfill: 2 rows read")
-			out, code = run("query", "how long does green tea steep", "-k", "3", "--json")
+			out, code = run("query", "how long does green tea steep", "-k", "3", "--tenant", "acme", "--json")
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, `"doc_id":"public.articles/10"`, "a backfilled row is searchable")
 		},
@@ -243,7 +243,7 @@ frontdoor:
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, "alias articles -> articles_v2 (previous: articles)")
 			// index: articles now resolves to articles_v2 (64 dimensions).
-			out, code = run("query", "how long does green tea steep", "-k", "3", "--json")
+			out, code = run("query", "how long does green tea steep", "-k", "3", "--tenant", "acme", "--json")
 			require.Equal(t, 0, code, out)
 			require.Contains(t, out, `"doc_id":"public.articles/10"`)
 			out, code = run("index", "drop", "articles_v2")

@@ -137,7 +137,7 @@ func run(bin, dir, pgURL, schema string) error {
 	fmt.Println("  Scores around 0.2 are normal here: the offline hashing embedder matches words, not meaning.")
 	fmt.Println("  The ranking is what to look at; a real embedding model scores relevant chunks higher.")
 	for _, q := range queries {
-		out, err := exec.Command(bin, "query", "--config", cfgPath, "-k", "3", "--json", q.Query).Output()
+		out, err := exec.Command(bin, "query", "--config", cfgPath, "-k", "3", "--all-tenants", "--json", q.Query).Output()
 		if err != nil {
 			return fmt.Errorf("ragsync query: %w", exitDetail(err))
 		}
