@@ -24,6 +24,7 @@ import (
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/internal/suggest"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -233,6 +234,44 @@ func expandEnv(s string) (string, []string) {
 	return out, missing
 }
 
+// unsetIn returns the first of the unset variables that the scalar at
+// path in the unexpanded file refers to as ${VAR} (without a default), or
+// "" when it refers to none of them.
+func unsetIn(raw []byte, unset []string, path ...string) string {
+	if len(unset) == 0 {
+		return ""
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Content) == 0 {
+		return ""
+	}
+	n := doc.Content[0]
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return ""
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return ""
+		}
+		n = next
+	}
+	if n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	for _, m := range envRef.FindAllStringSubmatch(n.Value, -1) {
+		if m[2] == "" && slices.Contains(unset, m[1]) {
+			return m[1]
+		}
+	}
+	return ""
+}
+
 // loadConfig reads the file (if any), expands ${VAR}, then applies RAGSYNC_*
 // environment variables and finally the --set overrides, so flags win.
 func Load(path string, sets []string) (Config, error) {
@@ -242,7 +281,8 @@ func Load(path string, sets []string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w (pass --config with the path of your ragsync.yaml)", err)
 		}
-		expanded, _ := expandEnv(string(raw))
+		expanded, unset := expandEnv(string(raw))
+		cfg.Embedder.APIKeyUnset = unsetIn(raw, unset, "embedder", "api_key")
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(expanded), &doc); err == nil {
 			if err := unknownKeys(&doc); err != nil {
@@ -263,7 +303,12 @@ func Load(path string, sets []string) (Config, error) {
 			continue
 		}
 		if err := setPath(&cfg, strings.ToLower(name), v, true); err != nil {
+			if s := suggest.Nearest(strings.ToLower(name), envNames(reflect.TypeOf(cfg), "", nil)); s != "" && errors.Is(err, errUnknownSetting) {
+				err = fmt.Errorf("%w; did you mean RAGSYNC_%s?", err, strings.ToUpper(s))
+			}
 			errs = append(errs, fmt.Errorf("environment %s: %w", k, err))
+		} else if strings.EqualFold(name, "EMBEDDER_API_KEY") {
+			cfg.Embedder.APIKeyUnset = "" // the key was given here
 		}
 	}
 	for _, s := range sets {
@@ -274,6 +319,8 @@ func Load(path string, sets []string) (Config, error) {
 		}
 		if err := setPath(&cfg, k, v, false); err != nil {
 			errs = append(errs, fmt.Errorf("--set %s: %w", k, err))
+		} else if k == "embedder.api_key" {
+			cfg.Embedder.APIKeyUnset = "" // the key was given here, empty or not
 		}
 	}
 	return cfg, errors.Join(errs...)
@@ -287,7 +334,7 @@ func setPath(cfg *Config, path, value string, underscores bool) error {
 	rest := path
 	for {
 		if v.Kind() != reflect.Struct {
-			return fmt.Errorf("unknown setting %q", path)
+			return fmt.Errorf("%w %q", errUnknownSetting, path)
 		}
 		field, remaining, ok := matchField(v, rest, underscores)
 		if !ok {

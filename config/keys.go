@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,28 +94,39 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 // closest returns the valid key nearest to k by edit distance, if it is
 // near enough to be a typo.
 func closest(k string, fields map[string]reflect.Type) string {
-	best, bestD := "", len(k)/2+2
-	for name := range fields {
-		d := suggest.Distance(k, name)
-		if d < bestD || (d == bestD && name < best) {
-			best, bestD = name, d
-		}
-	}
-	if bestD > max(2, len(k)/3) {
-		return ""
-	}
-	return best
+	return suggest.Nearest(k, slices.Collect(maps.Keys(fields)))
 }
+
+// envNames lists every setting's path as a RAGSYNC_* variable spells it,
+// lower-case, without the prefix (embedder_api_key).
+func envNames(t reflect.Type, prefix string, out []string) []string {
+	for name, ft := range yamlFields(t) {
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) {
+			out = envNames(ft, prefix+name+"_", out)
+			continue
+		}
+		out = append(out, prefix+name)
+	}
+	return out
+}
+
+// errUnknownSetting is a --set path or RAGSYNC_* name that names no setting.
+var errUnknownSetting = errors.New("unknown setting")
 
 // unknownSetting reports a --set path (or RAGSYNC_* name) that names no
 // setting; for --set it offers the closest key at the level that failed.
 func unknownSetting(v reflect.Value, path, rest string, underscores bool) error {
 	if underscores {
-		return fmt.Errorf("unknown setting %q", path)
+		// The variable's name is the whole path: suggest the nearest of all
+		// (Load does, with the RAGSYNC_ prefix).
+		return fmt.Errorf("%w %q", errUnknownSetting, path)
 	}
 	key, _, _ := strings.Cut(rest, ".")
 	if s := closest(key, yamlFields(v.Type())); s != "" {
-		return fmt.Errorf("unknown setting %q; did you mean %s?", path, strings.TrimSuffix(path, rest)+s)
+		return fmt.Errorf("%w %q; did you mean %s?", errUnknownSetting, path, strings.TrimSuffix(path, rest)+s)
 	}
-	return fmt.Errorf("unknown setting %q", path)
+	return fmt.Errorf("%w %q", errUnknownSetting, path)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 
 	"github.com/ragsync/ragsync/embedder"
@@ -16,6 +17,10 @@ func (c Config) Warnings() []string {
 	if c.Embedder.Provider == embedder.ProviderHashing && c.Embedder.Model != "" && c.Embedder.Model != embedder.HashingModel {
 		ws = append(ws, fmt.Sprintf("embedder.model: %q is ignored with provider hashing, which has one model (%s); remove it, or set provider: openai to use it",
 			c.Embedder.Model, embedder.HashingModel))
+	}
+	if e := c.Embedder; e.Provider == embedder.ProviderOpenAI && e.APIKey == "" && e.APIKeyUnset != "" && !e.WithDefaults().NeedsKey() {
+		ws = append(ws, fmt.Sprintf("embedder.api_key: ${%s} is not set, so no key is sent to %s; fine for a server that takes none, otherwise export %s (write api_key: \"\" to say none is needed)",
+			e.APIKeyUnset, hostOf(e.BaseURL), e.APIKeyUnset))
 	}
 	return ws
 }
@@ -33,4 +38,12 @@ func checkEventsFile(path string) error {
 		return fmt.Errorf("source.file.path: %s is a directory; set it to a JSON Lines file", path)
 	}
 	return nil
+}
+
+// hostOf is the host of a URL, without the user and password it may carry.
+func hostOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "embedder.base_url"
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -87,6 +88,12 @@ type Config struct {
 	// APIKey authenticates to the API; set it as ${OPENAI_API_KEY} so it
 	// stays out of files. It is redacted when the config is logged.
 	APIKey string `yaml:"api_key"`
+	// APIKeyUnset names the environment variable that api_key referred to
+	// as ${VAR} and that was not set when the file was loaded (config.Load
+	// records it; "" otherwise). An empty APIKey for a server that needs a
+	// key is then refused naming the variable, instead of being sent and
+	// answered with a 401.
+	APIKeyUnset string `yaml:"-"`
 	// MaxBatchInputs caps the texts per request. Defaults to 256 (OpenAI
 	// allows 2048).
 	MaxBatchInputs int `yaml:"max_batch_inputs"`
@@ -144,6 +151,34 @@ type Config struct {
 	// Registerer, when not nil, receives a remote client's request
 	// metrics (New registers them).
 	Registerer prometheus.Registerer `yaml:"-"`
+}
+
+// NeedsKey reports whether the server at BaseURL is likely to need an API
+// key: Azure, and any host that is not this machine, a private or
+// link-local address, a bare name (a compose service such as "ollama") or
+// a .local/.internal name. Local servers (Ollama, vLLM, TEI) often take
+// none.
+func (c Config) NeedsKey() bool {
+	if c.APIType == APITypeAzure {
+		return true
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
+	}
+	if host == "localhost" || !strings.Contains(host, ".") {
+		return false
+	}
+	for _, suffix := range []string{".localhost", ".local", ".internal", ".lan", ".home.arpa"} {
+		if strings.HasSuffix(host, suffix) {
+			return false
+		}
+	}
+	return true
 }
 
 // SendsDimensions reports whether requests carry "dimensions" under
@@ -235,6 +270,9 @@ func (c Config) Validate() error {
 		}
 		if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("embedder.base_url: %q is not an http(s) URL, e.g. https://api.openai.com/v1", c.BaseURL)
+		} else if c.APIKey == "" && c.APIKeyUnset != "" && c.NeedsKey() {
+			add("embedder.api_key: ${%s} is not set in the environment, so no key would be sent to %s; export %s=<your key> (or write api_key: \"\" if this server takes none)",
+				c.APIKeyUnset, u.Hostname(), c.APIKeyUnset)
 		} else if c.APIKey == "" && strings.HasSuffix(u.Hostname(), "openai.com") {
 			add("embedder.api_key: required for %s, set OPENAI_API_KEY and api_key: ${OPENAI_API_KEY}", u.Hostname())
 		}

@@ -1,6 +1,7 @@
 package embedder
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,8 +36,10 @@ type OpenAI struct {
 	// model_version): providers name dated snapshots there.
 	reported atomic.Pointer[string]
 	// floatOnly is set once an "auto" encoding found that the server does
-	// not speak base64.
+	// not speak base64; b64Seen once a base64 answer decoded. While neither
+	// is set, an "auto" request keeps its reply's bytes (see attempt).
 	floatOnly atomic.Bool
+	b64Seen   atomic.Bool
 	// sized is set once the model answered with vectors of Dimensions: from
 	// then on a lone vector of another size is that input's fault, not the
 	// model's.
@@ -324,6 +327,16 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 		// go-openai decodes the reply into the same float32 vectors.
 		req.EncodingFormat = openai.EmbeddingEncodingFormatBase64
 	}
+	learning := b64 && o.cfg.EncodingFormat == EncodingAuto && !o.b64Seen.Load()
+	if learning {
+		// Until the format is known, keep the reply: a server that ignores
+		// encoding_format answers in JSON numbers, and those vectors are
+		// as good as base64 ones. Decoding them instead of asking again
+		// keeps every first request of a client (the start-up probe, each
+		// shadow's, each backfill's, or the pipeline's first batch when the
+		// probe failed) from being embedded twice.
+		info.keep = new(bytes.Buffer)
+	}
 	o.stats.requests.Add(1)
 	resp, err := o.client.CreateEmbeddings(ctx, req)
 	if err != nil {
@@ -337,9 +350,17 @@ func (o *OpenAI) attempt(ctx context.Context, batch []string) ([][]float32, http
 				o.log.WarnContext(ctx, "embedding server does not answer in base64; asking for float from now on (set embedder.encoding_format: float to skip the probe)",
 					"base_url", redact.String(o.cfg.BaseURL), "error", redact.String(err.Error()))
 			}
-			return o.attempt(ctx, batch)
+			floats, ok := floatReply(info.keep)
+			if !ok {
+				// Refused (400/422): nothing was embedded; ask again in float.
+				return o.attempt(ctx, batch)
+			}
+			resp, err = floats, nil
+		} else {
+			return nil, info.hdr, err
 		}
-		return nil, info.hdr, err
+	} else if learning {
+		o.b64Seen.Store(true)
 	}
 	if len(resp.Data) != len(batch) {
 		return nil, info.hdr, &ResponseError{Model: o.cfg.Model,
@@ -412,6 +433,19 @@ func noBase64(err error) bool {
 		strings.Contains(strings.ToLower(api.Message), "encoding_format")
 }
 
+// floatReply decodes a kept reply that answered a base64 request with JSON
+// numbers; ok is false when there is none or it does not decode.
+func floatReply(kept *bytes.Buffer) (openai.EmbeddingResponse, bool) {
+	var resp openai.EmbeddingResponse
+	if kept == nil || kept.Len() == 0 {
+		return resp, false
+	}
+	if err := json.Unmarshal(kept.Bytes(), &resp); err != nil || len(resp.Data) == 0 {
+		return resp, false
+	}
+	return resp, true
+}
+
 // classify turns go-openai's errors into ours; transport errors (resets,
 // refused connections, attempt timeouts) pass through and are retried.
 func (o *OpenAI) classify(ctx context.Context, err error) error {
@@ -445,6 +479,9 @@ type reqKey struct{}
 type reqInfo struct {
 	hdr   http.Header
 	limit int64
+	// keep, when not nil, receives the body as it is read (at most limit
+	// bytes).
+	keep *bytes.Buffer
 }
 
 type headerDoer struct{ c *http.Client }
@@ -456,6 +493,9 @@ func (d headerDoer) Do(req *http.Request) (*http.Response, error) {
 			p.hdr = resp.Header
 			if p.limit > 0 {
 				resp.Body = newCappedBody(resp.Body, resp.ContentLength, p.limit)
+			}
+			if p.keep != nil {
+				resp.Body = &keptBody{rc: resp.Body, keep: p.keep}
 			}
 		}
 	}
@@ -506,3 +546,21 @@ func (c *cappedBody) Read(p []byte) (int, error) {
 }
 
 func (c *cappedBody) Close() error { return c.rc.Close() }
+
+// keptBody copies what is read of a body into keep; Close reads the rest
+// into it first (a JSON decoder may stop early), within the cap under it.
+type keptBody struct {
+	rc   io.ReadCloser
+	keep *bytes.Buffer
+}
+
+func (k *keptBody) Read(p []byte) (int, error) {
+	n, err := k.rc.Read(p)
+	k.keep.Write(p[:n])
+	return n, err
+}
+
+func (k *keptBody) Close() error {
+	_, _ = io.Copy(k.keep, k.rc)
+	return k.rc.Close()
+}

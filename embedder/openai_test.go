@@ -402,10 +402,12 @@ func TestOpenAIBase64Encoding(t *testing.T) {
 	require.ErrorContains(t, err, "embedder.encoding_format")
 }
 
-// TestOpenAIBase64Unsupported: a server without base64 (one that answers
-// with numbers anyway, or refuses the parameter) costs auto one extra
-// request, once, and then float is asked for; configured base64 fails
-// permanently with an error naming the setting, rather than retrying.
+// TestOpenAIBase64Unsupported: against a server without base64, auto asks
+// for float from the second request on and embeds every text once: the
+// numbers a server that ignores encoding_format sends back are used as they
+// are, and a server that refuses the parameter embedded nothing, so only
+// the refused request is sent again. Configured base64 fails permanently
+// with an error naming the setting, rather than retrying.
 func TestOpenAIBase64Unsupported(t *testing.T) {
 	t.Parallel()
 	texts := someTexts(3)
@@ -420,7 +422,9 @@ func TestOpenAIBase64Unsupported(t *testing.T) {
 				require.NoError(t, err, "call %d", call)
 				require.Equal(t, want, got, "call %d", call)
 			}
-			require.EqualValues(t, 4, b.srv.Requests.Load(), "one probe in base64, then float only")
+			wantRequests := map[string]int64{"ignore": 3, "reject": 4}[server]
+			require.EqualValues(t, wantRequests, b.srv.Requests.Load(), "one request in base64, then float only")
+			require.EqualValues(t, 3*len(texts), b.srv.Inputs.Load(), "every text embedded once")
 			served := b.srv.Served()
 			require.Empty(t, served[len(served)-1].EncodingFormat)
 			require.Zero(t, c.Stats().Retries, "the switch is not a retry")

@@ -116,21 +116,22 @@ func (m *Monitor) ensureCanaries(ctx context.Context, by string) (int, error) {
 	return len(cs), nil
 }
 
-// checkFidelity re-embeds the canaries and a sample of stored chunks.
-func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggregate, []tagged, error) {
+// checkFidelity re-embeds the canaries and a sample of stored chunks; the
+// count says what the sample asked for and measured (nil without one).
+func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggregate, []tagged, *SampleCount, error) {
 	l2Bound := NormalisedL2Bound(m.cfg.L2Threshold, m.emb.Dimensions())
 	var aggs []Aggregate
 	var sigs []tagged
 
 	if !m.baseline && m.deps.BaselineBy != "" {
 		if _, err := m.ensureCanaries(ctx, m.deps.BaselineBy); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		m.baseline = true
 	}
 	have, err := m.st.canaries(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	m.lastBaselines = m.describe(have)
 	var cs []canary
@@ -148,7 +149,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 		}
 		vecs, err := m.emb.Embed(ctx, texts)
 		if err != nil {
-			return nil, nil, fmt.Errorf("re-embed %d canaries: %w", len(cs), err)
+			return nil, nil, nil, fmt.Errorf("re-embed %d canaries: %w", len(cs), err)
 		}
 		m.metrics.tokens.WithLabelValues("canary").Add(float64(tokens))
 		ms := make([]Measurement, len(cs))
@@ -164,6 +165,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			"tokens", tokens, "budget_left", m.budget.remaining())
 	}
 
+	var count *SampleCount
 	n := m.cfg.SampleSize
 	if opts.SampleSize != 0 {
 		n = opts.SampleSize
@@ -173,8 +175,10 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 		nr := (n - nu + 1) / 2
 		picked, err := m.st.sampleChunks(ctx, m.rng, nr, n-nu-nr, nu)
 		if err != nil {
-			return aggs, sigs, err
+			return aggs, sigs, nil, err
 		}
+		count = &SampleCount{Asked: n, FewReused: max(0, nr-countKind(picked, KindReused)),
+			FewCached: max(0, n-nu-nr-countKind(picked, KindCached)), FewUniform: max(0, nu-countKind(picked, KindUniform))}
 		// Spend what the budget allows, in pick order (reused first).
 		var texts []string
 		var take []sampled
@@ -184,6 +188,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			}
 			texts, take = append(texts, p.text), append(take, p)
 		}
+		count.OverBudget = len(picked) - len(take)
 		if len(take) < len(picked) {
 			m.logger.WarnContext(ctx, "stored-vector sample cut short by monitor.max_tokens_per_hour",
 				"sampled", len(take), "wanted", len(picked))
@@ -191,7 +196,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 		if len(take) > 0 {
 			vecs, err := m.emb.Embed(ctx, texts)
 			if err != nil {
-				return aggs, sigs, fmt.Errorf("re-embed %d sampled chunks: %w", len(take), err)
+				return aggs, sigs, count, fmt.Errorf("re-embed %d sampled chunks: %w", len(take), err)
 			}
 			ms := make([]Measurement, len(take))
 			spent := 0
@@ -201,8 +206,9 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 				spent += p.tokens
 			}
 			m.metrics.tokens.WithLabelValues("sample").Add(float64(spent))
+			count.Measured = len(ms)
 			if err := m.st.saveSamples(ctx, ms, m.cfg.CosineBound); err != nil {
-				return aggs, sigs, err
+				return aggs, sigs, count, err
 			}
 			all := aggregate("all", ms, m.cfg.CosineBound, l2Bound)
 			det := aggDetails(all, l2Bound)
@@ -233,7 +239,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 		m.metrics.fidelity.WithLabelValues(a.Kind, "p99").Set(a.P99)
 		m.metrics.fidelity.WithLabelValues(a.Kind, "share_over_bound").Set(a.ShareOver)
 	}
-	return aggs, sigs, nil
+	return aggs, sigs, count, nil
 }
 
 func aggDetails(a Aggregate, l2Bound float64) map[string]float64 {

@@ -97,7 +97,10 @@ type Status struct {
 	Time     time.Time   `json:"time"`
 	Events   []Event     `json:"events"`
 	Fidelity []Aggregate `json:"fidelity"`
-	Drift    DriftResult `json:"drift"`
+	// Sample counts the stored-vector sample: asked, measured, and why any
+	// were not; nil when the check took none.
+	Sample *SampleCount `json:"sample,omitempty"`
+	Drift  DriftResult  `json:"drift"`
 	// Query compares recent front-door queries with the query reference.
 	Query DriftResult `json:"query_drift"`
 	// QueryCorpus compares them with the chunk reference: how far users
@@ -212,8 +215,8 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 	var sigs []tagged
 	var errs []error
 
-	fid, fsigs, err := m.checkFidelity(ctx, opts)
-	st.Fidelity, sigs = fid, append(sigs, fsigs...)
+	fid, fsigs, count, err := m.checkFidelity(ctx, opts)
+	st.Fidelity, st.Sample, sigs = fid, count, append(sigs, fsigs...)
 	st.Baselines = m.lastBaselines
 	if err != nil {
 		errs = append(errs, err)

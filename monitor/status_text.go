@@ -66,6 +66,9 @@ func (st Status) Write(w io.Writer, asJSON bool) error {
 		fmt.Fprintf(w, "reuse debt: %d vectors (~%d tokens to repay), oldest %.0fs (window %.0fs), repaid so far %s\n",
 			d.Vectors, d.Tokens, d.OldestAgeSeconds, d.WindowSeconds, repaid)
 	}
+	if st.Sample != nil {
+		fmt.Fprintln(w, st.Sample.String())
+	}
 	if len(st.Fidelity) > 0 {
 		return WriteAggregates(w, st.Fidelity)
 	}

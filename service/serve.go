@@ -343,8 +343,8 @@ func redactedHealth(red *redact.Redactor, next http.Handler) http.Handler {
 }
 
 // sourceReadyz answers /readyz with the source's problem and its fix
-// while it has one (the Postgres slot lost or gone); otherwise next
-// answers.
+// while it has one (the Postgres slot lost or gone, or its initial load
+// not done yet); otherwise next answers.
 func sourceReadyz(unhealthy func() string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/readyz" {

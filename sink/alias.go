@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ragsync/ragsync/internal/suggest"
 )
 
 // Index states (indexes.state, migration 00009). "live" is not stored: it
@@ -223,7 +225,7 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 			if err != nil {
 				return err
 			}
-			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: nearest(index, known)}
+			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: suggest.Nearest(index, known)}
 		}
 		if err := c.checkPromote(ctx, tx, alias, x, force); err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ragsync/ragsync/internal/suggest"
 )
 
 // An index family is an alias (or the plain index a future alias will be
@@ -197,7 +199,7 @@ func (c *Catalog) Drop(ctx context.Context, index, family string, force bool) (D
 			if err != nil {
 				return err
 			}
-			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: nearest(index, known)}
+			return &UnknownIndexError{Name: index, Schema: c.schema, Known: known, Nearest: suggest.Nearest(index, known)}
 		}
 		if out.Documents, err = c.documents(ctx, tx, index); err != nil {
 			return err

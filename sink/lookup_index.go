@@ -63,7 +63,7 @@ func (c *Catalog) Lookup(ctx context.Context, name string) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, fmt.Errorf("resolve %s: %w", name, err)
 	}
-	return Resolved{}, &UnknownIndexError{Name: name, Schema: c.schema, Known: known, Nearest: nearest(name, known)}
+	return Resolved{}, &UnknownIndexError{Name: name, Schema: c.schema, Known: known, Nearest: suggest.Nearest(name, known)}
 }
 
 // names lists the aliases and indexes, sorted, without repeats.
@@ -73,17 +73,6 @@ func (c *Catalog) names(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// nearest returns the name in known within a typo's distance of name.
-func nearest(name string, known []string) string {
-	best, bestD := "", max(2, len(name)/3)+1
-	for _, k := range known {
-		if d := suggest.Distance(name, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
 }
 
 // Identity is what an index was built with: every reader and writer of it

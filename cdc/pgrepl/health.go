@@ -161,9 +161,53 @@ func (s *Source) monitor(ctx context.Context) {
 	}
 }
 
+// loadProgress is the initial load's progress while one runs: tables read
+// of the tables to read. It ends when the record that the load is done has
+// been saved, which happens only once every loaded row is in the sink.
+type loadProgress struct {
+	mu          sync.Mutex
+	active      bool
+	read, total int
+}
+
+func (p *loadProgress) start(read, total int) {
+	p.mu.Lock()
+	p.active, p.read, p.total = true, read, total
+	p.mu.Unlock()
+}
+
+func (p *loadProgress) tableRead() {
+	p.mu.Lock()
+	p.read = min(p.read+1, p.total)
+	p.mu.Unlock()
+}
+
+func (p *loadProgress) finish() {
+	p.mu.Lock()
+	p.active = false
+	p.mu.Unlock()
+}
+
+// get returns "" when no load runs.
+func (p *loadProgress) get() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.active {
+		return ""
+	}
+	return fmt.Sprintf("initial load in progress: %d of %d tables", p.read, p.total)
+}
+
 // Unhealthy returns why the slot cannot be used, with the fix, or "" while
-// it can. Safe for concurrent use.
-func (s *Source) Unhealthy() string { return s.health.get() }
+// it can; until the initial load is done (every loaded row in the sink), it
+// says how far the load is: the index does not have the tables' rows yet,
+// so /readyz must not send queries to it. Safe for concurrent use.
+func (s *Source) Unhealthy() string {
+	if msg := s.health.get(); msg != "" {
+		return msg
+	}
+	return s.load.get()
+}
 
 // register adds the source's metrics to reg.
 func (s *Source) register(reg prometheus.Registerer) error {

@@ -93,6 +93,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 			return err
 		}
 		total += n
+		s.load.tableRead()
 	}
 	if err := l.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -110,6 +111,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 			return fmt.Errorf("record initial load of slot %q: %w", s.cfg.Slot, err)
 		}
 		s.log.Info("initial load done", "rows", total, "tables", len(rec.Pending), "duration", time.Since(start).String())
+		s.load.finish()
 		return nil
 	}
 	// The final batch (maybe empty) carries the record that the load is

@@ -181,6 +181,7 @@ type Source struct {
 	ackNow    chan struct{}
 	lag       lagTracker
 	health    slotHealth
+	load      loadProgress
 	reconnect atomic.Int64
 	metrics   slotMetrics
 	tables    map[string]*tableInfo // by (schema, table) of the publication
@@ -235,6 +236,12 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	// the start.
 	if err := cfg.State.RecordStream(ctx, s.db, cfg.Slot, cfg.Publication); err != nil {
 		s.log.Warn("could not record which publication the slot streams; `ragsync slot drop` of another deployment on this database will keep the publication rather than guess", "publication", cfg.Publication, "error", err)
+	}
+	if st.load != nil {
+		// Not ready from the start: a load resumed after its first tables
+		// counts those as read.
+		rec := st.load.rec
+		s.load.start(max(slices.Index(rec.Pending, rec.Table), 0), len(rec.Pending))
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

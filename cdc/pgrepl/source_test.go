@@ -558,3 +558,37 @@ func TestStartSurvivesSessionsEndedAtStartup(t *testing.T) {
 	got := b.fetch(t, s, 1, true)
 	require.Equal(t, cdc.OpCreate, got[0].Op)
 }
+
+// TestPostgresSourceNotReadyDuringInitialLoad: until the initial load is
+// done (its last batch acknowledged: every loaded row is in the sink),
+// Unhealthy, which /readyz answers with, says how far the load is; then it
+// is empty.
+func TestPostgresSourceNotReadyDuringInitialLoad(t *testing.T) {
+	b := pgSetup(t)
+	b.r.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1,'one','a'),(2,'two','b'),(3,'three','c')`, b.table()))
+	cfg := b.config()
+	cfg.InitialLoad = true
+	s := b.source(t, cfg)
+	require.Regexp(t, `^initial load in progress: [01] of 1 tables$`, s.Unhealthy(), "not ready from the start")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var batches []cdc.Batch
+	for n := 0; n < 3; {
+		batch, err := s.Fetch(ctx)
+		require.NoError(t, err)
+		n += len(batch.Messages)
+		batches = append(batches, batch)
+	}
+	require.Regexp(t, `^initial load in progress: [01] of 1 tables$`, s.Unhealthy(), "every row handed over, none in the sink yet")
+	for _, batch := range batches {
+		require.NoError(t, batch.Ack(ctx))
+	}
+	// The load's last batch (it may carry no rows) records it as done.
+	for s.Unhealthy() != "" {
+		require.Regexp(t, `^initial load in progress: [01] of 1 tables$`, s.Unhealthy())
+		batch, err := s.Fetch(ctx)
+		require.NoError(t, err, "ready once the load is done")
+		require.NoError(t, batch.Ack(ctx))
+	}
+}

@@ -253,12 +253,16 @@ Example:
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				if err := json.NewEncoder(out).Encode(map[string]any{"aggregates": st.Fidelity, "events": fid, "breach": len(breached) > 0}); err != nil {
+				if err := json.NewEncoder(out).Encode(map[string]any{"aggregates": st.Fidelity, "sample": st.Sample, "events": fid, "breach": len(breached) > 0}); err != nil {
 					return err
 				}
-			} else if err := monitor.WriteAggregates(out, st.Fidelity); err != nil {
-				return err
 			} else {
+				if st.Sample != nil {
+					fmt.Fprintln(out, st.Sample.String())
+				}
+				if err := monitor.WriteAggregates(out, st.Fidelity); err != nil {
+					return err
+				}
 				fmt.Fprintln(out, st.Baselines.String())
 			}
 			if len(breached) > 0 {

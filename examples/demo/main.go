@@ -4,6 +4,10 @@
 // edits and deletes — and the real ragsync binary consumes them with the
 // offline embedder into pgvector. It then runs three sample queries.
 //
+// Each run writes to a schema of its own (ragsync_demo_<random>), so that
+// two people running it against one database do not drop each other's
+// index, and drops it at the end (--keep keeps it to query).
+//
 //	go run ./examples/demo --ragsync bin/ragsync
 package main
 
@@ -11,14 +15,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,17 +55,33 @@ func main() {
 		bin    = flag.String("ragsync", "bin/ragsync", "path of the ragsync binary")
 		dir    = flag.String("dir", "examples/demo", "directory with corpus/, script.json and queries.json")
 		pgURL  = flag.String("postgres-url", envOr("RAGSYNC_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres to write the demo index to")
-		schema = flag.String("schema", "ragsync_demo", "schema for the demo index; dropped and recreated on every run")
+		schema = flag.String("schema", "", "schema for the demo index, dropped first if it exists; default ragsync_demo_<random>, one per run")
+		keep   = flag.Bool("keep", false, "keep the demo's schema at the end (it is dropped otherwise) and print how to query it")
 	)
 	flag.Parse()
-	if err := run(*bin, *dir, *pgURL, *schema); err != nil {
+	// Interrupted, the demo still drops its schema: the serve it runs gets
+	// the terminal's signal too and ends, and run returns.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *schema == "" {
+		*schema = "ragsync_demo_" + randomSuffix()
+	}
+	err := run(ctx, *bin, *dir, *pgURL, *schema, *keep)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
+		stop()
 		os.Exit(1)
 	}
 }
 
-func run(bin, dir, pgURL, schema string) error {
-	ctx := context.Background()
+// randomSuffix is 8 lower-case hex digits: a schema name unique per run.
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func run(ctx context.Context, bin, dir, pgURL, schema string, keep bool) (err error) {
 	var script []step
 	if err := readJSON(filepath.Join(dir, "script.json"), &script); err != nil {
 		return err
@@ -65,8 +90,20 @@ func run(bin, dir, pgURL, schema string) error {
 	if err := readJSON(filepath.Join(dir, "queries.json"), &queries); err != nil {
 		return err
 	}
-	if err := resetSchema(ctx, pgURL, schema); err != nil {
+	if err := dropSchema(ctx, pgURL, schema); err != nil {
 		return err
+	}
+	if !keep {
+		defer func() {
+			// Dropped whatever happened, interrupted or not.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if derr := dropSchema(dctx, pgURL, schema); derr != nil {
+				err = errors.Join(err, fmt.Errorf("drop the demo's schema %s: %w", schema, derr))
+				return
+			}
+			fmt.Printf("\nschema %q dropped (run with --keep to keep it and query it yourself)\n", schema)
+		}()
 	}
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
@@ -117,7 +154,7 @@ func run(bin, dir, pgURL, schema string) error {
 			return fmt.Errorf("produce: %w", err)
 		}
 		fmt.Printf("phase %d, %s: produced %s to %s\n", i+1, ph.name, describe(byOp), topic)
-		stats, err := serveOnce(bin, cfgPath)
+		stats, err := serveOnce(ctx, bin, cfgPath)
 		if err != nil {
 			return err
 		}
@@ -165,8 +202,12 @@ func run(bin, dir, pgURL, schema string) error {
 			fmt.Printf("   %d. %.3f %s #%d%s\n      %s\n", h.Rank, h.Score, h.DocID, h.Position, mark, snippet(h.Text, 110))
 		}
 	}
-	fmt.Printf("\ndone. The index stays in schema %q; query it yourself with\n  %s query --postgres-url '%s' --set postgres.schema=%s --index articles \"how do I feed a sourdough starter\"\n",
-		schema, bin, pgURL, schema)
+	if keep {
+		fmt.Printf("\ndone. The index stays in schema %q; query it yourself with\n  %s query --postgres-url '%s' --set postgres.schema=%s --index articles \"how do I feed a sourdough starter\"\nand drop it with DROP SCHEMA %s CASCADE\n",
+			schema, bin, pgURL, schema, schema)
+	} else {
+		fmt.Println("\ndone.")
+	}
 	return nil
 }
 
@@ -230,8 +271,10 @@ func describe(byOp map[string]int) string {
 }
 
 // serveOnce runs `ragsync serve --once` and parses its key=value summary.
-func serveOnce(bin, cfgPath string) (map[string]int, error) {
-	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--once")
+func serveOnce(ctx context.Context, bin, cfgPath string) (map[string]int, error) {
+	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfgPath, "--once")
+	// Stopped like a terminal's Ctrl-C would: serve drains and exits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -279,7 +322,8 @@ log:
 `, strings.Join(brokers, ", "), topic, pgURL, schema)
 }
 
-func resetSchema(ctx context.Context, url, schema string) error {
+// dropSchema drops the demo's schema and everything in it, if it exists.
+func dropSchema(ctx context.Context, url, schema string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w (run make services)", url, err)

@@ -23,3 +23,16 @@ func Distance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Nearest returns the candidate within a typo's distance of name (at most
+// max(2, len(name)/3) edits): the nearest, and of equally near ones the
+// first in byte order. It returns "" when none is that near.
+func Nearest(name string, candidates []string) string {
+	best, bestD := "", max(2, len(name)/3)+1
+	for _, c := range candidates {
+		if d := Distance(name, c); d < bestD || (d == bestD && c < best) {
+			best, bestD = c, d
+		}
+	}
+	return best
+}

@@ -18,3 +18,21 @@ func TestDistance(t *testing.T) {
 		}
 	}
 }
+
+func TestNearest(t *testing.T) {
+	known := []string{"articles", "articles_v2", "notes", "embedder_api_key", "embedder_model"}
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"articels", "articles"}, {"articles", "articles"}, {"note", "notes"}, {"zzzzzz", ""},
+		{"embeder_api_key", "embedder_api_key"}, {"embedder_modle", "embedder_model"}, {"", ""},
+	} {
+		if got := Nearest(tc.name, known); got != tc.want {
+			t.Errorf("Nearest(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// Equally near candidates: the first in byte order, whatever their order.
+	if got := Nearest("ab", []string{"ad", "ac"}); got != "ac" {
+		t.Errorf("tie: got %q, want ac", got)
+	}
+}
