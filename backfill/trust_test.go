@@ -39,6 +39,18 @@ func (w *world) roleURL(extra string) string {
 	return u.String()
 }
 
+// loaded seeds n rows and backfills them, reconciling, into index
+// articles with the hashing embedder, which it returns with the index.
+func (w *world) loaded(n int) (embedder.Client, *sink.Store) {
+	w.t.Helper()
+	w.seed(n)
+	emb := embedder.NewHashing(64)
+	st := w.store("articles", emb)
+	w.backfill(w.reconciling(6, st), nil, emb, st)
+	require.Len(w.t, w.live("articles"), n)
+	return emb, st
+}
+
 // TestReconcileRefusesARowLevelSecurityView: a backfill run by a role that
 // reads the table through a row-level security policy sees 3 of 20 rows.
 // Reconciling from that view would delete 17 live documents; the run is
@@ -46,12 +58,8 @@ func (w *world) roleURL(extra string) string {
 // nothing. With --no-reconcile the role may load what it sees.
 func TestReconcileRefusesARowLevelSecurityView(t *testing.T) {
 	w := newWorld(t)
-	w.seed(20)
 	ctx := context.Background()
-	emb := embedder.NewHashing(64)
-	st := w.store("articles", emb)
-	w.backfill(w.reconciling(6, st), nil, emb, st)
-	require.Len(t, w.live("articles"), 20)
+	emb, st := w.loaded(20)
 
 	_, err := w.src.Exec(ctx, "ALTER TABLE "+w.table()+" ENABLE ROW LEVEL SECURITY; CREATE POLICY tenant_only ON "+w.table()+" USING (id <= 3)")
 	require.NoError(t, err)
@@ -107,11 +115,8 @@ func TestReconcileLeavesAnotherDatabasesDocuments(t *testing.T) {
 // dry run reports the same refusal; --yes lets it through.
 func TestReconcileStopsPastItsLimit(t *testing.T) {
 	w := newWorld(t)
-	w.seed(20)
 	ctx := context.Background()
-	emb := embedder.NewHashing(64)
-	st := w.store("articles", emb)
-	w.backfill(w.reconciling(6, st), nil, emb, st)
+	emb, st := w.loaded(20)
 	_, err := w.src.Exec(ctx, "DELETE FROM "+w.table()+" WHERE id > 5")
 	require.NoError(t, err)
 

@@ -131,7 +131,7 @@ func (h *hostile) request(n int) (fields []any, tenant, checkOn string) {
 // got exactly one correct reply, no key outside the reply namespace was
 // written by a reply, and no tenant saw another's document.
 func TestAdversarialRequests(t *testing.T) {
-	b := setup(t, func(c *Config) {
+	b := setupTenants(t, func(c *Config) {
 		c.BreakerFailures = 3
 		c.BreakerCooldown = time.Hour // a breaker opened by hostile input would stay open
 	})

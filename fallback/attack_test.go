@@ -170,7 +170,7 @@ func docIDs(hits []Hit) []string {
 // Finding 3: a deleted document and one moved to another tenant leave the
 // fresh cache at once, and stale (degraded) answers never cross tenants.
 func TestDeletedAndMovedDocumentsLeaveAnswers(t *testing.T) {
-	b := setup(t, func(c *Config) { c.CacheTTL = time.Hour; c.BreakerFailures = 1; c.BreakerCooldown = time.Hour })
+	b := setupTenants(t, func(c *Config) { c.CacheTTL = time.Hour; c.BreakerFailures = 1; c.BreakerCooldown = time.Hour })
 	rebuildBloomFromTestDocs(t, b.fd)
 	run(t, b.fd)
 	q := Query{Text: "redis streams workers pgvector embeddings rows", K: 4, Tenant: "acme"}
@@ -218,7 +218,7 @@ func TestDeletedAndMovedDocumentsLeaveAnswers(t *testing.T) {
 // Finding 4: an id reused by another client, with another tenant, neither
 // takes the victim's reply nor gets the victim's request dropped.
 func TestReusedIDDoesNotStealTheReply(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	victim, attacker := b.prefix+":reply:victim", b.prefix+":reply:attacker"
 	// The attacker's request is first in the stream.
 	b.sendRaw(t, "id", "shared", "query", "bloom filters tenants", "k", "2", "tenant", "globex", "reply_to", attacker)
@@ -247,7 +247,7 @@ func TestReusedIDDoesNotStealTheReply(t *testing.T) {
 // Finding 4, client side: a reply on the client's stream with its id but
 // another request entry (a reused id, or a forgery) is not taken.
 func TestClientSkipsAReplyToAnotherEntry(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	c := NewClient(b.rdb, b.prefix)
 	t.Cleanup(func() { _ = c.Close() })
 	type out struct {
@@ -306,7 +306,7 @@ func TestDocIDFilterInSQL(t *testing.T) {
 func TestBigFilterNumbersStayExact(t *testing.T) {
 	b := setup(t, nil)
 	run(t, b.fd)
-	b.writeDoc(t, "big", "acme", 1, map[string]any{"lang": 9007199254740992})
+	b.writeDoc(t, "big", "", 1, map[string]any{"lang": 9007199254740992})
 	for _, c := range []struct {
 		filter string
 		want   []string
@@ -346,7 +346,7 @@ func TestHugeFilterRefusedBeforeParsing(t *testing.T) {
 // Finding 8: a document written while a rebuild scans is in the new
 // filters and map, whether its write began before or during the scan.
 func TestBloomRebuildLosesNoConcurrentWrite(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	ctx := t.Context()
 	ch := b.fd.Changes()
 	// Began before the rebuild (Bloom add done), committed during the scan.

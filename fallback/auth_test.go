@@ -17,7 +17,7 @@ import (
 // Finding 11: the front door and its client work as a Redis ACL user that
 // may touch only the prefix's keys.
 func TestACLUserLimitedToThePrefix(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	ctx := t.Context()
 	user := "ragsync-test-" + strings.TrimPrefix(b.prefix, "test:")
 	require.NoError(t, b.rdb.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">s3cret", "~"+b.prefix+":*", "+@all").Err())

@@ -56,14 +56,14 @@ func TestHitAndMiss(t *testing.T) {
 }
 
 func TestFiltersReachTheSearch(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	run(t, b.fd)
 	res, err := b.search(t, Query{Text: "bloom filters tenants", K: 5, Tenant: "acme"})
 	require.NoError(t, err)
 	for _, h := range res.Hits {
 		require.Contains(t, []string{"public.articles/1", "public.articles/2"}, h.DocID, "acme owns docs 1 and 2")
 	}
-	res, err = b.search(t, Query{Text: "bloom filters tenants", K: 5, Filter: map[string]any{FilterDocID: "public.articles/3"}})
+	res, err = b.search(t, Query{Text: "bloom filters tenants", K: 5, Tenant: "globex", Filter: map[string]any{FilterDocID: "public.articles/3"}})
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Hits)
 	for _, h := range res.Hits {
@@ -72,7 +72,7 @@ func TestFiltersReachTheSearch(t *testing.T) {
 }
 
 func TestNegativeCache(t *testing.T) {
-	b := setup(t, func(c *Config) { c.NegativeTTL = time.Minute; c.CacheTTL = time.Hour })
+	b := setupTenants(t, func(c *Config) { c.NegativeTTL = time.Minute; c.CacheTTL = time.Hour })
 	run(t, b.fd)
 
 	// No Bloom filter built yet, so the unknown tenant reaches Postgres once.
@@ -120,7 +120,7 @@ func rebuildBloomFromTestDocs(t testing.TB, fd *FrontDoor) {
 func TestUnknownTenantsNeverReachPostgres(t *testing.T) {
 	// min_idle well above the time a batch waits in a busy worker: this test
 	// is about the Bloom filter, not about reclaiming slow entries.
-	b := setup(t, func(c *Config) {
+	b := setupTenants(t, func(c *Config) {
 		c.Workers = 4
 		c.BatchSize = 64
 		c.ReplyMaxLen = 20000

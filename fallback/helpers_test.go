@@ -145,14 +145,21 @@ var testDocs = []testDoc{
 
 const testTable = "public.articles"
 
-// seedStore opens a store in a fresh schema and writes testDocs.
-func seedStore(t testing.TB) (*sink.Store, string) {
+// seedStore opens a store in a fresh schema and writes testDocs, with
+// their tenants when tenants is set. An index with tenants refuses a
+// search that names none (it would mix them), so tests about other
+// behaviour seed theirs without.
+func seedStore(t testing.TB, tenants bool) (*sink.Store, string) {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
 	store := newStore(t, pool, schema)
 	ctx := context.Background()
 	for _, d := range testDocs {
-		doc := sink.Document{Table: testTable, Key: d.key, Tenant: d.tenant,
+		tenant := d.tenant
+		if !tenants {
+			tenant = ""
+		}
+		doc := sink.Document{Table: testTable, Key: d.key, Tenant: tenant,
 			Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}, SourceTS: time.Now(),
 			Metadata: map[string]any{"lang": "en"}}
 		for i, text := range d.texts {
@@ -200,10 +207,22 @@ func testConfig(prefix string) Config {
 	}
 }
 
+// setup is a front door over testDocs without tenants; setupTenants over
+// testDocs with theirs (acme owns 1 and 2, globex 3 and 4).
 func setup(t testing.TB, mutate func(*Config)) *bundle {
 	t.Helper()
+	return setupWith(t, false, mutate)
+}
+
+func setupTenants(t testing.TB, mutate func(*Config)) *bundle {
+	t.Helper()
+	return setupWith(t, true, mutate)
+}
+
+func setupWith(t testing.TB, tenants bool, mutate func(*Config)) *bundle {
+	t.Helper()
 	rdb, prefix := redistest.Client(t)
-	store, schema := seedStore(t)
+	store, schema := seedStore(t, tenants)
 	b := &bundle{rdb: rdb, prefix: prefix, store: store, schema: schema, emb: &testEmbedder{},
 		searcher: &countingSearcher{store: store}, reg: prometheus.NewRegistry()}
 	b.cfg = testConfig(prefix)

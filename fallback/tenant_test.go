@@ -17,7 +17,7 @@ import (
 // reason naming the field, never answered across tenants, and a request
 // with one gets only that tenant's documents.
 func TestMissingTenantIsRefusedOnATenantIndex(t *testing.T) {
-	b := setup(t, nil)
+	b := setupTenants(t, nil)
 	run(t, b.fd)
 	_, err := b.search(t, Query{Text: "Bloom filters reject unknown tenants", K: 10})
 	var rerr *ReplyError

@@ -81,7 +81,7 @@ func TestTLSRedisChild(t *testing.T) {
 	rdb, err := OpenRedis(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rdb.Close() })
-	b := setup(t, nil) // store, embedder and a fresh prefix; its own Redis client stays unused
+	b := setupTenants(t, nil) // store, embedder and a fresh prefix; its own Redis client stays unused
 	serveAndAskTwice(t, b, rdb)
 	t.Log("tls-child: hit and miss answered")
 }

@@ -33,6 +33,15 @@ func newPGWorldIn(t *testing.T, schema string) pgWorld {
 	t.Helper()
 	r := pgtest.Replication(t)
 	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
+	path := writePGSourceConfig(t, r, schema, "")
+	return pgWorld{r: r, cfg: path, schema: schema}
+}
+
+// writePGSourceConfig writes a config of the Postgres source r (its table
+// articles) into index schema schema with the hashing embedder and no HTTP
+// listener, plus extra top-level YAML, and returns its path.
+func writePGSourceConfig(t *testing.T, r *pgtest.Replica, schema, extra string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "ragsync.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`source:
   kind: postgres
@@ -53,8 +62,8 @@ postgres:
 index: articles
 http:
   listen: ""
-`, pgtest.URL(), r.Slot, r.Publication, r.App, r.Schema, pgtest.URL(), schema)), 0o644))
-	return pgWorld{r: r, cfg: path, schema: schema}
+%s`, pgtest.URL(), r.Slot, r.Publication, r.App, r.Schema, pgtest.URL(), schema, extra)), 0o644))
+	return path
 }
 
 // confirmed is the slot's confirmed_flush_lsn: how far the source moved.

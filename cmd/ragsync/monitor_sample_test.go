@@ -1,18 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/chunker"
-	"github.com/ragsync/ragsync/embedder"
-	"github.com/ragsync/ragsync/internal/openaitest"
-	"github.com/ragsync/ragsync/internal/pgtest"
-	"github.com/ragsync/ragsync/sink"
 )
 
 // TestMonitorSampleExplainsShortfall: monitor --sample 32 on an index of 5
@@ -20,28 +12,11 @@ import (
 // were not: every chunk it did not measure has its reason, in the text and
 // in --json.
 func TestMonitorSampleExplainsShortfall(t *testing.T) {
-	pool, schema := pgtest.Schema(t)
-	srv := openaitest.New(t, openaitest.Options{Dimensions: 32})
-	base := []string{"--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema, "--index", "mon",
-		"--set", "embedder.provider=openai", "--set", "embedder.base_url=" + srv.URL, "--set", "embedder.model=embed-x",
-		"--set", "embedder.dimensions=32", "--set", "embedder.api_key=sk-test"}
-	ctx := context.Background()
-	emb, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "embed-x", Dimensions: 32, APIKey: "sk-test"})
-	require.NoError(t, err)
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "mon", Model: "embed-x", Dimensions: 32})
-	require.NoError(t, err)
 	var texts []string
 	for i := range 5 {
 		texts = append(texts, fmt.Sprintf("note %d on tide pools and anemones", i))
 	}
-	vecs, err := emb.Embed(ctx, texts)
-	require.NoError(t, err)
-	d := sink.Document{Table: "public.t", Key: "1", Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}}
-	for i, s := range texts {
-		d.Chunks = append(d.Chunks, sink.Chunk{Position: i, Hash: chunker.Hash(s), Text: s, Tokens: 8, Vector: vecs[i]})
-	}
-	_, err = st.Upsert(ctx, d)
-	require.NoError(t, err)
+	_, base := monitorIndex(t, texts)
 
 	out, err := runCLI(t, "", append([]string{"monitor", "--sample", "32"}, base...)...)
 	require.NoError(t, err, out)

@@ -31,31 +31,37 @@ func lastJSON(t *testing.T, out string, v any) {
 	t.Fatalf("no JSON in %q", out)
 }
 
-// TestMonitorCommands drives fidelity check, monitor, repair and monitor
-// reference against a real index and the fake embedding API, before and
-// after the API silently swaps its model.
-func TestMonitorCommands(t *testing.T) {
+// monitorIndex writes an index "mon" whose one document has a chunk per
+// text, embedded by a fake embedding API (returned), as the pipeline would,
+// and returns the server and the flags that point a command at them.
+func monitorIndex(t *testing.T, texts []string) (*openaitest.Server, []string) {
+	t.Helper()
 	pool, schema := pgtest.Schema(t)
 	srv := openaitest.New(t, openaitest.Options{Dimensions: 32})
 	base := []string{"--postgres-url", pgtest.URL(), "--set", "postgres.schema=" + schema, "--index", "mon",
 		"--set", "embedder.provider=openai", "--set", "embedder.base_url=" + srv.URL, "--set", "embedder.model=embed-x",
 		"--set", "embedder.dimensions=32", "--set", "embedder.api_key=sk-test"}
-
-	// An index with a few chunks, written as the pipeline would.
 	ctx := context.Background()
 	emb, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "embed-x", Dimensions: 32, APIKey: "sk-test"})
 	require.NoError(t, err)
 	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "mon", Model: "embed-x", Dimensions: 32})
 	require.NoError(t, err)
-	texts := []string{"how to rotate a secret", "where are the logs kept", "deploy on friday afternoons"}
 	vecs, err := emb.Embed(ctx, texts)
 	require.NoError(t, err)
 	d := sink.Document{Table: "public.t", Key: "1", Version: cdc.Version{Kind: "pg", Parts: []uint64{1}}}
 	for i, s := range texts {
-		d.Chunks = append(d.Chunks, sink.Chunk{Position: i, Hash: chunker.Hash(s), Text: s, Tokens: 5, Vector: vecs[i]})
+		d.Chunks = append(d.Chunks, sink.Chunk{Position: i, Hash: chunker.Hash(s), Text: s, Tokens: len(strings.Fields(s)), Vector: vecs[i]})
 	}
 	_, err = st.Upsert(ctx, d)
 	require.NoError(t, err)
+	return srv, base
+}
+
+// TestMonitorCommands drives fidelity check, monitor, repair and monitor
+// reference against a real index and the fake embedding API, before and
+// after the API silently swaps its model.
+func TestMonitorCommands(t *testing.T) {
+	srv, base := monitorIndex(t, []string{"how to rotate a secret", "where are the logs kept", "deploy on friday afternoons"})
 
 	// No command but serve and monitor baseline takes canary baselines.
 	out, err := runCLI(t, "", append([]string{"fidelity", "check", "--sample", "3"}, base...)...)

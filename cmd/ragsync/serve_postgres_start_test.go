@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,30 +19,7 @@ func TestFailedFirstServeLeavesNoSlot(t *testing.T) {
 	r.Exec(t, fmt.Sprintf(`CREATE TABLE %s.articles (id int PRIMARY KEY, title text, body text)`, r.Schema))
 	r.Exec(t, fmt.Sprintf(`INSERT INTO %s.articles VALUES (1, 'one', 'a')`, r.Schema))
 	_, schema := pgtest.Schema(t)
-	path := filepath.Join(t.TempDir(), "ragsync.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`source:
-  kind: postgres
-  postgres:
-    url: %s
-    slot: %s
-    publication: %s
-    application_name: %s
-tables:
-  - match: %s.articles
-    text: "# {{title}}\n\n{{body}}"
-embedder:
-  provider: hashing
-  dimensions: 16
-postgres:
-  url: %s
-  schema: %s
-index: articles
-frontdoor:
-  enabled: true
-  redis_url: redis://127.0.0.1:1/0
-http:
-  listen: ""
-`, pgtest.URL(), r.Slot, r.Publication, r.App, r.Schema, pgtest.URL(), schema)), 0o644))
+	path := writePGSourceConfig(t, r, schema, "frontdoor:\n  enabled: true\n  redis_url: redis://127.0.0.1:1/0\n")
 	out, err := runCLI(t, "", "serve", "--config", path)
 	require.ErrorContains(t, err, "connect to Redis at 127.0.0.1:1", out)
 	require.Contains(t, out, "replication slot created", "the source was created before the front door failed")
