@@ -38,15 +38,17 @@ func TestSearchFiltersAndOrder(t *testing.T) {
 		query sink.Query
 		want  []string
 	}{
-		{"all by score", sink.Query{}, []string{"public.articles/1#0", "public.articles/2#0", "public.articles/3#0", "public.pages/4#0", "public.pages/5#0"}},
-		{"k limits", sink.Query{K: 2}, []string{"public.articles/1#0", "public.articles/2#0"}},
+		{"all by score", sink.Query{AllTenants: true}, []string{"public.articles/1#0", "public.articles/2#0", "public.articles/3#0", "public.pages/4#0", "public.pages/5#0"}},
+		{"k limits", sink.Query{K: 2, AllTenants: true}, []string{"public.articles/1#0", "public.articles/2#0"}},
 		{"tenant", sink.Query{Tenant: "acme"}, []string{"public.articles/1#0", "public.articles/2#0", "public.pages/4#0"}},
-		{"metadata", sink.Query{Filter: map[string]any{"lang": "en"}}, []string{"public.articles/1#0", "public.articles/3#0", "public.pages/4#0"}},
-		{"metadata array containment", sink.Query{Filter: map[string]any{"tags": []any{"y"}}}, []string{"public.articles/1#0"}},
-		{"table", sink.Query{Table: "public.pages"}, []string{"public.pages/4#0", "public.pages/5#0"}},
+		{"metadata", sink.Query{Filter: map[string]any{"lang": "en"}, AllTenants: true}, []string{"public.articles/1#0", "public.articles/3#0", "public.pages/4#0"}},
+		{"metadata array containment", sink.Query{Filter: map[string]any{"tags": []any{"y"}}, AllTenants: true}, []string{"public.articles/1#0"}},
+		{"table", sink.Query{Table: "public.pages", AllTenants: true}, []string{"public.pages/4#0", "public.pages/5#0"}},
 		{"all filters", sink.Query{K: 1, Tenant: "acme", Filter: map[string]any{"lang": "en"}, Table: "public.pages"}, []string{"public.pages/4#0"}},
 		{"nothing matches", sink.Query{Tenant: "nobody"}, []string{}},
 	}
+	_, err := s.Search(ctx, q, sink.Query{})
+	require.ErrorIs(t, err, sink.ErrTenantRequired, "a search that names no tenant on an index with tenants")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			hits, err := s.Search(ctx, q, tc.query)
@@ -58,13 +60,13 @@ func TestSearchFiltersAndOrder(t *testing.T) {
 		})
 	}
 
-	hits, err := s.Search(ctx, q, sink.Query{K: 1})
+	hits, err := s.Search(ctx, q, sink.Query{K: 1, AllTenants: true})
 	require.NoError(t, err)
 	require.InDelta(t, 1.0, hits[0].Score, 1e-6, "same direction scores 1")
 	require.Equal(t, "public.articles", hits[0].Table)
 	require.Equal(t, "1", hits[0].Key)
 	require.Equal(t, "en", hits[0].Metadata["lang"])
-	hits, err = s.Search(ctx, []float32{0, 0, 1, 0}, sink.Query{K: 1})
+	hits, err = s.Search(ctx, []float32{0, 0, 1, 0}, sink.Query{K: 1, AllTenants: true})
 	require.NoError(t, err)
 	require.Equal(t, "public.pages/5", hits[0].DocID)
 
@@ -72,9 +74,9 @@ func TestSearchFiltersAndOrder(t *testing.T) {
 		vec []float32
 		q   sink.Query
 	}{
-		"wrong dims": {[]float32{1, 2}, sink.Query{}},
-		"negative k": {q, sink.Query{K: -1}},
-		"k too big":  {q, sink.Query{K: sink.MaxK + 1}},
+		"wrong dims": {[]float32{1, 2}, sink.Query{AllTenants: true}},
+		"negative k": {q, sink.Query{K: -1, AllTenants: true}},
+		"k too big":  {q, sink.Query{K: sink.MaxK + 1, AllTenants: true}},
 	} {
 		_, err := s.Search(ctx, tc.vec, tc.q)
 		require.ErrorIs(t, err, sink.ErrInvalidQuery, name)
@@ -99,7 +101,7 @@ func TestSearchText(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	hits, err := s.SearchText(ctx, "reset my password", sink.Query{})
+	hits, err := s.SearchText(ctx, "reset my password", sink.Query{AllTenants: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"public.articles/1#0", "public.articles/2#0"}, hitIDs(hits), "more matching words rank first")
 	require.Greater(t, hits[0].Score, hits[1].Score)
@@ -110,12 +112,12 @@ func TestSearchText(t *testing.T) {
 	require.Equal(t, []string{"public.articles/2#0"}, hitIDs(hits))
 
 	for _, q := range []string{"", "   ", "!!! ???", "nonexistentword"} {
-		hits, err = s.SearchText(ctx, q, sink.Query{})
+		hits, err = s.SearchText(ctx, q, sink.Query{AllTenants: true})
 		require.NoError(t, err, q)
 		require.Empty(t, hits, q)
 	}
 	// Operators in user text are words, not syntax.
-	hits, err = s.SearchText(ctx, "shipping & | ! (orders", sink.Query{K: 1})
+	hits, err = s.SearchText(ctx, "shipping & | ! (orders", sink.Query{K: 1, AllTenants: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"public.articles/3#0"}, hitIDs(hits))
 }
