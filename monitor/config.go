@@ -35,8 +35,9 @@ type Config struct {
 	// CosineBound is the cosine distance past which a stored vector no
 	// longer matches a fresh embedding of its text (canaries, samples,
 	// repair), and the distance near-duplicate reuse may predict for a
-	// vector it reuses (reuse reads this setting). Defaults to 0.05 (see docs/monitor.md, "Why cosine and not
-	// the normalised L2", for the measurements behind it).
+	// vector it reuses (reuse reads this setting). Defaults to 0.05 (see
+	// docs/monitor.md, "Why cosine and not the normalised L2", for the
+	// measurements behind it).
 	CosineBound float64 `yaml:"cosine_bound"`
 	// L2Threshold is the design notes' normalised L2 rule, ‖prev − curr‖₂ >
 	// threshold × dimensions, reported beside the cosine bound for
