@@ -7,7 +7,7 @@ import "fmt"
 // Markdown documents, at target_tokens 470) refining at 64 tokens spends
 // 0.59 × the tokens of greedy chunking with exact hashing on the updates,
 // against 0.94 × unrefined and 0.70 × at 128, for 1.5 × the rows (2.4 ×
-// when every chunk is cut at 128); see the README's "The trade, measured".
+// when every chunk is cut at 128); see docs/write-path.md, "The trade, measured".
 // Refinement is off by default: it makes what the index holds depend on
 // which regions were edited (a replay or a backfill gives back the chunks
 // stored, but a fresh load of the final state cuts nothing finer), and the

@@ -6,7 +6,7 @@
 // answers it, degraded and marked so (stale cache, then full-text search,
 // then an error with the reason). Every request gets exactly one reply.
 //
-// The wire protocol is documented in the README's front door section; Client
+// The wire protocol is documented in docs/frontdoor.md; Client
 // speaks it from Go.
 //
 // fallback must not write to the index: it only reads through the Searcher

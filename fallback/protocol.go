@@ -11,8 +11,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Field names of request and reply entries (see the README's query front door
-// section).
+// Field names of request and reply entries (see docs/frontdoor.md).
 const (
 	fieldID          = "id"
 	fieldQuery       = "query"

@@ -35,7 +35,8 @@ type Config struct {
 	// CosineBound is the cosine distance past which a stored vector no
 	// longer matches a fresh embedding of its text (canaries, samples,
 	// repair), and the distance near-duplicate reuse may predict for a
-	// vector it reuses (reuse reads this setting). Defaults to 0.05 (see README "Context fidelity" for the
+	// vector it reuses (reuse reads this setting). Defaults to 0.05 (see
+	// docs/monitor.md, "Why cosine and not the normalised L2", for the
 	// measurements behind it).
 	CosineBound float64 `yaml:"cosine_bound"`
 	// L2Threshold is the design notes' normalised L2 rule, ‖prev − curr‖₂ >
@@ -51,7 +52,7 @@ type Config struct {
 	MaxTokensPerHour int `yaml:"max_tokens_per_hour"`
 	// ReferenceSize is the number of vectors in the drift reference
 	// window. Defaults to 2000: with WindowSize 2000 the smallest size
-	// measured to keep the sampling distortion ε ≤ 0.02 (README).
+	// measured to keep the sampling distortion ε ≤ 0.02 (docs/monitor.md).
 	ReferenceSize int `yaml:"reference_size"`
 	// WindowSize is the number of vectors in the current sliding window,
 	// and of front-door queries in the query window. Defaults to 2000.

@@ -38,7 +38,7 @@ func L2(a, b []float32) float64 {
 // bound exceeds every possible distance once dimensions > 2/threshold (250
 // at 0.008): at 384 or 1536 dimensions it can never fire. The monitor
 // reports it for comparison but alarms on the cosine distance, which is
-// scale-free for unit vectors (see README "Context fidelity").
+// scale-free for unit vectors (see docs/monitor.md).
 func NormalisedL2Bound(threshold float64, dims int) float64 { return threshold * float64(dims) }
 
 // Aggregate summarises the distances of one kind of measurement.

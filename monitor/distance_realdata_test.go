@@ -105,7 +105,7 @@ func TestReuseDistancesRealData(t *testing.T) {
 			dims, len(cos), quantile(cos, 0.5), quantile(cos, 0.9), quantile(cos, 0.99), quantile(l2, 0.5), quantile(l2, 0.99), l2[len(l2)-1], bound, overL2, 100*float64(over)/float64(len(cos)))
 		for i := range l2 {
 			// ‖a−b‖ = √(2·(1−cos)) for unit vectors: the identity the
-			// README relies on.
+			// docs/monitor.md relies on.
 			require.InDelta(t, math.Sqrt(2*cos[i]), l2[i], 1e-3)
 		}
 		if dims >= 384 {

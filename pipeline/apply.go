@@ -133,7 +133,7 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	if stripped, n := stripNUL(row); n > 0 {
 		// Postgres text and jsonb cannot hold U+0000: every retry would
 		// fail the same way (SQLSTATE 22021/22P05). The row is stored and
-		// embedded without it; see README "How changes are applied".
+		// embedded without it; see docs/write-path.md, "Data Postgres cannot hold".
 		row = stripped.(map[string]any)
 		p.stats.add("nul_stripped", 1)
 		p.metrics.nulStripped.Inc()

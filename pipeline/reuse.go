@@ -65,7 +65,7 @@ type ReuseConfig struct {
 	// (a new sentence, name or number) does: "embed" embeds the chunk at
 	// once, so the new words are searchable on commit; "repay_first"
 	// reuses the vector and puts the chunk first in the repayment queue.
-	// Defaults to "embed" (see README "Near-duplicate reuse" for the
+	// Defaults to "embed" (see docs/write-path.md, "Near-duplicate reuse", for the
 	// measurement behind it).
 	NewWords string
 	// Predictor predicts a reuse's distance and learns from measured
