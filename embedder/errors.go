@@ -3,7 +3,6 @@ package embedder
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 )
 
@@ -119,6 +118,11 @@ func (e *InputError) Error() string {
 // Permanent is always true.
 func (e *InputError) Permanent() bool { return true }
 
+// Input is always true: the text itself is what the provider refuses (or
+// answers with a vector that cannot be searched), so a caller holding a
+// query answers its sender at once (fault.Input).
+func (e *InputError) Input() bool { return true }
+
 // ErrClosed is returned by a Coalescer's calls after Close.
 var ErrClosed = errors.New("embedder: coalescer closed")
 
@@ -141,23 +145,3 @@ func (e *EncodingError) Permanent() bool { return true }
 
 // Fatal is always true: every request would fail the same way.
 func (e *EncodingError) Fatal() bool { return true }
-
-// Unsearchable says why v cannot be searched, "" when it can: a vector
-// holding NaN or ±Inf has no distance to anything, and a zero vector
-// (every entry 0) has no direction, so its cosine distance to any vector
-// is NaN (pgvector answers NaN) and it could never be found nor rank
-// anything. A provider returning one for a text must not put it in the
-// index, nor search with it.
-func Unsearchable(v []float32) string {
-	zero := true
-	for _, f := range v {
-		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-			return "a vector holding NaN or Inf, which cannot be searched"
-		}
-		zero = zero && f == 0
-	}
-	if zero {
-		return "a zero vector (every entry 0), which has no cosine distance to anything and can never be found"
-	}
-	return ""
-}

@@ -16,6 +16,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/ragsync/ragsync/internal/redact"
+	"github.com/ragsync/ragsync/internal/vector"
 )
 
 // OpenAI embeds texts through an OpenAI-compatible /embeddings endpoint. It
@@ -407,7 +408,7 @@ func (o *OpenAI) checkSizes(vecs [][]float32) error {
 	if bad < 0 {
 		o.sized.Store(true)
 		for i, v := range vecs {
-			if why := Unsearchable(v); why != "" {
+			if why := vector.Unsearchable(v); why != "" {
 				return &InputError{Index: i, Reason: fmt.Sprintf("model %q returned for it %s", o.cfg.Model, why)}
 			}
 		}

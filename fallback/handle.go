@@ -13,7 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/fault"
+	"github.com/ragsync/ragsync/internal/vector"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -428,8 +429,7 @@ func (f *FrontDoor) embed(ctx context.Context, t *target, text string) ([]float3
 		}
 	}
 	vecs, err := t.emb.Embed(ctx, []string{text})
-	var in *embedder.InputError
-	if errors.As(err, &in) {
+	if fault.Of(err) == fault.Input {
 		// The text itself cannot be embedded (or the provider answers it
 		// with a vector that cannot be searched): the request's fault,
 		// answered at once rather than retried and dead-lettered.
@@ -441,7 +441,7 @@ func (f *FrontDoor) embed(ctx context.Context, t *target, text string) ([]float3
 	if len(vecs) != 1 || len(vecs[0]) == 0 {
 		return nil, fmt.Errorf("embed query: got %d vectors for 1 text", len(vecs))
 	}
-	if why := embedder.Unsearchable(vecs[0]); why != "" {
+	if why := vector.Unsearchable(vecs[0]); why != "" {
 		return nil, fmt.Errorf("%w: the query text embeds to %s", sink.ErrInvalidQuery, why)
 	}
 	f.metrics.embeddings.WithLabelValues("computed").Inc()

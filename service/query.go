@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/internal/vector"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -27,7 +27,7 @@ func Search(ctx context.Context, cfg IndexConfig, text string, q sink.Query, log
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
 	}
-	if why := embedder.Unsearchable(vecs[0]); why != "" {
+	if why := vector.Unsearchable(vecs[0]); why != "" {
 		return nil, fmt.Errorf("embed query: the query text embeds to %s; query with other words", why)
 	}
 	return ix.Store.Search(ctx, vecs[0], q)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
+	"github.com/ragsync/ragsync/internal/vector"
 )
 
 // MaxK is the most hits one search returns (pgvector's hnsw.ef_search
@@ -110,17 +110,8 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 	if err == nil && len(vec) != s.cfg.Dimensions {
 		err = fmt.Errorf("%w: vector has %d dimensions, index %s wants %d", ErrInvalidQuery, len(vec), s.cfg.Index, s.cfg.Dimensions)
 	}
-	zero := true
-	for _, f := range vec {
-		if err == nil && (math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)) {
-			err = fmt.Errorf("%w: vector holds NaN or Inf", ErrInvalidQuery)
-		}
-		zero = zero && f == 0
-	}
-	if err == nil && zero {
-		// A zero vector has no direction: its cosine distance to every
-		// chunk is NaN, which would rank nothing and print as NaN.
-		err = fmt.Errorf("%w: the query vector is all zeros, which has no cosine distance to any chunk", ErrInvalidQuery)
+	if why := vector.Unsearchable(vec); err == nil && why != "" {
+		err = fmt.Errorf("%w: the query vector is %s", ErrInvalidQuery, why)
 	}
 	if err == nil {
 		err = s.checkTenant(ctx, q)
