@@ -55,6 +55,11 @@ type Config struct {
 	// Empty: the database's own identity (cdc.PostgresSource), as the
 	// Postgres source streams it.
 	DebeziumServer string
+	// ReconcileUnknown also reconciles the table's documents whose versions
+	// name no source (stored before versions named theirs), taking them as
+	// this database's. Defaults to false: nothing proves which database
+	// wrote them, so they are left alone and counted.
+	ReconcileUnknown bool
 	// ReconcileLimit bounds the share of a table's documents one reconcile
 	// may delete; past it the run stops before deleting any
 	// (*cdc.ReconcileRefused). Defaults to cdc.DefaultReconcileLimit.

@@ -133,7 +133,7 @@ func (s *Source) gone(ctx context.Context, t *table) ([]string, int64, int, erro
 		gone, left, batch = append(gone, g...), left+unread, batch[:0]
 		return err
 	}
-	census, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()), nil, func(key string) error {
+	census, err := cdc.Outdated(ctx, s.cfg.Reconcile, t.Name, s.rowVersion(time.Now()), cdc.OutdatedOptions{ClaimUnknown: s.cfg.ReconcileUnknown}, func(key string) error {
 		if batch = append(batch, key); len(batch) == 1000 {
 			return check()
 		}

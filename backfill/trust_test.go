@@ -144,3 +144,38 @@ func TestReconcileStopsPastItsLimit(t *testing.T) {
 	require.Equal(t, int64(15), w.backfill(cfg, nil, emb, st).Progress().Reconciled)
 	require.Len(t, w.live("articles"), 5)
 }
+
+// TestReconcileUnknownOnlyWhenAsked: a document stored before versions
+// named their source (an old release's "pg:…" with no source) whose row is
+// gone is left alone and counted, since nothing proves this database wrote
+// it; ReconcileUnknown takes such documents as this database's and deletes
+// the ones whose rows are gone, and never one whose row exists.
+func TestReconcileUnknownOnlyWhenAsked(t *testing.T) {
+	w := newWorld(t)
+	w.seed(5)
+	ctx := context.Background()
+	emb := embedder.NewHashing(64)
+	st := w.store("articles", emb)
+	// An index an old release wrote: rows 1..5 and 99, whose row is gone
+	// since, all at versions in the old text form.
+	for _, key := range []string{"1", "2", "3", "4", "5", "99"} {
+		v, err := cdc.ParseVersion("pg:0000000000000010")
+		require.NoError(t, err)
+		out, err := st.Upsert(ctx, sink.Document{Table: w.table(), Key: key, Version: v, Row: map[string]any{"id": key}})
+		require.NoError(t, err)
+		require.True(t, out.Applied, key)
+	}
+	pr := w.backfill(w.reconciling(6, st), nil, emb, st).Progress()
+	require.Zero(t, pr.Reconciled)
+	require.Equal(t, int64(1), pr.LeftAlone, "the unknown document whose row is gone")
+	require.True(t, w.live("articles")[w.table()+"/99"])
+	require.Contains(t, w.docs("articles")[w.doc(3)].Version, ";src=pg:", "the load labelled the rows it read")
+
+	cfg := w.reconciling(6, st)
+	cfg.ReconcileUnknown = true
+	pr = w.backfill(cfg, nil, emb, st).Progress()
+	require.Equal(t, int64(1), pr.Reconciled)
+	live := w.live("articles")
+	require.False(t, live[w.table()+"/99"], "claimed and gone")
+	require.Len(t, live, 5, "rows that exist are never deleted")
+}

@@ -32,6 +32,19 @@ type Census struct {
 // LeftAlone is how many documents the reconcile could not judge.
 func (c Census) LeftAlone() int { return c.Foreign + c.Unknown }
 
+// OutdatedOptions widens what a load may judge beyond its own source.
+type OutdatedOptions struct {
+	// Succeeds are the sources this one replaced by adopted moves (the same
+	// database before a dump/restore or an upgrade): their documents are
+	// the load's own, older ones, whatever their positions.
+	Succeeds []string
+	// ClaimUnknown takes documents whose versions name no source (stored
+	// before versions named theirs) as the load's own, ordered by position
+	// as they were then. Only right when the load's database is the only
+	// source that ever wrote the table: the caller asks for it explicitly.
+	ClaimUnknown bool
+}
+
 // Outdated is the first step of reconciling a full load of table with the
 // index: it calls fn with the key of each of the table's live documents
 // older than load, the version the load's rows carry. The load wrote every
@@ -44,19 +57,32 @@ func (c Census) LeftAlone() int { return c.Foreign + c.Unknown }
 // of another source (another database's LSN, another connector's) says
 // nothing about this snapshot, and neither does a document that names no
 // source. Those are left alone and counted. A document of a source in
-// succeeds (the sources this one replaced by an adopted move: the same
-// database before a dump/restore or an upgrade) is outdated whatever its
-// position: the load read the database that took its place.
-func Outdated(ctx context.Context, ix LiveIndex, table string, load Version, succeeds []string, fn func(key string) error) (Census, error) {
+// o.Succeeds is outdated whatever its position: the load read the database
+// that took its place; with o.ClaimUnknown, one that names no source is
+// judged by position, as before versions named their source.
+func Outdated(ctx context.Context, ix LiveIndex, table string, load Version, o OutdatedOptions, fn func(key string) error) (Census, error) {
 	var c Census
 	err := ix.LiveVersions(ctx, table, func(key string, have Version) error {
 		c.Live++
 		switch {
-		case have.Source == "" || load.Source == "":
+		case load.Source == "":
 			c.Unknown++
 			return nil
+		case have.Source == "" && !o.ClaimUnknown:
+			c.Unknown++
+			return nil
+		case have.Source == "":
+			// Claimed: ordered by position against the load, as every
+			// version was before versions named their source.
+			if have.Kind != load.Kind || !have.Positional() {
+				c.Foreign++
+				return nil
+			}
+			if compareParts(have.Parts, load.Parts) >= 0 {
+				return nil
+			}
 		case have.Source != load.Source:
-			if !slices.Contains(succeeds, have.Source) {
+			if !slices.Contains(o.Succeeds, have.Source) {
 				c.Foreign++
 				return nil
 			}

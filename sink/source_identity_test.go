@@ -175,7 +175,7 @@ func TestReconcileAcrossSourcesProperty(t *testing.T) {
 						require.NoError(t, err)
 					}
 					var gone []string
-					census, err := cdc.Outdated(ctx, s, "public.articles", load, nil, func(k string) error {
+					census, err := cdc.Outdated(ctx, s, "public.articles", load, cdc.OutdatedOptions{}, func(k string) error {
 						gone = append(gone, k)
 						return nil
 					})
@@ -211,7 +211,7 @@ func TestReconcileLeavesUnknownSourcesAlone(t *testing.T) {
 	_, err = s.Upsert(ctx, docAt("moved-from", srcAt("pg:99/a", 100, 1000), "m"))
 	require.NoError(t, err)
 	var gone []string
-	census, err := cdc.Outdated(ctx, s, "public.articles", srcAt(src, 500, 2000), nil, func(k string) error { gone = append(gone, k); return nil })
+	census, err := cdc.Outdated(ctx, s, "public.articles", srcAt(src, 500, 2000), cdc.OutdatedOptions{}, func(k string) error { gone = append(gone, k); return nil })
 	require.NoError(t, err)
 	require.Equal(t, []string{"own"}, gone)
 	require.Equal(t, cdc.Census{Live: 3, Outdated: 1, Foreign: 1, Unknown: 1}, census)
@@ -219,7 +219,14 @@ func TestReconcileLeavesUnknownSourcesAlone(t *testing.T) {
 	// After an adopted move from pg:99/a, the old identity's documents
 	// are the load's own, older ones.
 	gone = nil
-	_, err = cdc.Outdated(ctx, s, "public.articles", srcAt(src, 500, 2000), []string{"pg:99/a"}, func(k string) error { gone = append(gone, k); return nil })
+	_, err = cdc.Outdated(ctx, s, "public.articles", srcAt(src, 500, 2000), cdc.OutdatedOptions{Succeeds: []string{"pg:99/a"}}, func(k string) error { gone = append(gone, k); return nil })
 	require.NoError(t, err)
 	require.Equal(t, []string{"moved-from", "own"}, slices.Sorted(slices.Values(gone)))
+
+	// Claimed, the unknown one is judged by position, as before.
+	gone = nil
+	census, err = cdc.Outdated(ctx, s, "public.articles", srcAt(src, 500, 2000), cdc.OutdatedOptions{ClaimUnknown: true}, func(k string) error { gone = append(gone, k); return nil })
+	require.NoError(t, err)
+	require.Equal(t, []string{"legacy", "own"}, slices.Sorted(slices.Values(gone)))
+	require.Equal(t, cdc.Census{Live: 3, Outdated: 2, Foreign: 1}, census)
 }

@@ -300,7 +300,7 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 			continue
 		}
 		var gone []string
-		census, err := cdc.Outdated(ctx, s.cfg.Index, name, v, l.rec.Succeeds, func(key string) error { gone = append(gone, key); return nil })
+		census, err := cdc.Outdated(ctx, s.cfg.Index, name, v, cdc.OutdatedOptions{Succeeds: l.rec.Succeeds}, func(key string) error { gone = append(gone, key); return nil })
 		if err != nil {
 			return n, fmt.Errorf("reconcile %s: %w", name, err)
 		}

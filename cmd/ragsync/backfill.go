@@ -44,6 +44,9 @@ type backfillFlags struct {
 	// "0.1", "500"); yes lifts the bound.
 	reconcileMax string
 	yes          bool
+	// reconcileUnknown claims documents stored before versions named
+	// their source.
+	reconcileUnknown bool
 	// createIndex creates the configured index beside existing ones.
 	createIndex bool
 	debezium    debeziumFlags
@@ -114,7 +117,7 @@ or SIGTERM exits 5, like serve --once.`,
 				bc.DebeziumServer = f.debezium.connectorName
 			}
 			limit, lErr := reconcileLimit(f)
-			bc.ReconcileLimit, bc.DryRun = limit, f.dryRun
+			bc.ReconcileLimit, bc.DryRun, bc.ReconcileUnknown = limit, f.dryRun, f.reconcileUnknown
 			if err := errors.Join(cfg.Validate(false), bErr, lErr); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
@@ -140,6 +143,7 @@ or SIGTERM exits 5, like serve --once.`,
 	fl.BoolVar(&f.noReconcile, "no-reconcile", false, "keep the documents whose rows are gone (default: a table read whole deletes them)")
 	fl.StringVar(&f.reconcileMax, "reconcile-max", "", `most a table's reconcile may delete: a share ("10%", "0.1") or a count ("500"); past it the run stops before deleting (default 10%, at least 5 documents)`)
 	fl.BoolVar(&f.yes, "yes", false, "let the reconcile delete past --reconcile-max")
+	fl.BoolVar(&f.reconcileUnknown, "reconcile-unknown", false, "also reconcile documents stored before versions named their source, taking them as this database's (only when no other database or connector ever wrote the table)")
 	fl.BoolVar(&f.createIndex, "create-index", false, "create the configured index even though the schema holds other indexes (without it, an unknown index: beside them is refused as a likely typo)")
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
