@@ -1,4 +1,4 @@
-// Package chunker splits document text into chunks whose boundaries stay put
+// Package chunker splits document text in chunks whose boundaries stay put
 // under edits, and gives each chunk a SHA-256 hash of its normalised content.
 //
 // The hash is what the rest of ragsync keys on: the planner diffs a

@@ -61,7 +61,7 @@ type Config struct {
 	// query reference (the first ones after creation, or the recent ones
 	// pinned with `ragsync monitor reference --reset --queries`) and in the
 	// sliding window of recent queries compared with it. Queries are short
-	// and differ from chunks by nature, so query drift compares queries
+	// and by nature unlike chunks, so query drift compares queries
 	// with queries; their distance to the corpus is reported beside it.
 	// Defaults to 1000.
 	QueryReferenceSize int `yaml:"query_reference_size"`

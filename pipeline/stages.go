@@ -24,7 +24,7 @@ type Decoder interface {
 	Decode(m cdc.Message) (cdc.Change, error)
 }
 
-// Splitter cuts a document's text into chunks. Refine cuts finer every
+// Splitter cuts a document's text in chunks. Refine cuts finer every
 // chunk keep rejects (chunker.Chunker.Refine); the pipeline calls it on an
 // update with the hashes the document has stored, so the regions that
 // change are held in small chunks. A Splitter that does not refine returns

@@ -161,7 +161,7 @@ func newMonitorReferenceCmd(g *globals) *cobra.Command {
 		Short: "Pin the drift reference to a sample of the index as it is now",
 		Long: `reference --reset replaces the drift reference window with a uniform sample
 of monitor.reference_size chunk vectors of the index as it is now, and
-empties the current window, which refills from chunks written afterwards.
+empties the current window, which refills with the chunks written afterwards.
 Use it after a deliberate change (a new corpus, a re-embed) so drift is
 measured from there. A running serve picks the new reference up at its next
 check.
