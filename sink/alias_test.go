@@ -22,7 +22,7 @@ func setupFamily(t *testing.T) (*sink.Store, *sink.Store, *sink.Catalog, *testBu
 	t.Helper()
 	ctx := context.Background()
 	old, b := setup(t)
-	v2, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles_v2", Model: "model-2", Dimensions: 8})
+	v2, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "articles_v2", Model: "model-2", Dimensions: 8})
 	require.NoError(t, err)
 	_, err = old.Upsert(ctx, doc("a", 1, chunks("h1", "h2")))
 	require.NoError(t, err)

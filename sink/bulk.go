@@ -6,28 +6,30 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
-
-	"github.com/ragsync/ragsync/cdc"
 )
 
-// Bulk loads documents into an index that was empty when it began: the
-// index's HNSW index is dropped, buffered documents are written with COPY at
-// each Flush, and Finish builds the HNSW index once over every row, which
-// is several times faster than maintaining it insert by insert
-// (`make bench-bulk`). Upsert only buffers: the caller must Flush before it
-// acknowledges the work. A document that exists when it is flushed (a
-// streamed change got there first) goes through the normal, version-fenced
-// Upsert instead. Safe for concurrent use.
-type Bulk struct {
+// bulkLoad is the buffer of a Store opened in Bulk mode, into an index
+// that was empty when it began: the index's HNSW index is dropped,
+// buffered documents are written with COPY at each Flush, and Finish
+// builds the HNSW index once over every row, which is several times faster
+// than maintaining it insert by insert (`make bench-bulk`). Upsert only
+// buffers: the caller must Flush before it acknowledges the work. A
+// document that exists when it is flushed (a streamed change got there
+// first) goes through the normal, version-fenced Upsert instead. Reads
+// (Document, StoredChunks, Lookup) see the buffered documents. Safe for
+// concurrent use.
+type bulkLoad struct {
 	s *Store
 
 	mu   sync.Mutex
 	buf  []Document
 	vecs map[string][]float32 // buffered vectors by cache key, so in-run repeats are not re-embedded
+	// pending is the newest buffered version of each document not yet
+	// flushed, which the reads see.
+	pending map[string]Document
 }
 
 // BuildOptions tune Finish's HNSW build.
@@ -40,13 +42,13 @@ type BuildOptions struct {
 	ParallelWorkers int
 }
 
-// ErrNotEmpty is returned by BeginBulk when the index already holds
+// ErrNotEmpty is beginBulk's answer when the index already holds
 // documents: the bulk path is for a first load only.
 var ErrNotEmpty = errors.New("index is not empty")
 
-// BeginBulk starts a bulk load. It returns ErrNotEmpty when the index has
+// beginBulk starts a bulk load. It returns ErrNotEmpty when the index has
 // documents (deleted ones count: their versions fence).
-func (s *Store) BeginBulk(ctx context.Context) (*Bulk, error) {
+func (s *Store) beginBulk(ctx context.Context) (*bulkLoad, error) {
 	var any bool
 	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.tDocs+" WHERE index_name = $1)", s.cfg.Index).Scan(&any); err != nil {
 		return nil, fmt.Errorf("begin bulk load: %w", err)
@@ -64,21 +66,15 @@ func (s *Store) BeginBulk(ctx context.Context) (*Bulk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin bulk load: drop HNSW index: %w", err)
 	}
-	return &Bulk{s: s, vecs: map[string][]float32{}}, nil
+	return &bulkLoad{s: s, vecs: map[string][]float32{}, pending: map[string]Document{}}, nil
 }
 
-// Upsert writes d's new vectors to the embedding cache at once, as the
-// streaming path does, and buffers d; Flush writes it. Caching before the
-// page is flushed is what makes a killed load cheap to resume: the
-// re-read page finds its vectors in the cache, so a kill costs at most
-// the embedding requests in flight.
-func (b *Bulk) Upsert(ctx context.Context, d Document) (Outcome, error) {
-	if d.ID == "" {
-		d.ID = DocID(d.Table, d.Key)
-	}
-	if err := b.s.checkDocument(d.ID, d); err != nil {
-		return Outcome{}, fmt.Errorf("upsert %s: %w", d.ID, err)
-	}
+// upsert writes d's new vectors to the embedding cache at once, as the
+// streaming path does, and buffers d (checked by Upsert); Flush writes it.
+// Caching before the page is flushed is what makes a killed load cheap to
+// resume: the re-read page finds its vectors in the cache, so a kill costs
+// at most the embedding requests in flight.
+func (b *bulkLoad) upsert(ctx context.Context, d Document) (Outcome, error) {
 	var hashes, texts []string
 	var vecs [][]float32
 	cached := make(map[string]bool, len(d.Chunks))
@@ -94,6 +90,9 @@ func (b *Bulk) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf = append(b.buf, d)
+	if cur, ok := b.pending[d.ID]; !ok || cur.Version.Compare(d.Version) < 0 {
+		b.pending[d.ID] = d
+	}
 	for _, c := range d.Chunks {
 		if c.Vector != nil {
 			b.vecs[c.vectorKey()] = c.Vector
@@ -102,22 +101,17 @@ func (b *Bulk) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	return Outcome{Applied: true, Inserted: len(d.Chunks)}, nil
 }
 
-// Delete goes to the store.
-func (b *Bulk) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (Outcome, error) {
-	return b.s.Delete(ctx, table, key, v, ts)
+// buffered is the newest buffered version of document id not yet
+// flushed.
+func (b *bulkLoad) buffered(id string) (Document, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.pending[id]
+	return d, ok
 }
 
-// Truncate goes to the store.
-func (b *Bulk) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
-	return b.s.Truncate(ctx, table, v, ts)
-}
-
-// Vectors answers from the cache and the buffered vectors.
-func (b *Bulk) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
-	got, err := b.s.Vectors(ctx, hashes)
-	if err != nil {
-		return nil, err
-	}
+// bufferedVectors adds the buffered vectors among hashes to got.
+func (b *bulkLoad) bufferedVectors(hashes []string, got map[string][]float32) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range hashes {
@@ -125,22 +119,69 @@ func (b *Bulk) Vectors(ctx context.Context, hashes []string) (map[string][]float
 			got[h] = v
 		}
 	}
-	return got, nil
 }
 
-// Document reads the store.
-func (b *Bulk) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
-	return b.s.Document(ctx, id)
+// bufferedCached adds the hashes among hashes that have a buffered vector
+// to got.
+func (b *bulkLoad) bufferedCached(hashes []string, got map[string]bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range hashes {
+		if _, ok := b.vecs[h]; ok {
+			got[h] = true
+		}
+	}
 }
 
-// StoredChunks reads the store.
-func (b *Bulk) StoredChunks(ctx context.Context, id string) ([]StoredChunk, error) {
-	return b.s.StoredChunks(ctx, id)
+// newer says whether the buffered d is what a read of its document sees:
+// the index has no document of its id, or an older version of it.
+func newer(d Document, stored StoredDocument, found bool) bool {
+	return !found || stored.Version.Compare(d.Version) < 0
+}
+
+// storedDocument is buffered document d as Document reads it.
+func storedDocument(d Document) StoredDocument {
+	cs := sortedChunks(d.Chunks)
+	hashes := make([]string, len(cs))
+	for i, c := range cs {
+		hashes[i] = c.Hash
+	}
+	return StoredDocument{ID: d.ID, Table: d.Table, Key: d.Key, Version: d.Version, SourceTS: d.SourceTS,
+		Metadata: d.Metadata, Tenant: d.Tenant, Row: d.Row, Hashes: hashes}
+}
+
+// fence is buffered document d as Lookup reads it (see Lookup.Doc).
+func fence(d Document) StoredDocument {
+	return StoredDocument{ID: d.ID, Table: d.Table, Key: d.Key, Version: d.Version, SourceTS: d.SourceTS}
+}
+
+// storedChunks are buffered document d's chunks as StoredChunks reads
+// them: every vector is cached (upsert cached the new ones; a chunk
+// without a vector took a cached one).
+func storedChunks(d Document) []StoredChunk {
+	cs := sortedChunks(d.Chunks)
+	out := make([]StoredChunk, len(cs))
+	for i, c := range cs {
+		sc := StoredChunk{Position: c.Position, Hash: c.Hash, Text: c.Text, VectorHash: c.vectorKey(), OriginCached: true}
+		if sc.VectorHash == c.Hash {
+			sc.OriginText = c.Text
+		} else {
+			sc.DebtSince, sc.DebtDistance, sc.DebtNewWords = c.DebtSince, c.DebtDistance, c.DebtNewWords
+		}
+		out[i] = sc
+	}
+	return out
+}
+
+func sortedChunks(cs []Chunk) []Chunk {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b Chunk) int { return a.Position - b.Position })
+	return cs
 }
 
 // Flush writes the buffered documents, their chunks and new cache entries
 // in one transaction with COPY.
-func (b *Bulk) Flush(ctx context.Context) error {
+func (b *bulkLoad) Flush(ctx context.Context) error {
 	// The flush works on its own copy of the buffered vectors its
 	// documents use: the pipeline goes on buffering documents (and their
 	// vectors) while a flush runs.
@@ -177,7 +218,9 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		b.mu.Unlock()
 		return fmt.Errorf("bulk flush of %d documents: %w", len(latest), err)
 	}
-	// Flushed vectors are in the cache now: keep the buffer small.
+	// Flushed vectors are in the cache now: keep the buffer small. The
+	// conflicts are written before their documents leave pending, so a
+	// read never misses them.
 	b.mu.Lock()
 	for _, d := range docs {
 		for _, c := range d.Chunks {
@@ -186,14 +229,21 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	for _, d := range conflicts {
-		if _, err := b.s.Upsert(ctx, d); err != nil {
+		if _, err := b.s.upsertNow(ctx, d.ID, d); err != nil {
 			return err
 		}
 	}
+	b.mu.Lock()
+	for id, d := range latest {
+		if cur, ok := b.pending[id]; ok && cur.Version.Compare(d.Version) <= 0 {
+			delete(b.pending, id)
+		}
+	}
+	b.mu.Unlock()
 	return nil
 }
 
-func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, vecs map[string][]float32, conflicts *[]Document) error {
+func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, vecs map[string][]float32, conflicts *[]Document) error {
 	s := b.s
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE ragsync_bulk_docs (LIKE "+s.tDocs+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 		return err
@@ -319,12 +369,9 @@ func (b *Bulk) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, v
 	return nil
 }
 
-// Finish flushes and builds the index's HNSW index over every row with opts.
-// The index then takes streamed changes the usual way.
-func (b *Bulk) Finish(ctx context.Context, opts BuildOptions) error {
-	if err := b.Flush(ctx); err != nil {
-		return err
-	}
+// build builds the index's HNSW index over every row with opts. The index
+// then takes streamed changes the usual way.
+func (b *bulkLoad) build(ctx context.Context, opts BuildOptions) error {
 	if opts.MaintenanceWorkMem == "" {
 		opts.MaintenanceWorkMem = "512MB"
 	}
@@ -332,7 +379,7 @@ func (b *Bulk) Finish(ctx context.Context, opts BuildOptions) error {
 		opts.ParallelWorkers = 2
 	}
 	return pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
-		// The lock New takes too: a serve starting during the build
+		// The lock opening an index for writing takes too: a serve starting during the build
 		// waits for it, then finds the HNSW index built.
 		if err := lockDDL(ctx, tx, b.s.cfg.Schema); err != nil {
 			return fmt.Errorf("build HNSW index: %w", err)

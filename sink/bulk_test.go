@@ -20,12 +20,19 @@ func hnswExists(t *testing.T, b *testBundle) bool {
 	return ok
 }
 
+// openBulk opens the test index of b in Bulk mode.
+func openBulk(t *testing.T, b *testBundle) (*sink.Store, error) {
+	t.Helper()
+	return sink.OpenIndex(context.Background(), b.pool, sink.Config{Mode: sink.Bulk, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+}
+
 func TestBulkLoadsAnEmptyIndexThenBuildsHNSW(t *testing.T) {
 	s, b := setup(t)
 	ctx := context.Background()
 	require.True(t, hnswExists(t, b))
-	bulk, err := s.BeginBulk(ctx)
+	bulk, err := openBulk(t, b)
 	require.NoError(t, err)
+	require.Equal(t, sink.Bulk, bulk.Mode())
 	require.False(t, hnswExists(t, b), "the HNSW index is built after the load, not maintained during it")
 
 	_, err = bulk.Upsert(ctx, doc("1", 10, chunks("a", "b")))
@@ -38,6 +45,22 @@ func TestBulkLoadsAnEmptyIndexThenBuildsHNSW(t *testing.T) {
 	_, found, err := s.Document(ctx, sink.DocID("public.articles", "1"))
 	require.NoError(t, err)
 	require.False(t, found, "Upsert only buffers")
+	// The bulk handle's reads see what it buffered.
+	got1, found, err := bulk.Document(ctx, sink.DocID("public.articles", "1"))
+	require.NoError(t, err)
+	require.True(t, found, "a buffered document is read from the buffer")
+	require.Equal(t, []string{"a", "b"}, got1.Hashes)
+	l, err := bulk.Lookup(ctx, sink.DocID("public.articles", "2"), []string{"b", "c", "z"})
+	require.NoError(t, err)
+	require.True(t, l.Found)
+	require.Equal(t, ver(10), l.Doc.Version)
+	require.Len(t, l.Chunks, 2)
+	require.Equal(t, "b", l.Chunks[0].VectorHash)
+	require.True(t, l.Chunks[0].OriginCached)
+	require.Equal(t, map[string]bool{"b": true, "c": true}, l.Cached)
+	sc, err := bulk.StoredChunks(ctx, sink.DocID("public.articles", "2"))
+	require.NoError(t, err)
+	require.Equal(t, l.Chunks, sc)
 	got, err := bulk.Vectors(ctx, []string{"b", "z"})
 	require.NoError(t, err)
 	require.Contains(t, got, "b")
@@ -56,21 +79,33 @@ func TestBulkLoadsAnEmptyIndexThenBuildsHNSW(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bulk.Upsert(ctx, doc("3", 20, chunks("o")))
 	require.NoError(t, err)
+	stored, _, err := bulk.Document(ctx, sink.DocID("public.articles", "3"))
+	require.NoError(t, err)
+	require.Equal(t, ver(50), stored.Version, "a buffered version older than the stored one is not what reads see")
 	require.NoError(t, bulk.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1}))
+	require.Equal(t, sink.Write, bulk.Mode(), "after Finish the handle writes document by document")
 	require.Equal(t, []chunkRow{{0, "n", ""}}, stripXmin(chunkRows(t, b, sink.DocID("public.articles", "3"))))
 	require.True(t, hnswExists(t, b))
 	hits, err := s.Search(ctx, vecFor("c"), sink.Query{K: 1})
 	require.NoError(t, err)
 	require.Equal(t, []string{sink.DocID("public.articles", "2") + "#1"}, hitIDs(hits))
 
-	_, err = s.BeginBulk(ctx)
-	require.ErrorIs(t, err, sink.ErrNotEmpty)
+	again, err := openBulk(t, b)
+	require.NoError(t, err)
+	require.Equal(t, sink.Write, again.Mode(), "an index holding documents is not bulk-loaded")
+	require.True(t, hnswExists(t, b), "nor is its HNSW index dropped")
+	_, err = again.Upsert(ctx, doc("4", 1, chunks("d")))
+	require.NoError(t, err)
+	_, found, err = s.Document(ctx, sink.DocID("public.articles", "4"))
+	require.NoError(t, err)
+	require.True(t, found, "in Write mode Upsert is durable when it returns")
+	require.NoError(t, again.Flush(ctx))
 }
 
 func TestBulkErrors(t *testing.T) {
-	s, _ := setup(t)
+	_, b := setup(t)
 	ctx := context.Background()
-	bulk, err := s.BeginBulk(ctx)
+	bulk, err := openBulk(t, b)
 	require.NoError(t, err)
 	missing := chunks("m")
 	missing[0].Vector = nil
@@ -81,8 +116,8 @@ func TestBulkErrors(t *testing.T) {
 	require.Error(t, err, "a document without a version is refused at once")
 	require.ErrorIs(t, bulk.Finish(ctx, sink.BuildOptions{}), sink.ErrMissingVector, "a failed document stays buffered, so Finish fails too")
 
-	s2, _ := setup(t)
-	bulk2, err := s2.BeginBulk(ctx)
+	_, b2 := setup(t)
+	bulk2, err := openBulk(t, b2)
 	require.NoError(t, err)
 	require.ErrorContains(t, bulk2.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "lots"}), `check maintenance_work_mem "lots"`)
 }
@@ -99,9 +134,9 @@ func stripXmin(rows []chunkRow) []chunkRow {
 // the buffer that Upsert writes (the race detector checks it) and every
 // document must be written by some flush.
 func TestBulkFlushesWhileDocumentsArrive(t *testing.T) {
-	s, _ := setup(t)
+	s, b := setup(t)
 	ctx := context.Background()
-	bulk, err := s.BeginBulk(ctx)
+	bulk, err := openBulk(t, b)
 	require.NoError(t, err)
 	const writers, each = 4, 50
 	const docs = writers * each

@@ -84,6 +84,9 @@ func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string, replace b
 // with nil vectors takes them from here. A hash cached already keeps its
 // vector (see cacheWrite for the policy every cache writer shares).
 func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error {
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("cache vectors: %w", err)
+	}
 	if len(hashes) != len(vecs) || len(hashes) != len(texts) {
 		return fmt.Errorf("cache vectors: %d hashes, %d texts, %d vectors: %w", len(hashes), len(texts), len(vecs), ErrInvalidDocument)
 	}
@@ -136,6 +139,9 @@ func (s *Store) Cached(ctx context.Context, hashes []string) (map[string]bool, e
 	}
 	if err := s.touchStale(ctx, stale); err != nil {
 		return nil, err
+	}
+	if b := s.bulk.Load(); b != nil {
+		b.bufferedCached(hashes, out)
 	}
 	return out, nil
 }

@@ -85,7 +85,7 @@ func TestCacheReadsProbeByKey(t *testing.T) {
 	if err := pool.Ping(ctx); err != nil {
 		t.Skipf("auto_explain is not available on this server (%v); it ships with Postgres (contrib)", err)
 	}
-	s, err := sink.New(ctx, pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+	s, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 
 	out, err := s.Upsert(ctx, doc("1", 1, chunks("a", "b", "c")))

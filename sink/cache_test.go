@@ -36,18 +36,18 @@ func readCacheRow(t *testing.T, b *testBundle, hash string) cacheRow {
 // the entry's vector as it was (chunks were copied from it), give it the
 // origin text it lacked, and record its use when the last one is old.
 func TestCacheWritersShareOnePolicy(t *testing.T) {
-	paths := map[string]func(ctx context.Context, s *sink.Store, hash string, vec []float32) error{
-		"Upsert": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
+	paths := map[string]func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error{
+		"Upsert": func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error {
 			cs := chunks(hash)
 			cs[0].Vector = vec
 			_, err := s.Upsert(ctx, doc("w", 1, cs))
 			return err
 		},
-		"CacheVectors": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
+		"CacheVectors": func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error {
 			return s.CacheVectors(ctx, []string{hash}, []string{"text of " + hash}, [][]float32{vec})
 		},
-		"Bulk": func(ctx context.Context, s *sink.Store, hash string, vec []float32) error {
-			bulk, err := s.BeginBulk(ctx)
+		"Bulk": func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error {
+			bulk, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Bulk, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
 			if err != nil {
 				return err
 			}
@@ -70,7 +70,7 @@ func TestCacheWritersShareOnePolicy(t *testing.T) {
 				VALUES ('test-model', $1, 'k', $2, now() - interval '2 days')`, b.schema), dims, pgvector.NewVector(old))
 			require.NoError(t, err)
 
-			require.NoError(t, write(ctx, s, "k", vecFor("second")))
+			require.NoError(t, write(ctx, s, b, "k", vecFor("second")))
 			got := readCacheRow(t, b, "k")
 			require.Equal(t, old, got.vec, "a cached vector is never replaced by a later write")
 			require.NotNil(t, got.text, "an entry without an origin text gains the writer's")

@@ -17,18 +17,31 @@ const MaxDimensions = 2000
 
 var indexNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
 
-// Config configures a Store.
+// Config configures OpenIndex.
 type Config struct {
+	// Mode says what the handle may do: Read, Write or Bulk. Required.
+	Mode Mode
 	// Schema is the Postgres schema holding ragsync's tables (migrated by
 	// migrations.Up). Defaults to "ragsync".
 	Schema string
-	// Index names this index; it must match [a-z][a-z0-9_]{0,40} because it
-	// is spliced into the HNSW index's name and predicate. Required.
+	// Index names this index, or an alias whose target is opened; it must
+	// match [a-z][a-z0-9_]{0,40} because it is spliced into the HNSW
+	// index's name and predicate. Required.
 	Index string
-	// Model is the embedding model whose vectors the index holds. Required.
+	// Model is the embedding model whose vectors the index holds. Required
+	// to create an index; ignored for an alias's target and in Read mode,
+	// which take the index's recorded identity.
 	Model string
-	// Dimensions is the model's output size, 1 to MaxDimensions. Required.
+	// Dimensions is the model's output size, 1 to MaxDimensions; as Model.
 	Dimensions int
+	// Create lets Write and Bulk register a new index in a schema that
+	// holds other indexes or aliases (see OpenIndex).
+	Create bool
+	// KeepFullText opens an existing index with the full-text setting it
+	// records, ignoring SkipFullText: a writer that does not own the
+	// index's settings (a shadow of a blue/green re-index) never switches
+	// them.
+	KeepFullText bool
 	// SkipFullText leaves the chunks' tsvector column empty (NULL) and
 	// makes SearchText fail with ErrFullTextOff: the column and its GIN
 	// index cost about a quarter more Postgres CPU per chunk, and only the
@@ -50,6 +63,9 @@ type Config struct {
 	// Registerer receives the sink's metrics (ragsync_sink_edit_similarity).
 	// Nil registers nothing.
 	Registerer prometheus.Registerer
+
+	// alias is the configured name when Index was an alias (Identity).
+	alias string
 }
 
 // defaultGroupDocuments caps a group transaction: at 32 documents of 4 KB
@@ -69,7 +85,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
+// validateName checks the schema and index name, before anything is read.
+func (c Config) validateName() error {
+	if errs := c.nameErrors(); len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c Config) nameErrors() []error {
 	var errs []error
 	if err := migrations.ValidSchema(c.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("postgres.schema: %w", err))
@@ -77,6 +101,11 @@ func (c Config) validate() error {
 	if !indexNameRE.MatchString(c.Index) {
 		errs = append(errs, fmt.Errorf("index: %q must match [a-z][a-z0-9_]{0,40}, e.g. articles", c.Index))
 	}
+	return errs
+}
+
+func (c Config) validate() error {
+	errs := c.nameErrors()
 	if c.Model == "" {
 		errs = append(errs, errors.New("embedder.model: required, set it to the embedding model's name"))
 	}

@@ -20,6 +20,9 @@ import (
 // SearchText never return them. Outcome counts are always zero.
 func (s *Store) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (Outcome, error) {
 	id := DocID(table, key)
+	if err := s.writable(); err != nil {
+		return Outcome{}, fmt.Errorf("delete %s: %w", id, err)
+	}
 	if table == "" || key == "" || v.IsZero() || badTable(table) {
 		return Outcome{}, fmt.Errorf("delete %s: %w: table (a cdc.TableName, no \"/\"), key and version are required", id, ErrInvalidDocument)
 	}
@@ -98,6 +101,9 @@ func (s *Store) delete(ctx context.Context, tx pgx.Tx, id, table, key string, v 
 // table's document rows are locked (as the former single UPDATE did) and
 // read once, a page at a time.
 func (s *Store) Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error) {
+	if err := s.writable(); err != nil {
+		return 0, fmt.Errorf("truncate %s: %w", table, err)
+	}
 	if table == "" || v.IsZero() {
 		return 0, fmt.Errorf("truncate %s: %w: table and version are required", table, ErrInvalidDocument)
 	}

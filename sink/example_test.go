@@ -23,7 +23,7 @@ func Example() {
 	if err := migrations.Up(ctx, pool, "ragsync", nil); err != nil {
 		log.Fatal(err)
 	}
-	store, err := sink.New(ctx, pool, sink.Config{Index: "articles", Model: "text-embedding-3-small", Dimensions: 3})
+	store, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Index: "articles", Model: "text-embedding-3-small", Dimensions: 3})
 	if err != nil {
 		log.Fatal(err)
 	}

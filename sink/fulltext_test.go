@@ -18,7 +18,7 @@ func TestSkipFullText(t *testing.T) {
 	_, b := setup(t)
 	ctx := context.Background()
 	open := func(skip bool) *sink.Store {
-		s, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims, SkipFullText: skip})
+		s, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims, SkipFullText: skip})
 		require.NoError(t, err)
 		return s
 	}

@@ -42,7 +42,7 @@ func groupStore(t *testing.T) (*sink.Store, *testBundle, *prometheus.Registry) {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
 	reg := prometheus.NewRegistry()
-	s, err := sink.New(context.Background(), pool, sink.Config{Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims,
+	s, err := sink.OpenIndex(context.Background(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims,
 		Groups: 1, GroupDocuments: 32, Registerer: reg})
 	require.NoError(t, err)
 	return s, &testBundle{pool: pool, schema: schema}, reg
@@ -219,7 +219,7 @@ func TestGroupNeverWaitsOnATruncateFenceHoldingRows(t *testing.T) {
 func TestLookupsInOneRoundTripAnswerAsAlone(t *testing.T) {
 	s, b, _ := groupStore(t)
 	ctx := context.Background()
-	alone, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims, GroupDocuments: 1})
+	alone, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims, GroupDocuments: 1})
 	require.NoError(t, err)
 	_, err = s.Upsert(ctx, doc("a", 3, chunks("a1", "a2", "a3")))
 	require.NoError(t, err)

@@ -49,15 +49,15 @@ func waitsFor(t *testing.T, schema string, fn func() error) {
 // The bulk path's HNSW build and opening an index (serve's start-up) take
 // one lock: a serve starting during a build waits for it and then proceeds.
 func TestBulkBuildAndOpenTakeTheOneDDLLock(t *testing.T) {
-	s, b := setup(t)
+	_, b := setup(t)
 	ctx := context.Background()
-	bulk, err := s.BeginBulk(ctx)
+	bulk, err := openBulk(t, b)
 	require.NoError(t, err)
 	_, err = bulk.Upsert(ctx, doc("a", 1, chunks("h1", "h2")))
 	require.NoError(t, err)
 	waitsFor(t, b.schema, func() error { return bulk.Finish(ctx, sink.BuildOptions{}) })
 	waitsFor(t, b.schema, func() error {
-		_, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+		_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
 		return err
 	})
 	var hnsw bool
@@ -69,9 +69,9 @@ func TestBulkBuildAndOpenTakeTheOneDDLLock(t *testing.T) {
 // not when its page is flushed: a kill before the flush loses no paid-for
 // embedding.
 func TestBulkCachesVectorsBeforeTheFlush(t *testing.T) {
-	s, b := setup(t)
+	_, b := setup(t)
 	ctx := context.Background()
-	bulk, err := s.BeginBulk(ctx)
+	bulk, err := openBulk(t, b)
 	require.NoError(t, err)
 	_, err = bulk.Upsert(ctx, doc("a", 1, chunks("h1", "h2")))
 	require.NoError(t, err)
@@ -110,7 +110,7 @@ func TestIndexViewFromTheStart(t *testing.T) {
 	require.Equal(t, want, read("articles_index"), "live documents only, before any promote")
 
 	cat := sink.NewCatalog(b.pool, b.schema)
-	_, err = sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles_v2", Model: "test-model", Dimensions: dims})
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "articles_v2", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 	_, err = cat.Promote(ctx, "articles", "articles_v2", true)
 	require.NoError(t, err)
@@ -126,25 +126,38 @@ func TestIndexViewFromTheStart(t *testing.T) {
 	require.False(t, exists, "dropped with its index")
 }
 
-// Open reads an index without registering or creating anything; an
-// unknown name is an error that names the known ones and the nearest.
-func TestOpenCreatesNothing(t *testing.T) {
+// Read mode reads an index without registering or creating anything and
+// refuses every write; an unknown name is an error that names the known
+// ones and the nearest.
+func TestOpenReadCreatesNothing(t *testing.T) {
 	_, b := setup(t)
 	ctx := context.Background()
-	st, id, err := sink.Open(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles"})
+	st, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Schema: b.schema, Index: "articles"})
 	require.NoError(t, err)
-	require.Equal(t, sink.Identity{Name: "articles", Model: "test-model", Dimensions: dims, FullText: true}, id)
+	require.Equal(t, sink.Identity{Name: "articles", Model: "test-model", Dimensions: dims, FullText: true}, st.Identity())
+	require.Equal(t, sink.Read, st.Mode())
 	_, err = st.Search(ctx, vecFor("x"), sink.Query{K: 1})
 	require.NoError(t, err)
+	_, err = st.Upsert(ctx, doc("a", 1, chunks("h1")))
+	require.ErrorIs(t, err, sink.ErrReadOnly)
+	_, err = st.Delete(ctx, "public.articles", "a", ver(2), docTime)
+	require.ErrorIs(t, err, sink.ErrReadOnly)
+	_, err = st.Truncate(ctx, "public.articles", ver(2), docTime)
+	require.ErrorIs(t, err, sink.ErrReadOnly)
+	require.ErrorIs(t, st.CacheVectors(ctx, []string{"h"}, []string{"t"}, [][]float32{vecFor("h")}), sink.ErrReadOnly)
+	require.ErrorContains(t, st.CacheVectors(ctx, nil, nil, nil), "opened with sink.Read")
+	_, found, err := st.Document(ctx, sink.DocID("public.articles", "a"))
+	require.NoError(t, err)
+	require.False(t, found, "nothing was written")
 
-	_, _, err = sink.Open(ctx, b.pool, sink.Config{Schema: b.schema, Index: "artciles"})
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Schema: b.schema, Index: "artciles"})
 	require.ErrorIs(t, err, sink.ErrNoIndex)
 	require.EqualError(t, err, `no index or alias "artciles" in schema `+b.schema+` (did you mean "articles"? known: articles); fix index: or --index`)
 	var n int
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM indexes").Scan(&n))
 	require.Equal(t, 1, n, "nothing registered")
 
-	_, _, err = sink.Open(ctx, b.pool, sink.Config{Schema: b.schema + "_typo", Index: "articles"})
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Schema: b.schema + "_typo", Index: "articles"})
 	require.ErrorContains(t, err, "is not migrated")
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", b.schema+"_typo").Scan(&n))
 	require.Zero(t, n, "no schema created")
@@ -159,7 +172,7 @@ func TestFamiliesStayApart(t *testing.T) {
 	old, _, cat, b := setupFamily(t) // articles and articles_v2, with documents
 	_ = old
 	open := func(name string) {
-		_, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: name, Model: "test-model", Dimensions: dims})
+		_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: name, Model: "test-model", Dimensions: dims})
 		require.NoError(t, err)
 	}
 	var ferr *sink.FamilyError
@@ -210,7 +223,7 @@ func TestEveryIndexDDLTakesTheOneDDLLock(t *testing.T) {
 	_, _, cat, b := setupFamily(t)
 	ctx := context.Background()
 	waitsFor(t, b.schema, func() error {
-		_, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles_v3", Model: "model-3", Dimensions: dims})
+		_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "articles_v3", Model: "model-3", Dimensions: dims})
 		return err
 	})
 	waitsFor(t, b.schema, func() error { return cat.Claim(ctx, "articles_v2", "articles", true) })

@@ -25,7 +25,7 @@ type testBundle struct {
 func setup(t testing.TB) (*sink.Store, *testBundle) {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	s, err := sink.New(context.Background(), pool, sink.Config{Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims})
+	s, err := sink.OpenIndex(context.Background(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 	return s, &testBundle{pool: pool, schema: schema}
 }

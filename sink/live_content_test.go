@@ -22,7 +22,7 @@ func seedBesideOther(t *testing.T, docs ...sink.Document) *sink.Store {
 	}
 	_, err := s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
 	require.NoError(t, err)
-	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "test-model", Dimensions: dims})
+	other, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "other", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 	_, err = other.Upsert(ctx, doc("z", 1, chunks("z1")))
 	require.NoError(t, err)

@@ -34,12 +34,33 @@ type Lookup struct {
 // own snapshot, as the separate calls were: the sink fences again under
 // the row lock, so what they return only decides what to embed.
 //
-// Concurrent Lookups share a round trip (see lookupGroup).
+// Concurrent Lookups share a round trip (see lookupGroup). In Bulk mode a
+// buffered version newer than the stored one is what Lookup sees.
 func (s *Store) Lookup(ctx context.Context, id string, hashes []string) (Lookup, error) {
-	if s.lookups != nil {
-		return s.lookupGrouped(ctx, id, hashes)
+	b := s.bulk.Load()
+	var pending Document
+	var buffered bool
+	if b != nil {
+		pending, buffered = b.buffered(id)
 	}
-	return s.lookupAlone(ctx, id, hashes)
+	var l Lookup
+	var err error
+	if s.lookups != nil {
+		l, err = s.lookupGrouped(ctx, id, hashes)
+	} else {
+		l, err = s.lookupAlone(ctx, id, hashes)
+	}
+	if err != nil || b == nil {
+		return l, err
+	}
+	if buffered && newer(pending, l.Doc, l.Found) {
+		l.Doc, l.Found, l.Chunks = fence(pending), true, storedChunks(pending)
+	}
+	if l.Cached == nil {
+		l.Cached = map[string]bool{}
+	}
+	b.bufferedCached(hashes, l.Cached)
+	return l, nil
 }
 
 // lookupAlone is Lookup in a round trip of its own.

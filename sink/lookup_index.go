@@ -75,18 +75,6 @@ func (c *Catalog) names(ctx context.Context) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// Identity is what an index was built with: every reader and writer of it
-// must use the same, so the embedder is built from it, never from the
-// configuration alone.
-type Identity struct {
-	Name       string
-	Model      string
-	Dimensions int
-	// FullText is whether the index's chunks carry a tsvector (text and
-	// hybrid search read them).
-	FullText bool
-}
-
 // CheckMigrated reports, reading only, whether the schema exists and is
 // migrated to the version this build needs: read-only commands call it
 // instead of migrating, so that they create nothing.
@@ -128,29 +116,4 @@ func latestMigration() (int64, error) {
 		return 0, errors.New("no migrations embedded")
 	}
 	return slices.Max(vs), nil
-}
-
-// Open opens an existing index for reading: it registers nothing, creates
-// nothing and needs only USAGE on the schema and SELECT on its tables. The
-// identity (model, dimensions, full text) comes from the indexes table;
-// cfg.Model, cfg.Dimensions and cfg.SkipFullText are ignored. An unknown
-// name is an *UnknownIndexError. The store can search and read; writing
-// through it fails on privileges where the role has none.
-func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, Identity, error) {
-	cfg = cfg.withDefaults()
-	if err := CheckMigrated(ctx, pool, cfg.Schema); err != nil {
-		return nil, Identity{}, err
-	}
-	r, err := NewCatalog(pool, cfg.Schema).Lookup(ctx, cfg.Index)
-	if err != nil {
-		return nil, Identity{}, err
-	}
-	id := Identity{Name: r.Index.Name, Model: r.Index.Model, Dimensions: r.Index.Dimensions, FullText: r.Index.FullText}
-	cfg.Index, cfg.Model, cfg.Dimensions, cfg.SkipFullText = id.Name, id.Model, id.Dimensions, !id.FullText
-	st, err := newStore(cfg)
-	if err != nil {
-		return nil, Identity{}, err
-	}
-	st.pool = pool
-	return st, id, nil
 }

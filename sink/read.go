@@ -50,11 +50,16 @@ type querier interface {
 // used (see Purge's CacheRetention), at most once per cacheTouchEvery per
 // entry and skipping rows another transaction holds, so reads neither
 // churn the cache table nor wait on writers.
+//
+// In Bulk mode the vectors of the buffered documents count as cached.
 func (s *Store) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
 	if len(hashes) == 0 {
 		return map[string][]float32{}, nil
 	}
 	m, err := s.vectors(ctx, s.pool, hashes)
+	if b := s.bulk.Load(); b != nil && err == nil {
+		defer b.bufferedVectors(hashes, m)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read vectors of %d hashes: %w", len(hashes), classify(err, s.cfg.Schema))
 	}
@@ -123,13 +128,24 @@ func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[st
 }
 
 // Document returns the stored state of document id (see DocID), deleted or
-// not; ok is false if the index has never seen it.
+// not; ok is false if the index has never seen it. In Bulk mode a buffered
+// version newer than the stored one is returned instead.
 func (s *Store) Document(ctx context.Context, id string) (StoredDocument, bool, error) {
+	// The buffer is read first: a flush in between leaves the document
+	// in the index.
+	var pending Document
+	var buffered bool
+	if b := s.bulk.Load(); b != nil {
+		pending, buffered = b.buffered(id)
+	}
 	// One statement, so the chunk hashes belong to the same snapshot as
 	// the row.
 	d, ok, err := scanDocument(s.pool.QueryRow(ctx, s.documentsSQL()+" AND d.id = $2", s.cfg.Index, id))
 	if err != nil {
 		return StoredDocument{}, false, fmt.Errorf("read document %s: %w", id, classify(err, s.cfg.Schema))
+	}
+	if buffered && newer(pending, d, ok) {
+		return storedDocument(pending), true, nil
 	}
 	return d, ok, nil
 }

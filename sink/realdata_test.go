@@ -155,7 +155,7 @@ func TestRealEditHistory(t *testing.T) {
 	require.Equal(t, inOrder, snapshot(t, s, ids))
 
 	// Any arrival order converges to the same index (versions fence).
-	shuffled, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "shuffled", Model: "test-model", Dimensions: dims})
+	shuffled, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "shuffled", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 	perm := append([]editEvent(nil), events...)
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })

@@ -36,8 +36,20 @@ type StoredChunk struct {
 
 // StoredChunks returns the chunks stored for document id (see DocID) in
 // position order, deleted document or not, with their vectors' origins. A
-// document the index has never seen has none.
+// document the index has never seen has none. In Bulk mode a buffered
+// version newer than the stored one gives its chunks instead.
 func (s *Store) StoredChunks(ctx context.Context, id string) ([]StoredChunk, error) {
+	if b := s.bulk.Load(); b != nil {
+		if pending, ok := b.buffered(id); ok {
+			d, found, err := scanFence(s.pool.QueryRow(ctx, s.fenceSQL(), s.cfg.Index, id), id)
+			if err != nil {
+				return nil, fmt.Errorf("read chunks of %s: %w", id, classify(err, s.cfg.Schema))
+			}
+			if newer(pending, d, found) {
+				return storedChunks(pending), nil
+			}
+		}
+	}
 	// The cache is probed per chunk through a LATERAL subquery whose LIMIT
 	// keeps the planner from flattening it into a join. As a plain LEFT
 	// JOIN, stale statistics (a table that grew from empty since the last

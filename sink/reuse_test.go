@@ -100,11 +100,11 @@ func TestUpsertReuseFailures(t *testing.T) {
 func TestEditSimilarityMetric(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
 	reg := prometheus.NewRegistry()
-	cfg := sink.Config{Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims, Registerer: reg}
-	s, err := sink.New(t.Context(), pool, cfg)
+	cfg := sink.Config{Mode: sink.Write, Schema: schema, Index: "articles", Model: "test-model", Dimensions: dims, Registerer: reg}
+	s, err := sink.OpenIndex(t.Context(), pool, cfg)
 	require.NoError(t, err)
 	// A second Store on the same registry shares the collector.
-	_, err = sink.New(t.Context(), pool, cfg)
+	_, err = sink.OpenIndex(t.Context(), pool, cfg)
 	require.NoError(t, err)
 
 	d := doc("1", 1, chunks("a"))

@@ -169,7 +169,7 @@ func TestSearchFilteredThroughHNSWReturnsK(t *testing.T) {
 	forced, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(forced.Close)
-	s, err := sink.New(ctx, forced, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+	s, err := sink.OpenIndex(ctx, forced, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 
 	for i := range 300 {

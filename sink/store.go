@@ -6,14 +6,18 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Store is one ragsync index in Postgres. It is safe for concurrent use;
-// writes to one document serialize on that document's row lock. The Store
-// does not own the pool: the caller closes it after the last call.
+// Store is one opened ragsync index in Postgres (see OpenIndex, the one
+// way to get one): it carries the index's identity and, unless opened
+// read-only, implements the pipeline's whole write contract. It is safe
+// for concurrent use; writes to one document serialize on that document's
+// row lock. The Store does not own the pool: the caller closes it after
+// the last call.
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -34,31 +38,18 @@ type Store struct {
 	lookups *lookupGroup
 	// tenancy is whether the index holds tenant documents (checkTenant).
 	tenancy tenancy
+	// mode is Read or Write, as opened; bulk is the bulk load in progress
+	// (Bulk mode until Finish), nil otherwise.
+	mode Mode
+	bulk atomic.Pointer[bulkLoad]
 }
 
-// New registers cfg.Index in the indexes table (or checks that it is
-// already registered with the same model and dimensions) and makes sure its
-// HNSW index and its SQL view (<index>_index, see IndexView) exist. The
-// schema must have been migrated (migrations.Up). Commands that only read
-// use Open, which creates nothing.
+// New opens cfg.Index in Write mode.
+//
+// Deprecated: use OpenIndex, the one way to open an index.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	s, err := newStore(cfg)
-	if err != nil {
-		return nil, err
-	}
-	s.pool = pool
-	groups := s.cfg.Groups
-	if groups == 0 {
-		groups = max(1, int(pool.Config().MaxConns)/2)
-	}
-	s.group = newGroupCommit(groups, s.cfg.GroupDocuments)
-	s.lookups = newLookupGroup(groups, s.cfg.GroupDocuments)
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
-	if err != nil {
-		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
-	}
-	s.logger.InfoContext(ctx, "index ready", "model", s.cfg.Model, "dimensions", s.cfg.Dimensions, "schema", s.cfg.Schema)
-	return s, nil
+	cfg.Mode = Write
+	return OpenIndex(ctx, pool, cfg)
 }
 
 // newStore checks cfg and builds a Store without a pool or any I/O.

@@ -18,21 +18,21 @@ func TestNewRejectsOtherModelOrDimensions(t *testing.T) {
 	ctx := context.Background()
 
 	// Opening the same index again with the same settings is fine.
-	_, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
+	_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
 	require.NoError(t, err)
 
 	for name, cfg := range map[string]sink.Config{
-		"dimensions": {Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: 8},
-		"model":      {Schema: b.schema, Index: "articles", Model: "other", Dimensions: dims},
+		"dimensions": {Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: 8},
+		"model":      {Mode: sink.Write, Schema: b.schema, Index: "articles", Model: "other", Dimensions: dims},
 	} {
-		_, err := sink.New(ctx, b.pool, cfg)
+		_, err := sink.OpenIndex(ctx, b.pool, cfg)
 		require.ErrorIs(t, err, sink.ErrIndexMismatch, name)
 		require.ErrorContains(t, err, `model "test-model" with 4 dimensions`, name)
 		require.ErrorContains(t, err, "build it with ragsync reindex --to NAME", name)
 	}
 
 	// A second index with other dimensions coexists in the same tables.
-	big, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "big", Model: "test-model", Dimensions: 8})
+	big, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "big", Model: "test-model", Dimensions: 8})
 	require.NoError(t, err)
 	d := doc("1", 1, []sink.Chunk{{Position: 0, Hash: "a", Text: "a", Vector: make([]float32, 8)}})
 	d.Chunks[0].Vector[0] = 1
@@ -42,14 +42,14 @@ func TestNewRejectsOtherModelOrDimensions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hits, 1)
 
-	_, err = sink.New(ctx, b.pool, sink.Config{Index: "Bad Name", Model: "m", Dimensions: 4})
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Index: "Bad Name", Model: "m", Dimensions: 4})
 	require.ErrorIs(t, err, sink.ErrInvalidConfig)
 }
 
 func TestNewOnUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.Schema(t)
-	_, err := sink.New(context.Background(), pool, sink.Config{Schema: "no_such_schema_xyz", Index: "a", Model: "m", Dimensions: 4})
+	_, err := sink.OpenIndex(context.Background(), pool, sink.Config{Mode: sink.Write, Schema: "no_such_schema_xyz", Index: "a", Model: "m", Dimensions: 4})
 	require.ErrorContains(t, err, "ragsync migrate")
 }
 

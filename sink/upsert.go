@@ -34,14 +34,30 @@ type docState struct {
 // and reads everything the plan needs under the row lock, the other
 // writes the plan and commits (a stale or duplicate change rolls back
 // instead).
+//
+// In Bulk mode Upsert caches d's new vectors and buffers d until Flush
+// (see Mode); in Read mode it fails with ErrReadOnly.
 func (s *Store) Upsert(ctx context.Context, d Document) (Outcome, error) {
 	id := d.ID
 	if id == "" {
 		id = DocID(d.Table, d.Key)
 	}
+	if err := s.writable(); err != nil {
+		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
+	}
 	if err := s.checkDocument(id, d); err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", id, err)
 	}
+	if b := s.bulk.Load(); b != nil {
+		d.ID = id
+		return b.upsert(ctx, d)
+	}
+	return s.upsertNow(ctx, id, d)
+}
+
+// upsertNow writes checked document d in a transaction, its own or one
+// shared with concurrent Upserts.
+func (s *Store) upsertNow(ctx context.Context, id string, d Document) (Outcome, error) {
 	if s.group != nil {
 		return s.upsertGrouped(ctx, id, d)
 	}

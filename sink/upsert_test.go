@@ -151,7 +151,7 @@ func TestVectorsReuseAcrossDocuments(t *testing.T) {
 	require.InDelta(t, 1.0, hits[1].Score, 1e-6)
 
 	// Another model or size does not share the cache.
-	other, err := sink.New(ctx, b.pool, sink.Config{Schema: b.schema, Index: "other", Model: "other-model", Dimensions: dims})
+	other, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "other", Model: "other-model", Dimensions: dims})
 	require.NoError(t, err)
 	got, err = other.Vectors(ctx, []string{"a", "b"})
 	require.NoError(t, err)
