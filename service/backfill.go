@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -83,7 +82,13 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	bc := cfg.Source
 	bc.Logger = logger
 	// A dry run only reads: it creates no schema, index or checkpoint.
-	open := func() (*Index, error) { return OpenIndex(ctx, cfg.Index, logger, nil) }
+	// An empty index opened for a bulk load takes the rows with COPY and
+	// builds its HNSW index at the end.
+	mode := sink.Write
+	if cfg.Bulk {
+		mode = sink.Bulk
+	}
+	open := func() (*Index, error) { return Open(ctx, cfg.Index, mode, logger, nil) }
 	if cfg.DryRun {
 		open = func() (*Index, error) { return openDryRun(ctx, cfg.Index, logger) }
 	}
@@ -92,6 +97,9 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		return nil, err
 	}
 	defer ix.Close()
+	// A bulk load that stops before its end still builds the HNSW index
+	// it dropped, so the index stays searchable.
+	defer finishBulk(ctx, ix, logger)
 	// fresh: the index does not exist yet (a dry run's first backfill);
 	// there is no store to read, and nothing to reconcile.
 	fresh := ix.Store == nil
@@ -134,27 +142,23 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	}
 	var shadows []pipeline.Shadow
 	if !cfg.DryRun {
-		if shadows, err = FamilyShadows(ctx, cfg.Index, ix, logger); err != nil {
+		family, err := FamilyShadows(ctx, cfg.Index, ix, logger)
+		if err != nil {
 			return nil, err
+		}
+		for _, sh := range family {
+			shadows = append(shadows, sh.shadow())
 		}
 	}
-	var bulk *sink.Bulk
-	var commit pipeline.Committer
 	// The bulk path writes one index; with indexes following this one,
-	// every row goes through the pipeline to all of them.
-	if !cfg.DryRun && cfg.Bulk && len(shadows) == 0 {
-		bulk, err = ix.Store.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-			bulk = nil
-		case err != nil:
-			return nil, err
-		default:
-			logger.Info("index is empty: bulk load, HNSW index built at the end")
-			// The pipeline flushes the bulk buffer before it saves any
-			// checkpoint (its commit hook).
-			snk, commit = bulk, bulk
-		}
+	// every row goes through the pipeline to all of them. The index is
+	// empty, so ending its bulk load at once builds an empty HNSW index.
+	if len(shadows) > 0 {
+		finishBulk(ctx, ix, logger)
+	}
+	bulk := !cfg.DryRun && ix.Store.Mode() == sink.Bulk
+	if bulk {
+		logger.Info("index is empty: bulk load, HNSW index built at the end")
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
@@ -187,6 +191,12 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	if cfg.PipelineLogger != nil {
 		plog = cfg.PipelineLogger
 	}
+	// The pipeline flushes the bulk buffer before it saves any checkpoint
+	// (its commit hook).
+	var commit pipeline.Committer
+	if store != nil {
+		commit = store
+	}
 	p, err := NewPipeline(pc, Stages{Source: src, Embedder: emb, Sink: snk, Store: store, Commit: commit}, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return nil, err
@@ -203,16 +213,14 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 			cfg.Progress(src, p, done)
 		}
 	}()
-	res := &BackfillResult{Err: p.Run(ctx), Bulk: bulk != nil}
+	res := &BackfillResult{Err: p.Run(ctx), Bulk: bulk}
 	close(done)
 	<-progressDone
 	// The HNSW build is part of the run (its time is in the summary); it
 	// runs after an interruption too, so the index is searchable.
-	if bulk != nil {
+	if bulk {
 		bstart := time.Now()
-		if res.BuildErr = bulk.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); res.BuildErr != nil {
-			logger.Error("build HNSW index failed; serve builds it at start", "error", res.BuildErr)
-		}
+		res.BuildErr = finishBulk(ctx, ix, logger)
 		res.Build = time.Since(bstart)
 	}
 	if !cfg.DryRun && res.Err == nil && ctx.Err() == nil {
@@ -231,13 +239,27 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	return res, nil
 }
 
+// finishBulk ends ix's bulk load, if it is in one (sink.Store.Finish):
+// what is buffered is written and the HNSW index built, even after ctx
+// ended. A failed build is logged and returned.
+func finishBulk(ctx context.Context, ix *Index, logger *slog.Logger) error {
+	if ix.Store == nil || ix.Store.Mode() != sink.Bulk {
+		return nil
+	}
+	err := ix.Store.Finish(context.WithoutCancel(ctx), sink.BuildOptions{})
+	if err != nil {
+		logger.Error("build HNSW index failed; serve builds it at start", "error", err)
+	}
+	return err
+}
+
 // openDryRun opens the configured index for a dry run, reading only. When
 // the real run would create the index (no schema yet, or a schema without
 // indexes, or --create-index beside others), the dry run prices that first
 // backfill against an empty index: the result has the configured embedder
 // and no store or pool, and nothing is created.
 func openDryRun(ctx context.Context, cfg IndexConfig, logger *slog.Logger) (*Index, error) {
-	ix, err := OpenIndexRead(ctx, cfg, logger)
+	ix, err := Open(ctx, cfg, sink.Read, logger, nil)
 	if err == nil {
 		return ix, nil
 	}

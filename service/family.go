@@ -43,8 +43,7 @@ type family struct {
 // shadowIndex is an opened index of the family.
 type shadowIndex struct {
 	info sink.IndexInfo
-	emb  embedder.Client
-	st   *sink.Store
+	ix   *Index
 }
 
 func newFamily(cfg IndexConfig, poll time.Duration, primary *Index, p *pipeline.Pipeline, fd *frontDoor, tap func(embedder.Client) embedder.Client, logger *slog.Logger) *family {
@@ -112,7 +111,7 @@ func (f *family) poll(ctx context.Context) error {
 	if changed || !sameKeys(next, f.shadows) {
 		var list []pipeline.Shadow
 		for _, s := range next {
-			list = append(list, pipeline.Shadow{Name: s.info.Name, Sink: s.st, Embedder: s.emb, Cache: s.st})
+			list = append(list, s.ix.shadow())
 		}
 		slices.SortFunc(list, func(a, b pipeline.Shadow) int { return strings.Compare(a.Name, b.Name) })
 		// Returns once the batch in flight is done: from here on every
@@ -146,13 +145,13 @@ func (f *family) follow(ctx context.Context) error {
 	case r.Index.Name == f.primary.Name:
 		emb, st = f.primary.Emb, f.primary.Store
 	case ok:
-		emb, st = s.emb, s.st
+		emb, st = s.ix.Emb, s.ix.Store
 	default:
 		s, err := f.open(ctx, r.Index)
 		if err != nil {
 			return err
 		}
-		emb, st = s.emb, s.st
+		emb, st = s.ix.Emb, s.ix.Store
 	}
 	from := f.fd.fd.Target()
 	f.fd.fd.SetTarget(r.Index.Name, f.tapQuery(emb), st)
@@ -164,14 +163,13 @@ func (f *family) follow(ctx context.Context) error {
 	return nil
 }
 
-// open builds an index's embedder (its model and dimensions, the config's
-// provider and limits) and store.
+// open opens an index of the family (openShadow).
 func (f *family) open(ctx context.Context, x sink.IndexInfo) (shadowIndex, error) {
-	emb, st, err := openIndexOn(ctx, f.cfg, f.primary.Pool, x, f.logger)
+	ix, err := openShadow(ctx, f.cfg, f.primary, x, f.logger)
 	if err != nil {
 		return shadowIndex{}, err
 	}
-	return shadowIndex{info: x, emb: emb, st: st}, nil
+	return shadowIndex{info: x, ix: ix}, nil
 }
 
 func sameKeys(a, b map[string]shadowIndex) bool {

@@ -37,9 +37,11 @@ type IndexConfig struct {
 	Create bool
 }
 
-// Index is an opened index: its embedder, store and the store's pool.
-// Name is the physical index; Alias is the configured name when it is an
-// alias, else "".
+// Index is an opened index: its handle (Store, which carries the
+// index's identity and implements the pipeline's write contract), the
+// embedder built once from that identity, and the pool. Name is the
+// physical index; Alias is the configured name when it is an alias, else
+// "".
 type Index struct {
 	Emb   embedder.Client
 	Store *sink.Store
@@ -48,14 +50,22 @@ type Index struct {
 	Schema string
 	Name   string
 	Alias  string
+	// sharedPool: the pool is another index's (a shadow's is its
+	// primary's), which closes it.
+	sharedPool bool
 }
 
-// Close releases the pool, if it has one (a dry run's index that does
-// not exist yet has none).
+// Close releases the pool, if it has one of its own (a dry run's index
+// that does not exist yet has none; a shadow shares its primary's).
 func (ix *Index) Close() {
-	if ix.Pool != nil {
+	if ix.Pool != nil && !ix.sharedPool {
 		ix.Pool.Close()
 	}
+}
+
+// shadow is the index as a shadow of a pipeline's primary.
+func (ix *Index) shadow() pipeline.Shadow {
+	return pipeline.Shadow{Name: ix.Name, Sink: ix.Store, Embedder: ix.Emb, Cache: ix.Store}
 }
 
 // withIdentity is ec built for an index's model and dimensions; the
@@ -68,14 +78,24 @@ func withIdentity(ec embedder.Config, model string, dims int) embedder.Config {
 	return ec
 }
 
-// OpenIndex connects to Postgres, migrates the schema (once, under the
-// migrations' lock), resolves the configured name (an alias opens its
-// target, with the target's model and dimensions; the rest of the
-// embedder — provider, base_url, api_key, limits — stays the config's: one
-// provider serves every index of a family), builds the embedder and
-// registers the index. reg receives the embedder's and the sink's metrics;
-// nil drops them.
-func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
+// Open is the one way the service opens an index. It connects to
+// Postgres and opens the configured name (index:, an index or an alias,
+// which opens its target) in mode:
+//
+//   - sink.Read (query, dupes, monitor, backfill --dry-run) migrates
+//     nothing, registers nothing and needs USAGE and SELECT only; an
+//     unknown index: is an error naming the known ones.
+//   - sink.Write and sink.Bulk migrate the schema (once, under the
+//     migrations' lock) and register the index, refusing an unknown name
+//     beside existing indexes unless cfg.Create (mayCreateAfter). Bulk
+//     loads an empty index with COPY until Store.Finish (see sink.Bulk).
+//
+// The embedder is built once, from the index's identity (its model and
+// dimensions as the index records them, or the config's for a new index),
+// with the config's provider, endpoint and limits: one provider serves
+// every index of a family. reg receives the embedder's and the sink's
+// metrics; nil drops them.
+func Open(ctx context.Context, cfg IndexConfig, mode sink.Mode, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
 	if err := cfg.Embedder.Validate(); err != nil {
 		return nil, fmt.Errorf("embedder config: %w", err) // before connecting
 	}
@@ -83,11 +103,13 @@ func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
-	if err := migrations.Up(ctx, pool, cfg.Schema, logger); err != nil {
-		pool.Close()
-		return nil, err
+	if mode != sink.Read {
+		if err := migrations.Up(ctx, pool, cfg.Schema, logger); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
-	ix, err := openIndex(ctx, pool, cfg, logger, reg)
+	ix, err := openOn(ctx, pool, cfg, mode, logger, reg)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -95,61 +117,91 @@ func OpenIndex(ctx context.Context, cfg IndexConfig, logger *slog.Logger, reg pr
 	return ix, nil
 }
 
-// openIndex is OpenIndex on pool, whose schema the caller migrated.
-func openIndex(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
-	name, alias, ec := cfg.Index, "", cfg.Embedder
-	err := migrations.RetryInterrupted(ctx, logger, "resolving index:", func() error {
-		cat := sink.NewCatalog(pool, cfg.Schema)
-		r, found, err := cat.Resolve(ctx, cfg.Index)
-		if err == nil && !found {
-			return mayCreate(ctx, cat, cfg)
-		}
-		if err != nil || r.Alias == nil {
-			return err
-		}
-		name, alias = r.Index.Name, cfg.Index
-		ec = withIdentity(cfg.Embedder, r.Index.Model, r.Index.Dimensions)
-		return nil
-	})
+// openOn is Open on pool, whose schema the caller migrated (unless mode is
+// sink.Read). The returned index shares pool: closing it closes pool.
+func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.Mode, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
+	// A new index takes the configured model and dimensions; an existing
+	// one checks them (an alias's target has its own).
+	id := cfg.Embedder.WithDefaults()
+	sc := sink.Config{
+		Mode:       mode,
+		Schema:     cfg.Schema,
+		Index:      cfg.Index,
+		Model:      id.Model,
+		Dimensions: id.Dimensions,
+		Create:     cfg.Create,
+		// Full text only where something reads it.
+		SkipFullText: !cfg.FullText,
+		Logger:       logger,
+		Registerer:   reg,
+	}
+	st, err := openStore(ctx, pool, sc, logger)
 	if err != nil {
 		return nil, err
 	}
+	return newIndex(st, pool, cfg, logger, reg)
+}
+
+// openShadow opens index x, which follows the primary ix, on ix's pool
+// with the config's embedder settings but x's identity: its model,
+// dimensions and full-text setting, so that opening a shadow never
+// switches its full text on or off. Its metrics are not registered: the
+// primary's are.
+func openShadow(ctx context.Context, cfg IndexConfig, primary *Index, x sink.IndexInfo, logger *slog.Logger) (*Index, error) {
+	st, err := openStore(ctx, primary.Pool, sink.Config{Mode: sink.Write, Schema: cfg.Schema, Index: x.Name, Physical: true, KeepFullText: true, Logger: logger}, logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Index = x.Name
+	ix, err := newIndex(st, primary.Pool, cfg, logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	ix.sharedPool = true
+	return ix, nil
+}
+
+// openStore opens the index handle. Like the migrations, registering the
+// index survives a backend terminated under it; a registry can take the
+// metrics once.
+func openStore(ctx context.Context, pool *pgxpool.Pool, sc sink.Config, logger *slog.Logger) (*sink.Store, error) {
+	if sc.Mode == sink.Read {
+		return sink.OpenIndex(ctx, pool, sc)
+	}
+	var st *sink.Store
+	err := migrations.RetryInterrupted(ctx, logger, "opening the index", func() error {
+		var err error
+		st, err = sink.OpenIndex(ctx, pool, sc)
+		return err
+	})
+	var unknown *sink.UnknownIndexError
+	if errors.As(err, &unknown) {
+		// Refused beside existing indexes: the name may be a typo.
+		return nil, withCreateHint(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// withCreateHint is err, an unknown name refused beside existing indexes,
+// with the flag that creates the index anyway.
+func withCreateHint(err error) error {
+	return fmt.Errorf("%w; to start a new index beside them, run serve or backfill with --create-index", err)
+}
+
+// newIndex builds the embedder of handle st from its identity.
+func newIndex(st *sink.Store, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
+	id := st.Identity()
+	ec := withIdentity(cfg.Embedder, id.Model, id.Dimensions)
 	ec.Logger = logger // its warnings go through the redactor like every line
 	ec.Registerer = reg
 	emb, err := embedder.New(ec)
 	if err != nil {
 		return nil, err
 	}
-	var st *sink.Store
-	// Like the migrations, registering the index survives a backend
-	// terminated under it; a registry can take the metrics once.
-	err = migrations.RetryInterrupted(ctx, logger, "opening the index", func() error {
-		var err error
-		st, err = sink.New(ctx, pool, sink.Config{
-			Schema:     cfg.Schema,
-			Index:      name,
-			Model:      emb.Model(),
-			Dimensions: emb.Dimensions(),
-			// Full text only where something reads it.
-			SkipFullText: !cfg.FullText,
-			Logger:       logger,
-			Registerer:   reg,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: name, Alias: alias}, nil
-}
-
-// mayCreate is nil when the configured index, which does not exist, may be
-// created (mayCreateAfter).
-func mayCreate(ctx context.Context, cat *sink.Catalog, cfg IndexConfig) error {
-	if _, err := cat.Lookup(ctx, cfg.Index); err != nil {
-		return mayCreateAfter(err, cfg.Create)
-	}
-	return nil // created meanwhile
+	return &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: id.Name, Alias: id.Alias}, nil
 }
 
 // mayCreateAfter is nil when err, a failed look-up of the configured index,
@@ -157,8 +209,8 @@ func mayCreate(ctx context.Context, cat *sink.Catalog, cfg IndexConfig) error {
 // index or alias yet, or create (--create-index) says so. Beside existing
 // indexes it is the *sink.UnknownIndexError of the read-only commands (its
 // "did you mean"), with the flag that creates the index anyway; any other
-// error is returned as it is. Writers check it before they open a source,
-// so a refused name consumes no change.
+// error is returned as it is. Writers open the index before they open a
+// source, so a refused name consumes no change.
 func mayCreateAfter(err error, create bool) error {
 	var unknown *sink.UnknownIndexError
 	switch {
@@ -169,73 +221,23 @@ func mayCreateAfter(err error, create bool) error {
 	case len(unknown.Known) == 0 || create:
 		return nil
 	}
-	return fmt.Errorf("%w; to start a new index beside them, run serve or backfill with --create-index", err)
-}
-
-// OpenIndexRead opens the configured index for a command that only reads
-// (query, dupes, monitor, backfill --dry-run): it migrates nothing,
-// registers nothing and needs USAGE and SELECT only. An unknown index: is
-// an error naming the known ones. The embedder is built once, from the
-// index's identity (model and dimensions as the index records them), with
-// the config's provider, endpoint and limits.
-func OpenIndexRead(ctx context.Context, cfg IndexConfig, logger *slog.Logger) (*Index, error) {
-	if err := cfg.Embedder.Validate(); err != nil {
-		return nil, fmt.Errorf("embedder config: %w", err) // before connecting
-	}
-	pool, err := sink.OpenPool(ctx, cfg.URL, cfg.Schema)
-	if err != nil {
-		return nil, err
-	}
-	st, id, err := sink.Open(ctx, pool, sink.Config{Schema: cfg.Schema, Index: cfg.Index, Logger: logger})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	alias := ""
-	if id.Name != cfg.Index {
-		alias = cfg.Index
-	}
-	emb, err := embedder.New(withIdentity(cfg.Embedder, id.Model, id.Dimensions))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: id.Name, Alias: alias}, nil
-}
-
-// openIndexOn opens index x on pool with the config's embedder settings
-// but x's identity: its model, dimensions and full-text setting, so that
-// opening a shadow never switches its full text on or off. The store's
-// metrics are not registered: the primary's are.
-func openIndexOn(ctx context.Context, cfg IndexConfig, pool *pgxpool.Pool, x sink.IndexInfo, logger *slog.Logger) (embedder.Client, *sink.Store, error) {
-	ec := withIdentity(cfg.Embedder, x.Model, x.Dimensions)
-	ec.Logger = logger
-	emb, err := embedder.New(ec)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := sink.New(ctx, pool, sink.Config{Schema: cfg.Schema, Index: x.Name, Model: emb.Model(), Dimensions: emb.Dimensions(),
-		SkipFullText: !x.FullText, Logger: logger})
-	if err != nil {
-		return nil, nil, err
-	}
-	return emb, st, nil
+	return withCreateHint(err)
 }
 
 // FamilyShadows opens the other indexes that follow the configured name
 // (index:), for a command that writes ix once (backfill).
-func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]pipeline.Shadow, error) {
+func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]*Index, error) {
 	infos, err := sink.NewCatalog(ix.Pool, cfg.Schema).Shadows(ctx, ix.Name, cfg.Index)
 	if err != nil {
 		return nil, err
 	}
-	var out []pipeline.Shadow
+	var out []*Index
 	for _, x := range infos {
-		emb, st, err := openIndexOn(ctx, cfg, ix.Pool, x, logger)
+		sh, err := openShadow(ctx, cfg, ix, x, logger)
 		if err != nil {
 			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
 		}
-		out = append(out, pipeline.Shadow{Name: x.Name, Sink: st, Embedder: emb, Cache: st})
+		out = append(out, sh)
 	}
 	return out, nil
 }

@@ -27,7 +27,7 @@ var (
 	_ pipeline.DeadLetters = (*file.DeadLetters)(nil)
 	_ pipeline.DeadLetters = (*kafka.DeadLetters)(nil)
 	_ pipeline.VectorCache = (*sink.Store)(nil)
-	_ pipeline.Committer   = (*sink.Bulk)(nil)
+	_ pipeline.Committer   = (*sink.Store)(nil)
 )
 
 // PipelineConfig is what every pipeline of the service is built from

@@ -24,8 +24,8 @@ import (
 func TestStoreIsTheSinkUnlessSaidOtherwise(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
 	ctx := context.Background()
-	ix, err := service.OpenIndex(ctx, service.IndexConfig{URL: pgtest.URL(), Schema: schema, Index: "docs",
-		Embedder: embedder.Config{Provider: "hashing", Dimensions: 16}.WithDefaults()}, nil, nil)
+	ix, err := service.Open(ctx, service.IndexConfig{URL: pgtest.URL(), Schema: schema, Index: "docs",
+		Embedder: embedder.Config{Provider: "hashing", Dimensions: 16}.WithDefaults()}, sink.Write, nil, nil)
 	require.NoError(t, err)
 	t.Cleanup(ix.Close)
 

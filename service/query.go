@@ -18,7 +18,7 @@ import (
 // Search embeds text with the index's embedder and searches the index
 // directly (query --via postgres), reading only.
 func Search(ctx context.Context, cfg IndexConfig, text string, q sink.Query, logger *slog.Logger) ([]sink.Hit, error) {
-	ix, err := OpenIndexRead(ctx, cfg, logger)
+	ix, err := Open(ctx, cfg, sink.Read, logger, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -93,15 +93,6 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	if err := cat.Claim(ctx, to, family, cfg.Force); err != nil && !errors.Is(err, sink.ErrNoIndex) {
 		return err
 	}
-	// --to names the index to build: a new name beside the family's
-	// indexes is the point, not a typo (a typo of an existing index is
-	// the claim's refusal above).
-	target := cfg.Target
-	target.Create = true
-	ix, err := openIndex(ctx, pool, target, logger, nil)
-	if err != nil {
-		return err
-	}
 	r, found, err := cat.Resolve(ctx, family)
 	if err != nil {
 		return err
@@ -113,6 +104,21 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	if from == to {
 		return fmt.Errorf("--to: %q is the live index of %s itself; name a new index", to, family)
 	}
+	// --to names the index to build: a new name beside the family's
+	// indexes is the point, not a typo (a typo of an existing index is
+	// the claim's refusal above). An empty target is bulk-loaded by the
+	// first pass (--bulk auto), which then builds its HNSW index.
+	target := cfg.Target
+	target.Create = true
+	mode := sink.Write
+	if cfg.Bulk {
+		mode = sink.Bulk
+	}
+	ix, err := openOn(ctx, pool, target, mode, logger, nil)
+	if err != nil {
+		return err
+	}
+	defer finishBulk(ctx, ix, logger)
 	// Before a document is written: the target joins this family or the
 	// run stops here.
 	if err := cat.Claim(ctx, to, family, cfg.Force); err != nil {
@@ -120,7 +126,7 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	}
 	report(ReindexStep{Step: StepStarted, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions()})
 	start := time.Now()
-	n, stats, err := reindexPass(ctx, cfg, ix, from, cfg.Bulk)
+	n, stats, err := reindexPass(ctx, cfg, ix, from)
 	report(ReindexStep{Step: StepFirstPass, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Documents: n,
 		Took: time.Since(start), Stats: stats, Err: err})
 	if err != nil {
@@ -151,7 +157,7 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 		}
 	}
 	start = time.Now()
-	n, stats, err = reindexPass(ctx, cfg, ix, from, false)
+	n, stats, err = reindexPass(ctx, cfg, ix, from)
 	report(ReindexStep{Step: StepCatchUp, Documents: n, Took: time.Since(start), Stats: stats, Err: err})
 	if err != nil {
 		return fmt.Errorf("reindex catch-up stopped: %w (run it again: done documents are no-ops)", err)
@@ -163,30 +169,15 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	return nil
 }
 
-// reindexPass applies every document of index from to ix once: bulk into
-// an empty target (HNSW built at the end) when bulk is set.
-func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string, bulk bool) (int64, pipeline.Snapshot, error) {
+// reindexPass applies every document of index from to ix once. A target
+// opened for a bulk load is loaded with COPY and its HNSW index built at
+// the end of the pass; the next pass writes document by document.
+func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string) (int64, pipeline.Snapshot, error) {
 	logger := cfg.Logger
 	src := backfill.NewIndexSource(sink.NewCatalog(ix.Pool, ix.Schema), from, cfg.PageRows)
-	var snk pipeline.Sink = ix.Store
-	var commit pipeline.Committer
-	if bulk {
-		b, err := ix.Store.BeginBulk(ctx)
-		switch {
-		case errors.Is(err, sink.ErrNotEmpty):
-		case err != nil:
-			return 0, nil, err
-		default:
-			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Target.Index)
-			// The pipeline flushes the bulk buffer before it acknowledges
-			// any page (its commit hook).
-			snk, commit = b, b
-			defer func() {
-				if err := b.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
-					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
-				}
-			}()
-		}
+	if ix.Store.Mode() == sink.Bulk {
+		logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Target.Index)
+		defer finishBulk(ctx, ix, logger)
 	}
 	ch, err := chunker.New(cfg.Pipeline.Chunker)
 	if err != nil {
@@ -205,8 +196,10 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string,
 		Tables: pc.Tables, Workers: pc.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
 		Reuse: pc.Reuse,
 	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
-		Transient: Transient, Fatal: Fatal, Commit: commit,
+		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: ix.Store,
+		// The pipeline flushes the bulk buffer before it acknowledges any
+		// page (its commit hook).
+		Transient: Transient, Fatal: Fatal, Commit: ix.Store,
 		// New vectors are cached as they are embedded, so an interrupted
 		// pass pays nothing twice; the bulk sink takes them from the cache.
 		Cache: ix.Store, Lookup: ix.Store,

@@ -93,7 +93,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	ix, err := OpenIndex(ctx, cfg.Index, logger, reg)
+	ix, err := Open(ctx, cfg.Index, sink.Write, logger, reg)
 	if err != nil {
 		return Result{}, err
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	// index's settings (a shadow of a blue/green re-index) never switches
 	// them.
 	KeepFullText bool
+	// Physical says Index names an index, never an alias: a shadow of a
+	// blue/green re-index is opened by its own name, which an alias may
+	// carry too (after a promote, the retired index that still follows).
+	Physical bool
 	// SkipFullText leaves the chunks' tsvector column empty (NULL) and
 	// makes SearchText fail with ErrFullTextOff: the column and its GIN
 	// index cost about a quarter more Postgres CPU per chunk, and only the

@@ -59,11 +59,17 @@ func (c *Catalog) Lookup(ctx context.Context, name string) (Resolved, error) {
 	if found {
 		return r, nil
 	}
+	return Resolved{}, c.unknown(ctx, name)
+}
+
+// unknown is the *UnknownIndexError of name, which is neither an alias
+// nor an index: it lists the known names and the nearest.
+func (c *Catalog) unknown(ctx context.Context, name string) error {
 	known, err := c.names(ctx)
 	if err != nil {
-		return Resolved{}, fmt.Errorf("resolve %s: %w", name, err)
+		return fmt.Errorf("resolve %s: %w", name, err)
 	}
-	return Resolved{}, &UnknownIndexError{Name: name, Schema: c.schema, Known: known, Nearest: suggest.Nearest(name, known)}
+	return &UnknownIndexError{Name: name, Schema: c.schema, Known: known, Nearest: suggest.Nearest(name, known)}
 }
 
 // names lists the aliases and indexes, sorted, without repeats.

@@ -95,7 +95,7 @@ func OpenIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 		return nil, err
 	}
 	cat := NewCatalog(pool, cfg.Schema)
-	r, found, err := cat.Resolve(ctx, cfg.Index)
+	r, found, err := cat.resolve(ctx, cfg.Index, cfg.Physical)
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", cfg.Index, err)
 	}
@@ -105,11 +105,10 @@ func OpenIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 	case found && cfg.Model == "" && cfg.Dimensions == 0:
 		cfg.Model, cfg.Dimensions = r.Index.Model, r.Index.Dimensions
 	case !found && !cfg.Create:
-		if _, err := cat.Lookup(ctx, cfg.Index); err != nil {
-			var unknown *UnknownIndexError
-			if !errors.As(err, &unknown) || len(unknown.Known) > 0 {
-				return nil, err
-			}
+		err := cat.unknown(ctx, cfg.Index)
+		var unknown *UnknownIndexError
+		if !errors.As(err, &unknown) || len(unknown.Known) > 0 {
+			return nil, err
 		}
 	}
 	if cfg.KeepFullText && found {
@@ -162,7 +161,11 @@ func openRead(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, erro
 	if err := CheckMigrated(ctx, pool, cfg.Schema); err != nil {
 		return nil, err
 	}
-	r, err := NewCatalog(pool, cfg.Schema).Lookup(ctx, cfg.Index)
+	cat := NewCatalog(pool, cfg.Schema)
+	r, found, err := cat.resolve(ctx, cfg.Index, cfg.Physical)
+	if err == nil && !found {
+		err = cat.unknown(ctx, cfg.Index)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +180,19 @@ func openRead(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, erro
 	s.pool = pool
 	s.mode = Read
 	return s, nil
+}
+
+// resolve is Catalog.Resolve, or with physical the index of that name
+// only.
+func (c *Catalog) resolve(ctx context.Context, name string, physical bool) (Resolved, bool, error) {
+	if !physical {
+		return c.Resolve(ctx, name)
+	}
+	x, ok, err := c.index(ctx, c.pool, name)
+	if err != nil {
+		return Resolved{}, false, fmt.Errorf("resolve %s: %w", name, hintMigrate(err, c.schema))
+	}
+	return Resolved{Index: x}, ok, nil
 }
 
 // Identity is the index the handle opened: its name, the alias it was

@@ -15,7 +15,9 @@ import (
 func TestOpenWriteResolvesAnAlias(t *testing.T) {
 	_, b := setup(t)
 	ctx := context.Background()
-	_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "docs_v2", Model: "model-2", Dimensions: 8, SkipFullText: true})
+	_, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "docs", Model: "test-model", Dimensions: dims})
+	require.NoError(t, err)
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "docs_v2", Model: "model-2", Dimensions: 8, SkipFullText: true})
 	require.NoError(t, err)
 	_, err = sink.NewCatalog(b.pool, b.schema).Promote(ctx, "docs", "docs_v2", true)
 	require.NoError(t, err)
@@ -24,7 +26,16 @@ func TestOpenWriteResolvesAnAlias(t *testing.T) {
 		st, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: mode, Schema: b.schema, Index: "docs", Model: "test-model", Dimensions: dims})
 		require.NoError(t, err, mode)
 		require.Equal(t, sink.Identity{Name: "docs_v2", Alias: "docs", Model: "model-2", Dimensions: 8, FullText: true}, st.Identity(), mode)
+		// The retired index that carries the alias's name is opened by
+		// its own name where that is what is meant (a shadow).
+		st, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: mode, Physical: true, Schema: b.schema, Index: "docs"})
+		require.NoError(t, err, mode)
+		require.Equal(t, sink.Identity{Name: "docs", Model: "test-model", Dimensions: dims, FullText: true}, st.Identity(), mode)
 	}
+	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Physical: true, Schema: b.schema, Index: "dcos"})
+	var unknown *sink.UnknownIndexError
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, "docs", unknown.Nearest)
 	// Full text was switched on by the writers above (SkipFullText false);
 	// a writer that keeps the index's own setting never switches it.
 	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "docs_v2", SkipFullText: true})

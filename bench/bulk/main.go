@@ -68,7 +68,7 @@ func run(url string, nChunks, perDoc, dims, workers, flushDocs int) error {
 	fmt.Printf("bench-bulk: %d chunks in %d documents, %d dimensions, schema %s\n", len(docs)*perDoc, len(docs), dims, schema)
 
 	// Different models, so each path fills its own embedding cache rows.
-	stream, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "streaming", Model: "bench-stream", Dimensions: dims})
+	stream, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "streaming", Model: "bench-stream", Dimensions: dims})
 	if err != nil {
 		return err
 	}
@@ -78,14 +78,13 @@ func run(url string, nChunks, perDoc, dims, workers, flushDocs int) error {
 	}
 	streamSecs := time.Since(start).Seconds()
 
-	bulkStore, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "bulk", Model: "bench-bulk", Dimensions: dims})
+	start = time.Now()
+	bulk, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Bulk, Create: true, Schema: schema, Index: "bulk", Model: "bench-bulk", Dimensions: dims})
 	if err != nil {
 		return err
 	}
-	start = time.Now()
-	bulk, err := bulkStore.BeginBulk(ctx)
-	if err != nil {
-		return err
+	if bulk.Mode() != sink.Bulk {
+		return fmt.Errorf("index bulk of schema %s holds documents: nothing to bulk-load", schema)
 	}
 	for i, d := range docs {
 		if _, err := bulk.Upsert(ctx, d); err != nil {

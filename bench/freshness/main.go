@@ -309,7 +309,7 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 	}
 	co := embedder.NewCoalescer(client, ecfg.Coalesce())
 	defer co.Close()
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true,
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true,
 		Groups: o.groups, GroupDocuments: o.groupDocs})
 	if err != nil {
 		return res, err

@@ -429,7 +429,7 @@ func (s *schemas) open(ctx context.Context, suffix string, srv *embeddings, logg
 	if err := migrations.Up(ctx, pool, schema, logger); err != nil {
 		return nil, err
 	}
-	st, err := sink.New(ctx, pool, sink.Config{
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write,
 		Schema: schema, Index: benchIndex, Model: srv.Model, Dimensions: srv.Dimensions, Logger: logger,
 	})
 	return st, err

@@ -172,7 +172,7 @@ func run(ctx context.Context, adminURL string, docs, size int) error {
 		return err
 	}
 	defer pool.Close()
-	st, err := sink.New(ctx, pool, sink.Config{Index: "bench", Model: "hashing", Dimensions: 384, SkipFullText: true})
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Index: "bench", Model: "hashing", Dimensions: 384, SkipFullText: true})
 	if err != nil {
 		return err
 	}

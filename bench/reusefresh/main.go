@@ -147,7 +147,7 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 		return stats{}, err
 	}
 	prov := &provider{h: embedder.NewHashing(256), latency: c.latency, slots: make(chan struct{}, c.capacity)}
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "fresh", Model: embedder.HashingModel, Dimensions: 256})
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "fresh", Model: embedder.HashingModel, Dimensions: 256})
 	if err != nil {
 		return stats{}, err
 	}

@@ -102,7 +102,7 @@ func load(ctx context.Context, url string, msgs []cdc.Message, shadow bool) (flo
 	if err := migrations.Up(ctx, pool, schema, slog.New(slog.DiscardHandler)); err != nil {
 		return 0, err
 	}
-	primary, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "docs", Model: embedder.HashingModel, Dimensions: 384})
+	primary, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: embedder.HashingModel, Dimensions: 384})
 	if err != nil {
 		return 0, err
 	}
@@ -122,7 +122,7 @@ func load(ctx context.Context, url string, msgs []cdc.Message, shadow bool) (flo
 		return 0, err
 	}
 	if shadow {
-		st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "docs_v2", Model: embedder.HashingModel, Dimensions: 256})
+		st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Create: true, Schema: schema, Index: "docs_v2", Model: embedder.HashingModel, Dimensions: 256})
 		if err != nil {
 			return 0, err
 		}

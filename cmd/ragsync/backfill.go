@@ -24,7 +24,7 @@ import (
 var (
 	_ pipeline.Source = (*backfill.Source)(nil)
 	_ pipeline.Sink   = (*backfill.DryRun)(nil)
-	_ pipeline.Sink   = (*sink.Bulk)(nil)
+	_ pipeline.Sink   = (*sink.Store)(nil)
 )
 
 type backfillFlags struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/service"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // indexConfig is the index a command opens: index:, postgres: and the
@@ -19,15 +20,15 @@ func (c Config) indexConfig() service.IndexConfig {
 		Embedder: c.EmbedderConfig(), FullText: c.FullText()}
 }
 
-// openIndex opens the configured index for writing (service.OpenIndex).
+// openIndex opens the configured index for writing (service.Open).
 func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*service.Index, error) {
-	return service.OpenIndex(ctx, cfg.indexConfig(), logger, reg)
+	return service.Open(ctx, cfg.indexConfig(), sink.Write, logger, reg)
 }
 
 // openIndexRead opens the configured index for reading only
-// (service.OpenIndexRead).
+// (service.Open in sink.Read mode).
 func openIndexRead(ctx context.Context, cfg Config, logger *slog.Logger) (*service.Index, error) {
-	return service.OpenIndexRead(ctx, cfg.indexConfig(), logger)
+	return service.Open(ctx, cfg.indexConfig(), sink.Read, logger, nil)
 }
 
 // servicePipelineConfig is what every pipeline is built from.
