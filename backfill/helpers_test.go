@@ -89,7 +89,7 @@ func (w *world) config(pageRows int) backfill.Config {
 // store opens index name in the world's index schema.
 func (w *world) store(name string, emb embedder.Client) *sink.Store {
 	w.t.Helper()
-	st, err := sink.New(context.Background(), w.ix, sink.Config{Schema: w.ixSchema, Index: name, Model: emb.Model(), Dimensions: emb.Dimensions()})
+	st, err := sink.OpenIndex(context.Background(), w.ix, sink.Config{Mode: sink.Write, Create: true, Schema: w.ixSchema, Index: name, Model: emb.Model(), Dimensions: emb.Dimensions()})
 	require.NoError(w.t, err)
 	return st
 }

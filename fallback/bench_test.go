@@ -140,7 +140,7 @@ func benchSetup(b *testing.B) *benchFixture {
 		if bench.err = migrations.Up(ctx, pool, bench.schema, nil); bench.err != nil {
 			return
 		}
-		store, err := sink.New(ctx, pool, sink.Config{Schema: bench.schema, Index: "bench", Model: "test-bow", Dimensions: benchDims})
+		store, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: bench.schema, Index: "bench", Model: "test-bow", Dimensions: benchDims})
 		if err != nil {
 			bench.err = err
 			return

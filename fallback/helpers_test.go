@@ -173,7 +173,7 @@ func seedStore(t testing.TB, tenants bool) (*sink.Store, string) {
 
 func newStore(t testing.TB, pool *pgxpool.Pool, schema string) *sink.Store {
 	t.Helper()
-	store, err := sink.New(context.Background(), pool, sink.Config{Schema: schema, Index: "articles", Model: "test-bow", Dimensions: testDims})
+	store, err := sink.OpenIndex(context.Background(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles", Model: "test-bow", Dimensions: testDims})
 	require.NoError(t, err)
 	return store
 }

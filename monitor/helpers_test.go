@@ -40,7 +40,7 @@ func setup(t *testing.T) *bundle {
 	emb, err := embedder.NewOpenAI(embedder.Config{Provider: "openai", BaseURL: srv.URL, Model: "embed-1", Dimensions: testDims, MaxRetries: -1}.WithDefaults())
 	require.NoError(t, err)
 	t.Cleanup(emb.Close)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "embed-1", Dimensions: testDims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "embed-1", Dimensions: testDims})
 	require.NoError(t, err)
 	return &bundle{pool: pool, schema: schema, srv: srv, emb: emb, st: st, reg: prometheus.NewRegistry()}
 }

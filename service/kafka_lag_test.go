@@ -71,7 +71,7 @@ func TestKafkaLagFeedsMonitor(t *testing.T) {
 	// throughput (1 change/s) the seconds of lag are estimated from.
 	pool, schema := pgtest.Schema(t)
 	emb := embedder.NewHashing(32)
-	_, err = sink.New(ctx, pool, sink.Config{Schema: schema, Index: "lag", Model: emb.Model(), Dimensions: emb.Dimensions()})
+	_, err = sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "lag", Model: emb.Model(), Dimensions: emb.Dimensions()})
 	require.NoError(t, err)
 	gather := prometheus.NewRegistry()
 	changes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ragsync_pipeline_changes_total"}, []string{"op", "outcome"})

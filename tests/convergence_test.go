@@ -222,7 +222,7 @@ func (h *history) deliveries(cs []change) []cdc.Message {
 func convIndex(t *testing.T) (*sink.Store, *pgxpool.Pool, string) {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "conv", Model: "bow", Dimensions: convDims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "conv", Model: "bow", Dimensions: convDims})
 	require.NoError(t, err)
 	return st, pool, schema
 }

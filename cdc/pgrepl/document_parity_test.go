@@ -225,7 +225,7 @@ func (s *messagesSource) Fetch(context.Context) (cdc.Batch, error) {
 // stored row.
 func documents(t *testing.T, pool *pgtestPool, index string, tables []pipeline.TableConfig, msgs []cdc.Message) map[string]string {
 	t.Helper()
-	st, err := sink.New(t.Context(), pool.pool, sink.Config{Schema: pool.schema, Index: index, Model: "test", Dimensions: 4})
+	st, err := sink.OpenIndex(t.Context(), pool.pool, sink.Config{Mode: sink.Write, Create: true, Schema: pool.schema, Index: index, Model: "test", Dimensions: 4})
 	require.NoError(t, err)
 	rec := &recordingSink{Store: st, docs: map[string]sink.Document{}}
 	ch, err := chunker.New(chunker.Config{TargetTokens: 400, MinTokens: 10, MaxTokens: 800})

@@ -167,7 +167,7 @@ func TestShadowOpensWithItsFullTextSetting(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
 	ctx := context.Background()
 	for _, name := range []string{"articles", "articles_v2"} {
-		_, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: name, Model: "hashing-v1", Dimensions: 16, SkipFullText: true})
+		_, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Create: true, Schema: schema, Index: name, Model: "hashing-v1", Dimensions: 16, SkipFullText: true})
 		require.NoError(t, err)
 	}
 	require.NoError(t, sink.NewCatalog(pool, schema).Follow(ctx, "articles_v2", "articles", sink.StateBuilding))

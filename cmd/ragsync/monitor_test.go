@@ -44,7 +44,7 @@ func monitorIndex(t *testing.T, texts []string) (*openaitest.Server, []string) {
 	ctx := context.Background()
 	emb, err := embedder.NewOpenAI(embedder.Config{BaseURL: srv.URL, Model: "embed-x", Dimensions: 32, APIKey: "sk-test"})
 	require.NoError(t, err)
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "mon", Model: "embed-x", Dimensions: 32})
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "mon", Model: "embed-x", Dimensions: 32})
 	require.NoError(t, err)
 	vecs, err := emb.Embed(ctx, texts)
 	require.NoError(t, err)
