@@ -45,7 +45,7 @@ type transport struct {
 
 // sourceEnv is what serve gives a transport to open its source with.
 type sourceEnv struct {
-	// decoder decodes the Debezium messages of the Kafka and file sources.
+	// decoder decodes the Debezium records of the Kafka and file sources.
 	decoder cdc.DecoderConfig
 	// once stops the source at the end of what it holds at start.
 	once   bool
@@ -126,8 +126,9 @@ func withAdvice(settings, advice map[string]string) map[string]string {
 	return out
 }
 
-// openKafka opens the Kafka consumer-group source; its dead letters go to
-// a topic beside each source topic (or dlq.topic), and it reports its lag.
+// openKafka opens the Kafka consumer-group source, which decodes each
+// record with the configured tables' keys; its dead letters go to a topic
+// beside each source topic (or dlq.topic), and it reports its lag.
 func openKafka(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, error) {
 	kc := cfg.Kafka
 	kc.Decoder = cdc.NewDecoder(env.decoder)
@@ -141,9 +142,8 @@ func openKafka(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, err
 		lag: kafkaLag{src: src, topics: kc.Topics}, collector: kafka.NewLagCollector(src)}, nil
 }
 
-// openFile opens the JSON Lines source, which decodes each line (the
-// pipeline's decoder then only serves messages handed over as bytes); its
-// dead letters go to a JSON Lines file.
+// openFile opens the JSON Lines source, which decodes each line with the
+// configured tables' keys; its dead letters go to a JSON Lines file.
 func openFile(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, error) {
 	fc := cfg.File
 	fc.Follow = fc.Follow && !env.once

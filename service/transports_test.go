@@ -35,7 +35,7 @@ func (e downErr) Transient() bool { return true }
 // be acknowledged: the second one, behind the first's failing
 // acknowledgement.)
 type stallingSource struct {
-	msg     cdc.Message
+	msg     cdc.Record
 	ackDown bool
 	fetched atomic.Int32
 	acking  chan struct{}
@@ -55,7 +55,7 @@ func (s *stallingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 		<-ctx.Done()
 		return cdc.Batch{}, ctx.Err()
 	}
-	return cdc.Batch{Messages: []cdc.Message{s.msg}, Ack: func(context.Context) error {
+	return cdc.Batch{Records: []cdc.Record{s.msg}, Ack: func(context.Context) error {
 		s.once.Do(func() { close(s.acking) })
 		if s.ackDown {
 			return downErr{"commit the source position"}
@@ -67,7 +67,7 @@ func (s *stallingSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 // downDeadLetters is a dead-letter destination that does not answer.
 type downDeadLetters struct{}
 
-func (downDeadLetters) Put(context.Context, cdc.Message, error) error {
+func (downDeadLetters) Put(context.Context, cdc.Record, error) error {
 	return downErr{"write the dead letter"}
 }
 
@@ -106,16 +106,16 @@ func TestStallAdviceIsTheConfiguredTransports(t *testing.T) {
 				spc, err := cfg.servePipelineConfig()
 				require.NoError(t, err)
 
-				src := &stallingSource{msg: cdc.Message{Topic: "t", Err: cdc.ErrSkip}, ackDown: true, acking: make(chan struct{})}
+				src := &stallingSource{msg: cdc.Record{Raw: cdc.Raw{Topic: "t"}, Err: cdc.ErrSkip}, ackDown: true, acking: make(chan struct{})}
 				var dlq pipeline.DeadLetters = downDeadLetters{}
 				if stage == pipeline.StageSource {
 					dlq = nil
 				} else {
-					src = &stallingSource{msg: cdc.Message{Topic: "t", Err: errors.New("not a Debezium event")}, acking: make(chan struct{})}
+					src = &stallingSource{msg: cdc.Record{Raw: cdc.Raw{Topic: "t"}, Err: errors.New("not a Debezium event")}, acking: make(chan struct{})}
 				}
 				var logs lockedLog
 				logger := slog.New(slog.NewJSONHandler(&logs, nil))
-				p, err := NewPipeline(spc, Stages{Source: src, DeadLetters: dlq, Embedder: ix.Emb, Store: ix.Store}, nil, nil, logger)
+				p, err := NewPipeline(spc, Stages{Source: src, DeadLetters: dlq, Target: pipeline.Target{Name: ix.Name, Index: ix.Store, Embedder: ix.Emb}}, nil, nil, logger)
 				require.NoError(t, err)
 				rctx, cancel := context.WithCancel(ctx)
 				done := make(chan error, 1)
