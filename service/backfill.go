@@ -127,27 +127,23 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	}
 	defer src.Close()
 
-	var (
-		emb embedder.Client = ix.Emb
-		snk pipeline.Sink   = ix.Store
-		dry *backfill.DryRun
-	)
+	// The pipeline writes the opened index (a bulk load flushes its
+	// buffer before any checkpoint is saved: Index.Flush); a dry run
+	// counts instead.
+	target := ix.Target()
+	var dry *backfill.DryRun
 	if cfg.DryRun {
 		if fresh {
 			dry = backfill.NewDryRun(nil, ix.Emb.Dimensions())
 		} else {
 			dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
 		}
-		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
+		target.Index, target.Embedder = dry, dryEmbedder{DryRun: dry, id: ix.Emb}
 	}
-	var shadows []pipeline.Shadow
+	var shadows []pipeline.Target
 	if !cfg.DryRun {
-		family, err := FamilyShadows(ctx, cfg.Index, ix, logger)
-		if err != nil {
+		if shadows, err = FamilyShadows(ctx, cfg.Index, ix, logger); err != nil {
 			return nil, err
-		}
-		for _, sh := range family {
-			shadows = append(shadows, sh.shadow())
 		}
 	}
 	// The bulk path writes one index; with indexes following this one,
@@ -162,23 +158,21 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	// The store is the vector cache (except for the dry run, which writes
-	// nothing): every answered request's vectors are cached as they arrive,
-	// before the request's slot is freed, so a kill loses at most the
-	// requests in flight, however many documents wait for the index (a
-	// page of rows outruns the index writes when the provider is fast);
-	// the resumed run and the bulk sink take them from the cache.
-	var store *sink.Store
+	// Every answered request's vectors are cached as they arrive (except
+	// for the dry run, which writes nothing), before the request's slot is
+	// freed, so a kill loses at most the requests in flight, however many
+	// documents wait for the index (a page of rows outruns the index
+	// writes when the provider is fast); the resumed run and the bulk load
+	// take them from the cache.
 	if !cfg.DryRun {
-		store = ix.Store
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
-		co, stop, err := PipelineEmbedder(cfg.Index.Embedder, emb, nil, ix.Store.CacheTexts)
+		co, stop, err := PipelineEmbedder(cfg.Index.Embedder, ix.Emb, nil, ix.Store.CacheTexts)
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
-		emb = co
+		target.Embedder = co
 	}
 	// Read ahead at most about one page beyond the page being applied:
 	// what a kill loses is what was read and not yet checkpointed, and a
@@ -191,19 +185,12 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	if cfg.PipelineLogger != nil {
 		plog = cfg.PipelineLogger
 	}
-	// The pipeline flushes the bulk buffer before it saves any checkpoint
-	// (its commit hook).
-	var commit pipeline.Committer
-	if store != nil {
-		commit = store
-	}
-	p, err := NewPipeline(pc, Stages{Source: src, Embedder: emb, Sink: snk, Store: store, Commit: commit}, nil, prometheus.NewRegistry(), plog)
+	// Backfilled rows reach the family's other indexes too, as serve's
+	// changes do (blue/green re-index).
+	p, err := NewPipeline(pc, Stages{Source: src, Target: target, Shadows: shadows}, nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return nil, err
 	}
-	// Backfilled rows reach the family's other indexes too, as serve's
-	// changes do (blue/green re-index).
-	p.SetShadows(shadows)
 	start := time.Now()
 	done := make(chan struct{})
 	progressDone := make(chan struct{})
@@ -226,7 +213,7 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	if !cfg.DryRun && res.Err == nil && ctx.Err() == nil {
 		// Serve repays reuse debt in the background; a backfill may run
 		// with no serve at all, so it repays its own before it ends.
-		if res.Repaid, err = repayAll(ctx, cfg.Pipeline, ix.Store, emb, logger); err != nil {
+		if res.Repaid, err = repayAll(ctx, cfg.Pipeline, ix.Store, target.Embedder, logger); err != nil {
 			res.Err = err
 		}
 		res.Unserved = !servedAtStart || !serveRunning(ctx, cfg.Index.Index, ix, logger)

@@ -63,9 +63,11 @@ func (ix *Index) Close() {
 	}
 }
 
-// shadow is the index as a shadow of a pipeline's primary.
-func (ix *Index) shadow() pipeline.Shadow {
-	return pipeline.Shadow{Name: ix.Name, Sink: ix.Store, Embedder: ix.Emb, Cache: ix.Store}
+// Target is the index as a pipeline writes it: its handle and the
+// embedder of its model. A pipeline that shares requests across documents
+// replaces the embedder with a coalescer over it (PipelineEmbedder).
+func (ix *Index) Target() pipeline.Target {
+	return pipeline.Target{Name: ix.Name, Index: ix.Store, Embedder: ix.Emb}
 }
 
 // withIdentity is ec built for an index's model and dimensions; the
@@ -226,18 +228,18 @@ func mayCreateAfter(err error, create bool) error {
 
 // FamilyShadows opens the other indexes that follow the configured name
 // (index:), for a command that writes ix once (backfill).
-func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]*Index, error) {
+func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]pipeline.Target, error) {
 	infos, err := sink.NewCatalog(ix.Pool, cfg.Schema).Shadows(ctx, ix.Name, cfg.Index)
 	if err != nil {
 		return nil, err
 	}
-	var out []*Index
+	var out []pipeline.Target
 	for _, x := range infos {
 		sh, err := openShadow(ctx, cfg, ix, x, logger)
 		if err != nil {
 			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
 		}
-		out = append(out, sh)
+		out = append(out, sh.Target())
 	}
 	return out, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -179,10 +178,6 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string)
 		logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Target.Index)
 		defer finishBulk(ctx, ix, logger)
 	}
-	ch, err := chunker.New(cfg.Pipeline.Chunker)
-	if err != nil {
-		return 0, nil, err
-	}
 	// Documents share embedding requests, as serve's changes do, and every
 	// answer is cached as it arrives, so a killed reindex pays again for
 	// at most the requests in flight.
@@ -191,19 +186,13 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string)
 		return 0, nil, err
 	}
 	defer stopEmb()
-	pc := cfg.Pipeline.Pipeline
-	p, err := pipeline.New(pipeline.Config{
-		Tables: pc.Tables, Workers: pc.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
-		Reuse: pc.Reuse,
-	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: ix.Store,
-		// The pipeline flushes the bulk buffer before it acknowledges any
-		// page (its commit hook).
-		Transient: Transient, Fatal: Fatal, Commit: ix.Store,
-		// New vectors are cached as they are embedded, so an interrupted
-		// pass pays nothing twice; the bulk sink takes them from the cache.
-		Cache: ix.Store, Lookup: ix.Store,
-	})
+	// Built like serve's pipeline, so every pipeline.* setting holds here
+	// too: a document serve indexed is never refused by its re-index.
+	// The pipeline flushes a bulk load's buffer before it acknowledges any
+	// page (Index.Flush).
+	target := ix.Target()
+	target.Embedder = emb
+	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src, Target: target}, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -108,6 +108,9 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer src.close()
+	if cfg.Pipeline, err = cfg.servePipelineConfig(); err != nil {
+		return Result{}, err
+	}
 	started := false // the pipeline runs
 	if src.abandon != nil {
 		// A later start-up step that fails (the monitor, the front door's
@@ -162,8 +165,8 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	// the repayment only calls it while the pipeline's lane is idle.
 	lanes := pipeline.NewLanes(pemb, 0)
 	pred := pipeline.NewPredictor(0)
-	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red}, Embedder: lanes.Live(), Store: st,
-		Traces: mon.traces(), Observer: observer}, pred, reg, logger)
+	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red},
+		Target: pipeline.Target{Name: ix.Name, Index: st, Embedder: lanes.Live()}, Traces: mon.traces(), Observer: observer}, pred, reg, logger)
 	if err != nil {
 		return Result{}, err
 	}

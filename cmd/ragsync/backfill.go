@@ -23,8 +23,8 @@ import (
 
 var (
 	_ pipeline.Source = (*backfill.Source)(nil)
-	_ pipeline.Sink   = (*backfill.DryRun)(nil)
-	_ pipeline.Sink   = (*sink.Store)(nil)
+	_ pipeline.Index  = (*backfill.DryRun)(nil)
+	_ pipeline.Index  = (*sink.Store)(nil)
 )
 
 type backfillFlags struct {
