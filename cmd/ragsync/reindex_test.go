@@ -238,3 +238,27 @@ func noteEvent(op string, id int, lsn int, body string) string {
 	return fmt.Sprintf(`{"key":{"id":%d},"value":{"op":%q,"before":%s,"after":%s,"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":%d}}}`,
 		id, op, before, after, lsn)
 }
+
+// TestReindexHonoursPipelineSettings: reindex builds its pipeline as serve
+// does, from every pipeline.* setting, so a document serve indexed under a
+// raised pipeline.max_document_bytes is rebuilt too, not refused at the
+// default (8 MiB) halfway through the re-index.
+func TestReindexHonoursPipelineSettings(t *testing.T) {
+	e := newReindexEnv(t)
+	const raised = "pipeline.max_document_bytes=16777216"
+	// Over the default by a few words; repeated text keeps the embedding
+	// work to a handful of distinct chunks.
+	sentence := "A long note repeats its one sentence about apples. "
+	big := strings.Repeat(sentence, 9<<20/len(sentence)+1)
+	require.Greater(t, len(big), 8<<20)
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	lines := noteEvent("c", 1, 10, big) + "\n" + noteEvent("c", 2, 11, "A short note, about pears.") + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(lines), 0o644))
+	out, err := runCLI(t, "", e.args("serve", "--once", "--set", "source.kind=file", "--set", "source.file.path="+path, "--set", raised)...)
+	require.NoError(t, err, out)
+	require.Len(t, e.docs("articles"), 2, "serve indexes the large document under the raised limit: %s", out)
+
+	out, err = runCLI(t, "", e.args("reindex", "--to", "articles_v2", "--set", raised)...)
+	require.NoError(t, err, out)
+	require.Equal(t, e.docs("articles"), e.docs("articles_v2"), "the re-index rebuilds the large document too")
+}
