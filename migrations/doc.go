@@ -7,5 +7,5 @@
 // test. Never edit a merged migration; add the next numbered file.
 //
 // The per-index HNSW indexes are not migrations: their dimensions vary by
-// index, so sink.New creates them.
+// index, so sink.OpenIndex creates them.
 package migrations

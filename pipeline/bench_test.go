@@ -93,7 +93,7 @@ func largeDoc(seed, n int) string {
 // chunking.
 func BenchmarkLargeDocument(b *testing.B) {
 	pool, schema := pgtest.Schema(b)
-	st, err := sink.New(context.Background(), pool, sink.Config{Schema: schema, Index: "big", Model: "lean", Dimensions: benchDims})
+	st, err := sink.OpenIndex(context.Background(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "big", Model: "lean", Dimensions: benchDims})
 	require.NoError(b, err)
 	ch, err := chunker.New(chunker.Config{})
 	require.NoError(b, err)

@@ -167,7 +167,7 @@ func TestRevokeMidRunStops(t *testing.T) {
 	pool, err := sink.OpenPool(ctx, u.String(), schema)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	st, err := sink.New(ctx, pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: &memDLQ{}}
 
@@ -251,7 +251,7 @@ func TestDeadLetterGuard(t *testing.T) {
 // pattern matches like the decoder's.
 func TestUnmatchedTablesAreNotApplied(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: &memDLQ{}}
 	other := func(op string, id int, lsn int64) cdc.Record {

@@ -55,7 +55,7 @@ func TestAppendedSentenceIsFindable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pool, schema := pgtest.Schema(t)
 			emb := hashingEmbedder{embedder.NewHashing(256)}
-			st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: embedder.HashingModel, Dimensions: 256})
+			st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: embedder.HashingModel, Dimensions: 256})
 			require.NoError(t, err)
 			// Unrefined: the edit's chunk is to reuse its stored vector,
 			// and a region's first edit, refined, holds pieces no stored

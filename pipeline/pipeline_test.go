@@ -122,7 +122,7 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	return bundle{store: st, emb: &countingEmbedder{}, dlq: &memDLQ{}}
 }

@@ -25,7 +25,7 @@ type reuseBundle struct {
 func reuseSetup(t *testing.T) reuseBundle {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	return reuseBundle{store: st, pool: pool, schema: schema, emb: &countingEmbedder{}}
 }

@@ -73,9 +73,9 @@ type shadowBundle struct {
 func setupShadow(t *testing.T) shadowBundle {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	primary, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	primary, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
-	shad, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs_v2", Model: "small", Dimensions: 16})
+	shad, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Create: true, Schema: schema, Index: "docs_v2", Model: "small", Dimensions: 16})
 	require.NoError(t, err)
 	return shadowBundle{pool: pool, primary: primary, shad: shad, emb: &countingEmbedder{}, shadowEmb: &smallEmbedder{}, dlq: &memDLQ{}}
 }

@@ -18,7 +18,7 @@ import (
 // pipeline counts each unmatched_table and dead-letters none of them.
 func TestBuiltChangesOfUnmatchedTablesAreCounted(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	dlq := &memDLQ{}
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: dlq}

@@ -123,7 +123,7 @@ func (c *Catalog) alias(ctx context.Context, q rowQuerier, name string, lock boo
 // Resolve applies the resolution rule every command uses for index:: name
 // is an alias if an alias of that name exists (even when an index carries
 // the same name: the alias wins), else an index. found is false when it is
-// neither; a new index name is then registered by New.
+// neither; a new index name is then registered by OpenIndex.
 func (c *Catalog) Resolve(ctx context.Context, name string) (r Resolved, found bool, err error) {
 	a, err := c.alias(ctx, c.pool, name, false)
 	if err != nil {

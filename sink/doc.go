@@ -4,7 +4,10 @@
 //
 // All indexes share one set of tables (see package migrations), told apart
 // by index name; each index is one embedding model at one output size and
-// gets its own partial HNSW index, which New creates.
+// gets its own partial HNSW index, which OpenIndex creates. OpenIndex is
+// the one way to open an index: by name or alias, in Read, Write or Bulk
+// mode, returning a Store that carries the index's identity and implements
+// the pipeline's whole write contract.
 //
 // The sink must not decide what to embed: callers ask Vectors which content
 // hashes are already known and pass a nil Chunk.Vector for those, or a nil
@@ -20,7 +23,7 @@
 // backfill checkpoints (Checkpoints) and the monitor's state (MonitorState).
 // Every DDL statement on an index takes one advisory lock per schema. Each
 // index has the SQL view <index>_index, each alias <alias>_chunks (see
-// IndexView). Open reads an existing index without creating anything.
+// IndexView). Read mode opens an existing index without creating anything.
 //
 // Growth is bounded by Purge: soft-deleted documents past a retention go
 // with their chunks, cache entries unused past a longer retention go unless

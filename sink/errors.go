@@ -15,7 +15,7 @@ func (e *permanentError) Error() string   { return e.msg }
 func (e *permanentError) Permanent() bool { return true }
 
 var (
-	// ErrInvalidConfig wraps every Config problem New reports.
+	// ErrInvalidConfig wraps every Config problem OpenIndex reports.
 	ErrInvalidConfig = errors.New("invalid sink config")
 	// ErrIndexMismatch means the index name is registered with another
 	// model or dimensions.

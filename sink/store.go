@@ -44,14 +44,6 @@ type Store struct {
 	bulk atomic.Pointer[bulkLoad]
 }
 
-// New opens cfg.Index in Write mode.
-//
-// Deprecated: use OpenIndex, the one way to open an index.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	cfg.Mode = Write
-	return OpenIndex(ctx, pool, cfg)
-}
-
 // newStore checks cfg and builds a Store without a pool or any I/O.
 func newStore(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()

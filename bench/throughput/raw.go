@@ -108,7 +108,7 @@ func insertAll(ctx context.Context, db *database, conns int, docs []docRows, row
 	return t, err
 }
 
-// hnswIndex is the index sink.New creates, on a bare table.
+// hnswIndex is the index sink.OpenIndex creates, on a bare table.
 func hnswIndex(table string, dims int) string {
 	return fmt.Sprintf("CREATE INDEX ON %s USING hnsw ((embedding::vector(%d)) vector_cosine_ops)", table, dims)
 }
