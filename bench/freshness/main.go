@@ -60,6 +60,7 @@ import (
 	"github.com/ragsync/ragsync/internal/openaitest"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -314,10 +315,6 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 	if err != nil {
 		return res, err
 	}
-	ch, err := chunker.New(chunker.Config{}.WithDefaults())
-	if err != nil {
-		return res, err
-	}
 
 	var (
 		src    pipeline.Source
@@ -341,10 +338,12 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 	}
 
 	ts := &timingSink{Index: st}
-	p, err := pipeline.New(pipeline.Config{Workers: o.workers, MaxInFlightBytes: o.inFlightBytes, MaxInFlightDocuments: o.inFlightDocs}, pipeline.Stages{
-		Source: src, Splitter: ch,
-		Target: pipeline.Target{Name: "bench", Index: ts, Embedder: co},
-	})
+	// Built as serve builds its pipeline.
+	pc := service.PipelineConfig{
+		Pipeline: pipeline.Config{Workers: o.workers, MaxInFlightBytes: o.inFlightBytes, MaxInFlightDocuments: o.inFlightDocs},
+		Chunker:  chunker.Config{}.WithDefaults(),
+	}
+	p, err := service.NewPipeline(pc, service.Stages{Source: src, Target: pipeline.Target{Name: "bench", Index: ts, Embedder: co}}, nil, nil, nil)
 	if err != nil {
 		return res, err
 	}

@@ -38,11 +38,11 @@ import (
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
 	"github.com/ragsync/ragsync/cdc"
-	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -151,10 +151,6 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 	if err != nil {
 		return stats{}, err
 	}
-	split, err := chunker.New(chunker.Config{})
-	if err != nil {
-		return stats{}, err
-	}
 	texts := make([]string, c.docs)
 	var msgs []cdc.Record
 	for i := range texts {
@@ -164,7 +160,7 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 	// The debt: every document loses one word, which reuses its vector
 	// (a predictor lenient enough to reuse it, as a trained model's is).
 	reuse := pipeline.ReuseConfig{Predictor: pipeline.NewPredictor(0.5)}
-	if err := apply(ctx, split, prov, st, reuse, msgs); err != nil {
+	if err := apply(ctx, prov, st, reuse, msgs); err != nil {
 		return stats{}, err
 	}
 	msgs = msgs[:0]
@@ -173,7 +169,7 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 		edited := strings.Replace(t, w[len(w)/2]+" ", "", 1)
 		msgs = append(msgs, debeziumtest.Message("docs", "u", i+1, int64(10*(i+1)+1), map[string]any{"body": edited}))
 	}
-	if err := apply(ctx, split, prov, st, reuse, msgs); err != nil {
+	if err := apply(ctx, prov, st, reuse, msgs); err != nil {
 		return stats{}, err
 	}
 	debt, err := st.OutstandingDebt(ctx, time.Now())
@@ -213,9 +209,9 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 	}
 	src.msgs = cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), src.msgs)
 	rec := &recordingSink{Index: st, src: src}
-	p, err := pipeline.New(pipeline.Config{Workers: 4, Reuse: reuse}, pipeline.Stages{
-		Source: src, Splitter: split, Target: pipeline.Target{Name: "fresh", Index: rec, Embedder: lanes.Live()},
-	})
+	p, err := service.NewPipeline(pipelineConfig(reuse), service.Stages{
+		Source: src, Target: pipeline.Target{Name: "fresh", Index: rec, Embedder: lanes.Live()},
+	}, reuse.Predictor, nil, nil)
 	if err != nil {
 		return stats{}, err
 	}
@@ -250,10 +246,16 @@ func repaidVectors(reg *prometheus.Registry) float64 {
 	return 0
 }
 
-func apply(ctx context.Context, split pipeline.Splitter, emb pipeline.Embedder, st *sink.Store, reuse pipeline.ReuseConfig, msgs []cdc.Record) error {
-	p, err := pipeline.New(pipeline.Config{Workers: 4, Reuse: reuse}, pipeline.Stages{
-		Source: &listSource{msgs: cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), msgs)}, Splitter: split, Target: pipeline.Target{Name: "fresh", Index: st, Embedder: emb},
-	})
+// pipelineConfig is the benchmark's pipeline: as serve builds it
+// (service.NewPipeline), with four workers and reuse's settings.
+func pipelineConfig(reuse pipeline.ReuseConfig) service.PipelineConfig {
+	return service.PipelineConfig{Pipeline: pipeline.Config{Workers: 4, Reuse: reuse}}
+}
+
+func apply(ctx context.Context, emb pipeline.Embedder, st *sink.Store, reuse pipeline.ReuseConfig, msgs []cdc.Record) error {
+	p, err := service.NewPipeline(pipelineConfig(reuse), service.Stages{
+		Source: &listSource{msgs: cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), msgs)}, Target: pipeline.Target{Name: "fresh", Index: st, Embedder: emb},
+	}, reuse.Predictor, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -110,18 +111,16 @@ func load(ctx context.Context, url string, msgs []cdc.Record, shadow bool) (floa
 	if err != nil {
 		return 0, err
 	}
-	ch, err := chunker.New(chunker.Config{TargetTokens: 64, MinTokens: 16, MaxTokens: 256})
-	if err != nil {
-		return 0, err
-	}
 	var batches [][]cdc.Record
 	for lo := 0; lo < len(msgs); lo += 500 {
 		batches = append(batches, msgs[lo:min(lo+500, len(msgs))])
 	}
-	p, err := pipeline.New(pipeline.Config{Workers: 4}, pipeline.Stages{
-		Source: &source{batches: slices.Clone(batches), dec: cdc.NewDecoder(cdc.DecoderConfig{})}, Splitter: ch,
+	// Built as serve builds its pipeline.
+	pc := service.PipelineConfig{Pipeline: pipeline.Config{Workers: 4}, Chunker: chunker.Config{TargetTokens: 64, MinTokens: 16, MaxTokens: 256}}
+	p, err := service.NewPipeline(pc, service.Stages{
+		Source: &source{batches: slices.Clone(batches), dec: cdc.NewDecoder(cdc.DecoderConfig{})},
 		Target: pipeline.Target{Name: "docs", Index: primary, Embedder: embedder.NewHashing(384)},
-	})
+	}, nil, nil, nil)
 	if err != nil {
 		return 0, err
 	}
