@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -52,7 +53,7 @@ type debtResult struct {
 // run its rounds at the source time they would have run at (every
 // Interval while there is debt, up to the next event). Fidelity is checked
 // every checkEvery segments on a uniform sample of stored vectors.
-func replayRepaying(ctx context.Context, cfg config, evs []event, first int, split pipeline.Splitter, emb pipeline.Embedder,
+func replayRepaying(ctx context.Context, cfg config, evs []event, first int, split chunker.Config, emb pipeline.Embedder,
 	store *opSink, st *sink.Store, probe pipeline.Embedder, logger *slog.Logger) (pipeline.Snapshot, *debtResult, error) {
 	if cfg.RepayWindow <= 0 {
 		cfg.RepayWindow = 5 * time.Minute

@@ -32,6 +32,8 @@ type opSink struct {
 
 	mu   sync.Mutex
 	byOp map[string]*ragOpCounts
+	// sizes are the token counts of every chunk of every version written.
+	sizes []int
 }
 
 // newOpSink attributes versions to ops by their LSN, which toLines sets to
@@ -83,14 +85,17 @@ func (s *opSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, err
 	t.Tokens += c.Tokens
 	t.ChunksEmbedded += c.ChunksEmbedded
 	t.ChunksReused += c.ChunksReused
+	for _, ch := range d.Chunks {
+		s.sizes = append(s.sizes, ch.Tokens)
+	}
 	return out, nil
 }
 
-// take returns the counts so far and starts again.
-func (s *opSink) take() map[string]*ragOpCounts {
+// take returns the counts and the chunk sizes so far and starts again.
+func (s *opSink) take() (map[string]*ragOpCounts, []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.byOp
-	s.byOp = nil
-	return m
+	m, sizes := s.byOp, s.sizes
+	s.byOp, s.sizes = nil, nil
+	return m, sizes
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
+	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -119,8 +120,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	split := &recordingSplitter{s: chunks}
-	emb := &recordingEmbedder{e: srv.Embedder, tokens: split.tokensOf}
+	emb := &recordingEmbedder{e: srv.Embedder}
 	ops := newOpSink(mainStore, evs)
 
 	// Initial load, then updates, each its own pipeline run over the same
@@ -139,21 +139,22 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 		var snap pipeline.Snapshot
 		var err error
 		if i == 0 {
-			snap, err = replay(ctx, cfg, lines, split, emb, ops, logger)
+			snap, err = replay(ctx, cfg, lines, chunkCfg, emb, ops, logger)
 		} else {
 			// The updates run in segments of source time with the
 			// repayment of reuse debt between them.
-			snap, res.Debt, err = replayRepaying(ctx, cfg, updEvs, nInit, split, emb, ops, mainStore, probeSrv.Embedder, logger)
+			snap, res.Debt, err = replayRepaying(ctx, cfg, updEvs, nInit, chunkCfg, emb, ops, mainStore, probeSrv.Embedder, logger)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", phaseNames[i], err)
 		}
 		after := srv.Usage()
+		byOp, sizes := ops.take()
 		rag[i] = ragPhase{
 			Usage:         after.minus(before),
 			EmbeddedSizes: emb.take(),
-			ChunkSizes:    split.take(),
-			ByOp:          ops.take(),
+			ChunkSizes:    sizes,
+			ByOp:          byOp,
 			Pipeline:      snap,
 		}
 		lap("replay_"+phaseNames[i], t)
@@ -183,7 +184,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := replay(ctx, cfg, finalLines, chunks, srv.Embedder, freshStore, logger); err != nil {
+	if _, err := replay(ctx, cfg, finalLines, chunkCfg, srv.Embedder, freshStore, logger); err != nil {
 		return nil, fmt.Errorf("fresh load: %w", err)
 	}
 	got, err := readIndex(ctx, mainStore)
@@ -208,7 +209,7 @@ func runSet(ctx context.Context, cfg config, set string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := replay(ctx, cfg, finalLines, greedy, srv.Embedder, greedyStore, logger); err != nil {
+	if _, err := replay(ctx, cfg, finalLines, greedyCfg, srv.Embedder, greedyStore, logger); err != nil {
 		return nil, fmt.Errorf("greedy load: %w", err)
 	}
 	qs := sampleQueries(docs, ids, cfg.Queries, cfg.Seed)
@@ -248,22 +249,25 @@ var phaseNames = [2]string{"initial", "updates"}
 // applied. A dead letter or a skipped change other than Debezium's
 // tombstones means the benchmark did not measure what it claims, so it
 // fails the run.
-func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Index, logger *slog.Logger) (pipeline.Snapshot, error) {
+func replay(ctx context.Context, cfg config, lines [][]byte, split chunker.Config, emb pipeline.Embedder, store pipeline.Index, logger *slog.Logger) (pipeline.Snapshot, error) {
 	return replayWith(ctx, cfg, lines, split, emb, store, pipeline.ReuseConfig{}, logger)
 }
 
-// replayWith is replay with reuse settings.
-func replayWith(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Index, reuse pipeline.ReuseConfig, logger *slog.Logger) (pipeline.Snapshot, error) {
-	p, err := pipeline.New(pipeline.Config{
-		Tables:  []pipeline.TableConfig{{Match: benchTable, Text: "{{body}}", ID: []string{"id"}}},
-		Workers: cfg.Workers,
-		Logger:  logger,
-		Reuse:   reuse,
-	}, pipeline.Stages{
-		Source:   newMemSource(lines, 256),
-		Splitter: split,
-		Target:   pipeline.Target{Name: "bench", Index: store, Embedder: emb},
-	})
+// replayWith is replay with reuse settings. The pipeline is built as serve
+// builds it (service.NewPipeline), chunking with split.
+func replayWith(ctx context.Context, cfg config, lines [][]byte, split chunker.Config, emb pipeline.Embedder, store pipeline.Index, reuse pipeline.ReuseConfig, logger *slog.Logger) (pipeline.Snapshot, error) {
+	pc := service.PipelineConfig{
+		Pipeline: pipeline.Config{
+			Tables:  []pipeline.TableConfig{{Match: benchTable, Text: "{{body}}", ID: []string{"id"}}},
+			Workers: cfg.Workers,
+			Reuse:   reuse,
+		},
+		Chunker: split,
+	}
+	p, err := service.NewPipeline(pc, service.Stages{
+		Source: newMemSource(lines, 256),
+		Target: pipeline.Target{Name: "bench", Index: store, Embedder: emb},
+	}, reuse.Predictor, nil, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -302,79 +306,20 @@ func embedAll(ctx context.Context, e pipeline.Embedder, texts []string) ([][]flo
 	return out, nil
 }
 
-// recordingSplitter passes Split through and keeps the token count of every
-// chunk it returns, for the chunk-size distribution, and of every chunk
-// text, so recordingEmbedder need not count again.
-type recordingSplitter struct {
-	s      pipeline.Splitter
-	mu     sync.Mutex
-	sizes  []int
-	tokens map[string]int
-}
-
-func (r *recordingSplitter) Split(text string) []chunker.Chunk {
-	cs := r.s.Split(text)
-	r.mu.Lock()
-	if r.tokens == nil {
-		r.tokens = map[string]int{}
-	}
-	for _, c := range cs {
-		r.sizes = append(r.sizes, c.Tokens)
-		r.tokens[c.Text] = c.Tokens
-	}
-	r.mu.Unlock()
-	return cs
-}
-
-// Refine passes the chunker's refinement through and keeps the pieces'
-// token counts for tokensOf (the chunk-size distribution stays Split's).
-func (r *recordingSplitter) Refine(chunks []chunker.Chunk, keep func(string) bool) []chunker.Chunk {
-	cs := r.s.Refine(chunks, keep)
-	r.mu.Lock()
-	if r.tokens == nil {
-		r.tokens = map[string]int{}
-	}
-	for _, c := range cs {
-		r.tokens[c.Text] = c.Tokens
-	}
-	r.mu.Unlock()
-	return cs
-}
-
-// tokensOf returns the token count of a text Split returned in this phase.
-func (r *recordingSplitter) tokensOf(text string) int {
-	r.mu.Lock()
-	n, ok := r.tokens[text]
-	r.mu.Unlock()
-	if !ok {
-		n = chunker.CountTokens(text)
-	}
-	return n
-}
-
-func (r *recordingSplitter) take() []int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.sizes
-	r.sizes, r.tokens = nil, nil
-	return s
-}
-
 // recordingEmbedder passes Embed through and keeps the token count of every
 // text sent, for the size distribution of the chunks actually embedded.
 type recordingEmbedder struct {
-	e      pipeline.Embedder
-	tokens func(text string) int
-	mu     sync.Mutex
-	sizes  []int
+	e     pipeline.Embedder
+	mu    sync.Mutex
+	sizes []int
 }
 
 func (r *recordingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	return r.EmbedCounted(ctx, texts, nil)
 }
 
-// EmbedCounted passes the chunker's counts on; the recorded sizes are
-// counted here all the same, the way the other arms count them.
+// EmbedCounted passes the chunker's counts on and records them; a text
+// without one is counted here, the way the other arms count them.
 func (r *recordingEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
 	vs, err := r.e.EmbedCounted(ctx, texts, tokens)
 	if err != nil {
@@ -382,7 +327,11 @@ func (r *recordingEmbedder) EmbedCounted(ctx context.Context, texts []string, to
 	}
 	sizes := make([]int, len(texts))
 	for i, t := range texts {
-		sizes[i] = r.tokens(t)
+		if i < len(tokens) {
+			sizes[i] = tokens[i]
+		} else {
+			sizes[i] = chunker.CountTokens(t)
+		}
 	}
 	r.mu.Lock()
 	r.sizes = append(r.sizes, sizes...)
