@@ -165,8 +165,10 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	// the repayment only calls it while the pipeline's lane is idle.
 	lanes := pipeline.NewLanes(pemb, 0)
 	pred := pipeline.NewPredictor(0)
+	target := ix.Target()
+	target.Embedder = lanes.Live()
 	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red},
-		Target: pipeline.Target{Name: ix.Name, Index: st, Embedder: lanes.Live()}, Traces: mon.traces(), Observer: observer}, pred, reg, logger)
+		Target: target, Traces: mon.traces(), Observer: observer}, pred, reg, logger)
 	if err != nil {
 		return Result{}, err
 	}
