@@ -17,8 +17,8 @@ import (
 // document database is needed, since the sink keeps every document's row.
 // Live documents become snapshot reads and deleted ones deletes, each at
 // its stored version, so the new index fences exactly like the old one and
-// running it again only applies what changed in between. Messages carry the
-// change as JSON; ChangeDecoder reads them.
+// running it again only applies what changed in between. Each record
+// carries its change as built here: nothing is encoded to be decoded again.
 type IndexSource struct {
 	rows     StoredRows
 	index    string
@@ -54,7 +54,7 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if err != nil {
 		return cdc.Batch{}, err
 	}
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for _, d := range page {
 		v, err := cdc.ParseVersion(d.Version)
 		if err != nil {
@@ -70,18 +70,16 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 				return cdc.Batch{}, fmt.Errorf("read index %s: document %s row: %w", s.index, d.ID, err)
 			}
 		}
-		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row, Snapshot: true}
-		if d.SourceTS != nil {
-			ch.SourceTS = *d.SourceTS
+		v.Snapshot = true
+		if v.TS == 0 && d.SourceTS != nil {
+			v.TS = cdc.VersionTS(*d.SourceTS)
 		}
+		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row}
 		if d.Deleted {
 			ch.Op, ch.After = cdc.OpDelete, nil
 		}
-		b, err := json.Marshal(ch)
-		if err != nil {
-			return cdc.Batch{}, err
-		}
-		msgs = append(msgs, cdc.Message{Topic: "ragsync-reindex." + s.index, Key: []byte(d.ID), Value: b})
+		ch.Coord = cdc.Coord{Topic: "ragsync-reindex." + s.index}
+		msgs = append(msgs, cdc.Record{Raw: cdc.Raw{Topic: ch.Coord.Topic, Key: []byte(d.ID)}, Change: &ch})
 		s.lastID = d.ID
 	}
 	if len(msgs) == 0 {
@@ -89,19 +87,5 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 		return cdc.Batch{}, io.EOF
 	}
 	s.read.Add(int64(len(msgs)))
-	return cdc.Batch{Messages: msgs}, nil
-}
-
-// ChangeDecoder decodes IndexSource's messages.
-type ChangeDecoder struct{}
-
-// Decode reads a change written by IndexSource.
-func (ChangeDecoder) Decode(m cdc.Message) (cdc.Change, error) {
-	var ch cdc.Change
-	dec := json.NewDecoder(bytes.NewReader(m.Value))
-	dec.UseNumber()
-	if err := dec.Decode(&ch); err != nil {
-		return cdc.Change{}, &cdc.DecodeError{Coord: cdc.Coord{Topic: m.Topic}, Reason: "reindex", Err: err}
-	}
-	return ch, nil
+	return cdc.Batch{Records: msgs}, nil
 }

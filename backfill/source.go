@@ -423,7 +423,7 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	}
 	t.lastKey = last
 	cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}
-	return cdc.Batch{Messages: msgs, Ack: s.ack(cp)}, nil
+	return cdc.Batch{Records: msgs, Ack: s.ack(cp)}, nil
 }
 
 func (s *Source) ack(cp Checkpoint) func(context.Context) error {
@@ -435,7 +435,7 @@ func (s *Source) ack(cp Checkpoint) func(context.Context) error {
 
 // page reads the next page of t and returns its messages and the page's
 // last key, nil when the table has no more rows.
-func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, error) {
+func (s *Source) page(ctx context.Context, t *table) ([]cdc.Record, []string, error) {
 	cols := make([]string, len(t.ID))
 	for i, c := range t.ID {
 		cols[i] = "t." + pgx.Identifier{c}.Sanitize()
@@ -498,7 +498,7 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 		return nil, nil, nil
 	}
 	now := time.Now()
-	msgs := make([]cdc.Message, 0, len(page))
+	msgs := make([]cdc.Record, 0, len(page))
 	var superseded, rechecked int64
 	for _, r := range page {
 		if r.xmax != "0" {
@@ -572,10 +572,10 @@ func (s *Source) recheck(ctx context.Context, t *table, key []string, xmin strin
 
 // message renders a row as the snapshot-read event a Debezium PostgreSQL
 // connector would emit (payload only), so the decoder treats it like one.
-func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Message, error) {
+func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Record, error) {
 	row, err := json.Marshal(after)
 	if err != nil {
-		return cdc.Message{}, fmt.Errorf("encode %s row: %w", t.Name, err)
+		return cdc.Record{}, fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
 	// The key's fields in id-column order, as Debezium writes a primary
 	// key: the decoder builds the document key from them in that order.
@@ -588,7 +588,7 @@ func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Mes
 		name, _ := json.Marshal(c)
 		val, err := json.Marshal(after[c])
 		if err != nil {
-			return cdc.Message{}, fmt.Errorf("encode %s key: %w", t.Name, err)
+			return cdc.Record{}, fmt.Errorf("encode %s key: %w", t.Name, err)
 		}
 		key.Write(name)
 		key.WriteByte(':')
@@ -614,10 +614,15 @@ func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Mes
 	}
 	val, err := json.Marshal(v)
 	if err != nil {
-		return cdc.Message{}, fmt.Errorf("encode %s row: %w", t.Name, err)
+		return cdc.Record{}, fmt.Errorf("encode %s row: %w", t.Name, err)
 	}
-	return cdc.Message{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}, nil
+	rec := cdc.Record{Raw: cdc.Raw{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}}
+	return cdc.Decode(rowDecoder, rec), nil
 }
+
+// rowDecoder decodes the rows message renders: the pipeline takes
+// decoded changes only. The key holds exactly the id columns, in order.
+var rowDecoder = cdc.NewDecoder(cdc.DecoderConfig{})
 
 // PageRows is how many rows one page (one batch) holds.
 func (s *Source) PageRows() int { return s.cfg.PageRows }

@@ -32,7 +32,7 @@ func TestSourceReadsEveryRowOnceInKeyOrder(t *testing.T) {
 	require.Len(t, changes, 23)
 	for i, ch := range changes {
 		require.Equal(t, cdc.OpRead, ch.Op)
-		require.True(t, ch.Snapshot, "a backfilled row is a snapshot read")
+		require.True(t, ch.Version.Snapshot, "a backfilled row is a snapshot read")
 		require.Equal(t, w.table(), ch.Table)
 		require.Equal(t, fmt.Sprint(i+1), fmt.Sprint(ch.After["id"]), "keyset order")
 		require.Equal(t, cdc.KindPostgres, ch.Version.Kind)
@@ -104,7 +104,7 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 		require.NoError(t, err)
 		if i < 2 { // the third page is read but never acknowledged: a crash
 			require.NoError(t, b.Ack(ctx))
-			for _, m := range b.Messages {
+			for _, m := range b.Records {
 				first = append(first, string(m.Key))
 			}
 		}
@@ -184,7 +184,7 @@ func TestSourceStraddlingWriter(t *testing.T) {
 		b, err := src.Fetch(ctx)
 		var out []cdc.Change
 		dec := cdc.NewDecoder(cdc.DecoderConfig{})
-		for _, m := range b.Messages {
+		for _, m := range b.Records {
 			ch, derr := dec.Decode(m)
 			if derr != nil {
 				err = derr

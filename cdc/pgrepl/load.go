@@ -77,7 +77,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 		byName[t.name] = t
 	}
 	total := 0
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for i, name := range rec.Pending[from:] {
 		t := byName[name]
 		if t == nil || !t.matched {
@@ -138,7 +138,7 @@ func mergeNames(a, b []string) []string {
 // loadTable reads one table in text format, so values decode exactly as
 // pgoutput's do: by primary key pages after the key after (nil: from the
 // start) when the table has one, else through a cursor, whole.
-func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Message) (int, error) {
+func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Record) (int, error) {
 	name := t.sql()
 	keys := t.pk
 	var rel *relation
@@ -177,7 +177,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 				continue
 			}
 			v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true, Source: s.source}
-			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: docKey, Key: key, After: row, Version: v, SourceTS: ts, Snapshot: true,
+			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: docKey, Key: key, After: row, Version: v,
 				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
 			*msgs = append(*msgs, message(ch, ts))
 		}
@@ -189,7 +189,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 	flush := func(progress *LoadRecord) bool {
 		for len(*msgs) >= s.cfg.BatchSize || (progress != nil && len(*msgs) > 0) {
 			k := min(len(*msgs), s.cfg.BatchSize)
-			b := append([]cdc.Message(nil), (*msgs)[:k]...)
+			b := append([]cdc.Record(nil), (*msgs)[:k]...)
 			*msgs = append((*msgs)[:0:0], (*msgs)[k:]...)
 			var hook func(context.Context) error
 			if progress != nil && len(*msgs) == 0 {
@@ -273,7 +273,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 // snapshot (a higher version) is never undone: the sink's fence keeps it.
 // Only a load that read one snapshot from its start may do this; one
 // resumed on a later snapshot skipped rows it had loaded before.
-func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, msgs *[]cdc.Message) (int, error) {
+func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, msgs *[]cdc.Record) (int, error) {
 	// Wait until everything loaded so far is applied: the index must
 	// hold this load's versions before it is compared with them.
 	applied := make(chan struct{})
@@ -315,7 +315,7 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 			continue
 		}
 		for _, key := range gone {
-			ch := cdc.Change{Op: cdc.OpDelete, Table: name, DocKey: key, Version: v, SourceTS: ts, Snapshot: true,
+			ch := cdc.Change{Op: cdc.OpDelete, Table: name, DocKey: key, Version: v,
 				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
 			*msgs = append(*msgs, message(ch, ts))
 			if len(*msgs) >= s.cfg.BatchSize {

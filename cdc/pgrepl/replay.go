@@ -50,7 +50,7 @@ func (s *Source) replay(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read replayed dead letters: %w", err)
 	}
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	var conn *pgx.Conn
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
@@ -135,7 +135,7 @@ func (s *Source) reread(ctx context.Context, conn *pgx.Conn, ch cdc.Change) (cdc
 	if _, err := rr.Close(); err != nil {
 		return ch, fmt.Errorf("read %s again: %w", t.sql(), s.classifyLoad(err, t))
 	}
-	out := cdc.Change{Table: ch.Table, DocKey: ch.DocKey, Key: ch.Key, Version: ch.Version, SourceTS: ch.SourceTS, TxID: ch.TxID, Coord: ch.Coord}
+	out := cdc.Change{Table: ch.Table, DocKey: ch.DocKey, Key: ch.Key, Version: ch.Version, TxID: ch.TxID, Coord: ch.Coord}
 	if row == nil {
 		out.Op, out.Before = cdc.OpDelete, ch.Before
 		return out, nil
