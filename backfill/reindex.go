@@ -18,7 +18,7 @@ import (
 // Live documents become snapshot reads and deleted ones deletes, each at
 // its stored version, so the new index fences exactly like the old one and
 // running it again only applies what changed in between. Messages carry the
-// change as JSON; ChangeDecoder reads them.
+// change itself.
 type IndexSource struct {
 	rows     StoredRows
 	index    string
@@ -70,18 +70,19 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 				return cdc.Batch{}, fmt.Errorf("read index %s: document %s row: %w", s.index, d.ID, err)
 			}
 		}
-		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row, Snapshot: true}
-		if d.SourceTS != nil {
-			ch.SourceTS = *d.SourceTS
+		// A stored document is a copy of its row, read now: a snapshot
+		// read at the version it was stored at, with the commit time the
+		// index kept when the version did not carry it.
+		v.Snapshot = true
+		if v.TS == 0 && d.SourceTS != nil && d.SourceTS.UnixMilli() > 0 {
+			v.TS = uint64(d.SourceTS.UnixMilli())
 		}
+		topic := "ragsync-reindex." + s.index
+		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row, Coord: cdc.Coord{Topic: topic}}
 		if d.Deleted {
 			ch.Op, ch.After = cdc.OpDelete, nil
 		}
-		b, err := json.Marshal(ch)
-		if err != nil {
-			return cdc.Batch{}, err
-		}
-		msgs = append(msgs, cdc.Message{Topic: "ragsync-reindex." + s.index, Key: []byte(d.ID), Value: b})
+		msgs = append(msgs, cdc.Message{Topic: topic, Key: []byte(d.ID), Change: &ch})
 		s.lastID = d.ID
 	}
 	if len(msgs) == 0 {
@@ -90,18 +91,4 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	}
 	s.read.Add(int64(len(msgs)))
 	return cdc.Batch{Messages: msgs}, nil
-}
-
-// ChangeDecoder decodes IndexSource's messages.
-type ChangeDecoder struct{}
-
-// Decode reads a change written by IndexSource.
-func (ChangeDecoder) Decode(m cdc.Message) (cdc.Change, error) {
-	var ch cdc.Change
-	dec := json.NewDecoder(bytes.NewReader(m.Value))
-	dec.UseNumber()
-	if err := dec.Decode(&ch); err != nil {
-		return cdc.Change{}, &cdc.DecodeError{Coord: cdc.Coord{Topic: m.Topic}, Reason: "reindex", Err: err}
-	}
-	return ch, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +25,8 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 			Chunks: []sink.Chunk{{Position: 0, Hash: "h" + id, Text: "note " + id, Tokens: 2, Vector: make([]float32, 16)}}})
 		require.NoError(t, err)
 	}
-	_, err := st.Delete(ctx, "public.notes", "2", v(20), cdc.Change{}.SourceTS)
+	deletedAt := time.UnixMilli(1_700_000_000_000).UTC()
+	_, err := st.Delete(ctx, "public.notes", "2", v(20), deletedAt)
 	require.NoError(t, err)
 
 	src := backfill.NewIndexSource(sink.NewCatalog(w.ix, w.ixSchema), "old", 2)
@@ -37,23 +39,21 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 		}
 		require.LessOrEqual(t, len(b.Messages), 2, "pages of page-rows documents")
 		for _, m := range b.Messages {
-			ch, err := backfill.ChangeDecoder{}.Decode(m)
-			require.NoError(t, err)
-			got = append(got, ch)
+			require.NotNil(t, m.Change, "the source hands over the change itself")
+			require.Nil(t, m.Value, "no bytes to decode again")
+			got = append(got, *m.Change)
 		}
 	}
 	require.Len(t, got, 3)
 	require.Equal(t, int64(3), src.Read())
 	require.Equal(t, cdc.OpRead, got[0].Op)
-	require.Equal(t, v(10), got[0].Version)
+	snap := func(v cdc.Version, ts uint64) cdc.Version { v.Snapshot, v.TS = true, ts; return v }
+	require.Equal(t, snap(v(10), 0), got[0].Version, "a stored document is a snapshot read at its stored version")
 	require.Equal(t, json.Number("10000001"), got[0].After["id"], "integers stay integers")
-	require.True(t, got[0].Snapshot)
 	require.Equal(t, cdc.OpDelete, got[1].Op, "a tombstone is carried as a delete")
-	require.Equal(t, v(20), got[1].Version)
+	require.Nil(t, got[1].After)
+	require.Equal(t, snap(v(20), uint64(deletedAt.UnixMilli())), got[1].Version, "the commit time the index kept goes in the version")
 	require.Equal(t, "2", got[1].DocKey)
 	require.Equal(t, "public.notes", got[2].Table)
-
-	_, err = backfill.ChangeDecoder{}.Decode(cdc.Message{Value: []byte("{not json")})
-	var de *cdc.DecodeError
-	require.ErrorAs(t, err, &de)
+	require.Equal(t, "ragsync-reindex.old", got[2].Coord.Topic)
 }

@@ -32,8 +32,12 @@ func TestSourceReadsEveryRowOnceInKeyOrder(t *testing.T) {
 	require.Len(t, changes, 23)
 	for i, ch := range changes {
 		require.Equal(t, cdc.OpRead, ch.Op)
-		require.True(t, ch.Snapshot, "a backfilled row is a snapshot read")
+		require.True(t, ch.Version.Snapshot, "a backfilled row is a snapshot read")
+		require.NotZero(t, ch.Version.TS, "its version carries the read's time")
+		require.Equal(t, src.Progress().Source, ch.Version.Source, "and the database read")
 		require.Equal(t, w.table(), ch.Table)
+		require.Equal(t, fmt.Sprint(i+1), ch.DocKey)
+		require.Equal(t, map[string]any{"id": ch.After["id"]}, ch.Key)
 		require.Equal(t, fmt.Sprint(i+1), fmt.Sprint(ch.After["id"]), "keyset order")
 		require.Equal(t, cdc.KindPostgres, ch.Version.Kind)
 		require.Len(t, ch.Version.Parts, 1)
@@ -183,13 +187,12 @@ func TestSourceStraddlingWriter(t *testing.T) {
 	go func() {
 		b, err := src.Fetch(ctx)
 		var out []cdc.Change
-		dec := cdc.NewDecoder(cdc.DecoderConfig{})
 		for _, m := range b.Messages {
-			ch, derr := dec.Decode(m)
-			if derr != nil {
-				err = derr
+			if m.Change == nil {
+				err = fmt.Errorf("message without a change: %v", m.Err)
+				continue
 			}
-			out = append(out, ch)
+			out = append(out, *m.Change)
 		}
 		done <- result{out, err}
 	}()

@@ -205,7 +205,7 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string,
 		Tables: pc.Tables, Workers: pc.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
 		Reuse: pc.Reuse,
 	}, pipeline.Stages{
-		Source: src, Decoder: backfill.ChangeDecoder{}, Splitter: ch, Embedder: emb, Sink: snk,
+		Source: src, Splitter: ch, Embedder: emb, Sink: snk,
 		Transient: Transient, Fatal: Fatal, Commit: commit,
 		// New vectors are cached as they are embedded, so an interrupted
 		// pass pays nothing twice; the bulk sink takes them from the cache.
