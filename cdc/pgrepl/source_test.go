@@ -102,7 +102,7 @@ func TestPostgresSourceLoadsThenStreams(t *testing.T) {
 	loaded := b.fetch(t, s, 3, true)
 	for _, ch := range loaded {
 		require.Equal(t, cdc.OpRead, ch.Op)
-		require.True(t, ch.Snapshot)
+		require.True(t, ch.Version.Snapshot)
 		require.Equal(t, b.table(), ch.Table)
 		require.Equal(t, loaded[0].Version, ch.Version, "a snapshot is one point in time")
 	}
