@@ -20,6 +20,8 @@ type store interface {
 	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
 	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
+	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
+	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 }
 
 // DryRun stands in for the embedder and the sink of a pipeline, so that a
@@ -163,3 +165,61 @@ func (e Estimate) Duration(requestsPerMinute, tokensPerMinute int) time.Duration
 	}
 	return time.Duration(minutes * float64(time.Minute))
 }
+
+// CacheVectors writes nothing; the hashes count as cached from here on, as
+// a real run's would be.
+func (d *DryRun) CacheVectors(_ context.Context, hashes, _ []string, _ [][]float32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range hashes {
+		d.known[h] = true
+	}
+	return nil
+}
+
+// Cached answers from the index's cache, when there is an index, and from
+// what this run would have cached by now.
+func (d *DryRun) Cached(ctx context.Context, hashes []string) (map[string]bool, error) {
+	got := map[string]bool{}
+	if d.st != nil {
+		var err error
+		if got, err = d.st.Cached(ctx, hashes); err != nil {
+			return nil, err
+		}
+		if got == nil {
+			got = map[string]bool{}
+		}
+	}
+	d.addKnown(got, hashes)
+	return got, nil
+}
+
+// Lookup reads the index, when there is one, with what this run would have
+// cached by now counted as cached.
+func (d *DryRun) Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error) {
+	var l sink.Lookup
+	if d.st != nil {
+		var err error
+		if l, err = d.st.Lookup(ctx, id, hashes); err != nil {
+			return sink.Lookup{}, err
+		}
+	}
+	if l.Cached == nil {
+		l.Cached = map[string]bool{}
+	}
+	d.addKnown(l.Cached, hashes)
+	return l, nil
+}
+
+func (d *DryRun) addKnown(into map[string]bool, hashes []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range hashes {
+		if d.known[h] {
+			into[h] = true
+		}
+	}
+}
+
+// Flush has nothing to make durable: a dry run writes nothing.
+func (d *DryRun) Flush(context.Context) error { return nil }

@@ -95,7 +95,7 @@ func (w *world) store(name string, emb embedder.Client) *sink.Store {
 }
 
 // pipeline wires src to st through the real stages, as cmd/ragsync does.
-func (w *world) pipeline(src pipeline.Source, emb pipeline.Embedder, st pipeline.Sink) *pipeline.Pipeline {
+func (w *world) pipeline(src pipeline.Source, emb pipeline.Embedder, st pipeline.Index) *pipeline.Pipeline {
 	w.t.Helper()
 	ch, err := chunker.New(chunker.Config{Strategy: "greedy", TargetTokens: 30, MinTokens: 10, MaxTokens: 120}.WithDefaults())
 	require.NoError(w.t, err)
@@ -103,13 +103,13 @@ func (w *world) pipeline(src pipeline.Source, emb pipeline.Embedder, st pipeline
 		Tables:       []pipeline.TableConfig{{Match: w.table(), Text: template, ID: []string{"id"}}},
 		Workers:      2,
 		RetryBackoff: 10 * time.Millisecond,
-	}, pipeline.Stages{Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: emb, Sink: st})
+	}, pipeline.Stages{Source: src, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: st, Embedder: emb}})
 	require.NoError(w.t, err)
 	return p
 }
 
 // backfill runs a whole backfill of the world's table into st.
-func (w *world) backfill(cfg backfill.Config, cp backfill.Checkpoints, emb pipeline.Embedder, st pipeline.Sink) *backfill.Source {
+func (w *world) backfill(cfg backfill.Config, cp backfill.Checkpoints, emb pipeline.Embedder, st pipeline.Index) *backfill.Source {
 	w.t.Helper()
 	src, err := backfill.Open(context.Background(), cfg, cp)
 	require.NoError(w.t, err)
@@ -155,7 +155,7 @@ func fetchAll(t *testing.T, src *backfill.Source) []cdc.Change {
 			require.ErrorIs(t, err, errEOF)
 			return out
 		}
-		for _, m := range b.Messages {
+		for _, m := range b.Records {
 			out = append(out, handedOver(t, m))
 		}
 		if b.Ack != nil {
@@ -168,7 +168,7 @@ func sanitize(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // handedOver is the change m carries: the backfill hands over changes, never
 // bytes to decode.
-func handedOver(t *testing.T, m cdc.Message) cdc.Change {
+func handedOver(t *testing.T, m cdc.Record) cdc.Change {
 	t.Helper()
 	require.NoError(t, m.Err)
 	require.NotNil(t, m.Change)

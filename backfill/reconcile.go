@@ -96,14 +96,14 @@ func (s *Source) reconcileNext(ctx context.Context) (b cdc.Batch, ok bool, err e
 	k := min(len(t.gone), s.cfg.PageRows)
 	now := time.Now()
 	v := s.rowVersion(now)
-	msgs := make([]cdc.Message, k)
+	msgs := make([]cdc.Record, k)
 	for i, key := range t.gone[:k] {
 		ch := cdc.Change{Op: cdc.OpDelete, Table: t.Name, DocKey: key, Version: v,
 			Coord: cdc.Coord{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position)}}
-		msgs[i] = cdc.Message{Topic: ch.Coord.Topic, Offset: ch.Coord.Offset, Timestamp: now, Change: &ch}
+		msgs[i] = cdc.Record{Raw: cdc.Raw{Topic: ch.Coord.Topic, Offset: ch.Coord.Offset, Timestamp: now}, Change: &ch}
 	}
 	t.gone = t.gone[k:]
-	return cdc.Batch{Messages: msgs}, true, nil
+	return cdc.Batch{Records: msgs}, true, nil
 }
 
 // rowVersion is the version of the rows this run reads, with commit time

@@ -138,7 +138,7 @@ func TestReconcileCompositeKeys(t *testing.T) {
 		ch, err := chunker.New(chunker.Config{}.WithDefaults())
 		require.NoError(t, err)
 		p, err := pipeline.New(pipeline.Config{Tables: []pipeline.TableConfig{{Match: tbl, Text: "{{body}}"}}, Workers: 2},
-			pipeline.Stages{Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: emb, Sink: st})
+			pipeline.Stages{Source: src, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: st, Embedder: emb}})
 		require.NoError(t, err)
 		require.NoError(t, p.Run(ctx))
 		return src
@@ -245,7 +245,7 @@ func TestReconcileDeletesAreFencedAtTheSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	defer src.Close()
 	deletes := func(b cdc.Batch) bool {
-		return len(b.Messages) > 0 && b.Messages[0].Change != nil && b.Messages[0].Change.Op == cdc.OpDelete
+		return len(b.Records) > 0 && b.Records[0].Change != nil && b.Records[0].Change.Op == cdc.OpDelete
 	}
 	h := &paused{Source: src, when: deletes, snapped: make(chan struct{}), resume: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(ctx)

@@ -17,8 +17,8 @@ import (
 // document database is needed, since the sink keeps every document's row.
 // Live documents become snapshot reads and deleted ones deletes, each at
 // its stored version, so the new index fences exactly like the old one and
-// running it again only applies what changed in between. Messages carry the
-// change itself.
+// running it again only applies what changed in between. Each record
+// carries its change as built here: nothing is encoded to be decoded again.
 type IndexSource struct {
 	rows     StoredRows
 	index    string
@@ -54,7 +54,7 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if err != nil {
 		return cdc.Batch{}, err
 	}
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for _, d := range page {
 		v, err := cdc.ParseVersion(d.Version)
 		if err != nil {
@@ -70,19 +70,16 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 				return cdc.Batch{}, fmt.Errorf("read index %s: document %s row: %w", s.index, d.ID, err)
 			}
 		}
-		// A stored document is a copy of its row, read now: a snapshot
-		// read at the version it was stored at, with the commit time the
-		// index kept when the version did not carry it.
 		v.Snapshot = true
-		if v.TS == 0 && d.SourceTS != nil && d.SourceTS.UnixMilli() > 0 {
-			v.TS = uint64(d.SourceTS.UnixMilli())
+		if v.TS == 0 && d.SourceTS != nil {
+			v.TS = cdc.VersionTS(*d.SourceTS)
 		}
-		topic := "ragsync-reindex." + s.index
-		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row, Coord: cdc.Coord{Topic: topic}}
+		ch := cdc.Change{Op: cdc.OpRead, Table: d.Table, DocKey: d.Key, Version: v, After: row}
 		if d.Deleted {
 			ch.Op, ch.After = cdc.OpDelete, nil
 		}
-		msgs = append(msgs, cdc.Message{Topic: topic, Key: []byte(d.ID), Change: &ch})
+		ch.Coord = cdc.Coord{Topic: "ragsync-reindex." + s.index}
+		msgs = append(msgs, cdc.Record{Raw: cdc.Raw{Topic: ch.Coord.Topic, Key: []byte(d.ID)}, Change: &ch})
 		s.lastID = d.ID
 	}
 	if len(msgs) == 0 {
@@ -90,5 +87,5 @@ func (s *IndexSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 		return cdc.Batch{}, io.EOF
 	}
 	s.read.Add(int64(len(msgs)))
-	return cdc.Batch{Messages: msgs}, nil
+	return cdc.Batch{Records: msgs}, nil
 }

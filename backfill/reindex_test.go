@@ -37,8 +37,8 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 			require.ErrorIs(t, err, errEOF)
 			break
 		}
-		require.LessOrEqual(t, len(b.Messages), 2, "pages of page-rows documents")
-		for _, m := range b.Messages {
+		require.LessOrEqual(t, len(b.Records), 2, "pages of page-rows documents")
+		for _, m := range b.Records {
 			require.NotNil(t, m.Change, "the source hands over the change itself")
 			require.Nil(t, m.Value, "no bytes to decode again")
 			got = append(got, *m.Change)

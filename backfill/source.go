@@ -422,7 +422,7 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	}
 	t.lastKey = last
 	cp := Checkpoint{Table: t.Name, KeyColumns: t.ID, Where: t.Where, LastKey: last, Position: formatLSN(s.snap.position), Rows: t.read}
-	return cdc.Batch{Messages: msgs, Ack: s.ack(cp)}, nil
+	return cdc.Batch{Records: msgs, Ack: s.ack(cp)}, nil
 }
 
 func (s *Source) ack(cp Checkpoint) func(context.Context) error {
@@ -441,7 +441,7 @@ func (t *table) reader() pgsnap.Table {
 
 // page reads the next page of t and returns its messages and the page's
 // last key, nil when the table has no more rows.
-func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, error) {
+func (s *Source) page(ctx context.Context, t *table) ([]cdc.Record, []string, error) {
 	if s.lim != nil {
 		if err := s.lim.WaitN(ctx, s.pageRows); err != nil {
 			return nil, nil, err
@@ -456,7 +456,7 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Message, []string, e
 	}
 	now := time.Now()
 	v := s.rowVersion(now)
-	msgs := make([]cdc.Message, 0, len(page))
+	msgs := make([]cdc.Record, 0, len(page))
 	var superseded, rechecked int64
 	for _, r := range page {
 		if r.XMax != "0" {
@@ -527,9 +527,9 @@ func (s *Source) recheck(ctx context.Context, t *table, key []string, xmin strin
 // message hands row r of t over as a snapshot read at version v. A row
 // whose id columns are null (or whose only one is empty) is no document:
 // it goes over as the reason, and stops the run.
-func (s *Source) message(t *table, r pgsnap.Row, v cdc.Version, now time.Time) cdc.Message {
+func (s *Source) message(t *table, r pgsnap.Row, v cdc.Version, now time.Time) cdc.Record {
 	coord := cdc.Coord{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position)}
-	m := cdc.Message{Topic: coord.Topic, Offset: coord.Offset, Timestamp: now}
+	m := cdc.Record{Raw: cdc.Raw{Topic: coord.Topic, Offset: coord.Offset, Timestamp: now}}
 	if r.DocKey == "" {
 		m.Err = &cdc.DecodeError{Coord: coord, Reason: "no document key: an id column is null or empty",
 			Err: fmt.Errorf("table %s, id columns %s = %q", t.Name, strings.Join(t.ID, ", "), r.KeyText)}

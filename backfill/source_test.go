@@ -108,12 +108,13 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 		require.NoError(t, err)
 		if i < 2 { // the third page is read but never acknowledged: a crash
 			require.NoError(t, b.Ack(ctx))
-			for _, m := range b.Messages {
-				first = append(first, string(m.Key))
+			for _, m := range b.Records {
+				first = append(first, m.Change.DocKey)
 			}
 		}
 	}
 	src.Close()
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14"}, first, "two pages acknowledged")
 	c, ok, err := cp.Load(ctx, w.table())
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -187,7 +188,7 @@ func TestSourceStraddlingWriter(t *testing.T) {
 	go func() {
 		b, err := src.Fetch(ctx)
 		var out []cdc.Change
-		for _, m := range b.Messages {
+		for _, m := range b.Records {
 			if m.Change == nil {
 				err = fmt.Errorf("message without a change: %v", m.Err)
 				continue
@@ -315,9 +316,9 @@ func TestSourceVersionsTakeTheMovesEpoch(t *testing.T) {
 	// The connector's event of the row, decoded with the same moves, at
 	// the same time and position: the backfill's copy sorts just before it.
 	dec := cdc.NewDecoder(cdc.DecoderConfig{Moves: cfg.Moves})
-	ev, err := dec.Decode(cdc.Message{Topic: "shop." + w.table(), Key: []byte(`{"id":1}`), Value: fmt.Appendf(nil,
+	ev, err := dec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "shop." + w.table(), Key: []byte(`{"id":1}`), Value: fmt.Appendf(nil,
 		`{"op":"u","after":{"id":1},"source":{"connector":"postgresql","name":"shop","db":%q,"schema":%q,"table":"articles","lsn":%d,"ts_ms":%d}}`,
-		db, w.srcName, changes[0].Version.Parts[0], changes[0].Version.TS)})
+		db, w.srcName, changes[0].Version.Parts[0], changes[0].Version.TS)}})
 	require.NoError(t, err)
 	require.Equal(t, ev.Version.Epoch, changes[0].Version.Epoch)
 	require.Equal(t, -1, changes[0].Version.Compare(ev.Version))
@@ -338,10 +339,10 @@ func TestSourceRowWithoutADocumentID(t *testing.T) {
 	defer src.Close()
 	b, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Len(t, b.Messages, 3)
+	require.Len(t, b.Records, 3)
 	var keys []string
 	var failed []error
-	for _, m := range b.Messages {
+	for _, m := range b.Records {
 		if m.Change != nil {
 			keys = append(keys, m.Change.DocKey)
 			continue

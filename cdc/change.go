@@ -17,13 +17,31 @@ const (
 	OpMessage  Op = "m" // logical decoding message: skipped, counted
 )
 
-// Message is one record as a source hands it over, with its source
-// coordinates: a Kafka record, a line of a JSONL file, or a change read
-// from a replication slot or a snapshot. A transport that reads structured
-// rows (the Postgres source, the backfill readers) sets Change and leaves
-// Value nil; a transport that carries Debezium JSON leaves Change nil and
-// the pipeline decodes Value. Value is nil for a tombstone.
-type Message struct {
+// Record is what a source hands the pipeline: a decoded change, or the
+// reason there is none, with the bytes it came from. Every transport
+// decodes as it hands over (Kafka and the file source through the Debezium
+// Decoder, the Postgres source and the backfill readers build changes
+// directly), so the pipeline never parses anything. Exactly one of Change
+// and Err is set.
+type Record struct {
+	// Raw is where the record came from and, for a transport that carries
+	// Debezium JSON, its original bytes and headers, which a dead letter
+	// keeps as they were. A structured transport sets only the coordinates.
+	Raw
+	// Change is the change the record carries.
+	Change *Change
+	// Err, when Change is nil, is why the transport could not build the
+	// change: a *DecodeError, or a *SkipError / ErrSkip for a record that
+	// carries no change (a heartbeat, a tombstone). The pipeline then
+	// dead-letters the record with its original bytes and coordinates, or
+	// skips it, without decoding it again.
+	Err error
+}
+
+// Raw is a record as its transport read it: its coordinates, and the key,
+// value and headers of a transport that carries bytes (Value is nil for a
+// tombstone, and for a change a structured transport built directly).
+type Raw struct {
 	Topic     string
 	Partition int32
 	Offset    int64 // Kafka offset, or line number (1-based) for a file, or LSN for postgres
@@ -31,15 +49,6 @@ type Message struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
-	// Change is the change itself when the transport produced it directly;
-	// the pipeline then applies it without decoding anything.
-	Change *Change
-	// Err, when Change is nil, is why the transport could not build the
-	// change from Value: a *DecodeError, or a *SkipError / ErrSkip for a
-	// message that carries no change (a heartbeat, a tombstone). The
-	// pipeline then dead-letters the message with its original bytes and
-	// coordinates, or skips it, without decoding it again.
-	Err error
 }
 
 // Header is one Kafka record header.
@@ -65,9 +74,7 @@ type Change struct {
 	Before      map[string]any `json:"before,omitempty"`
 	After       map[string]any `json:"after,omitempty"`
 	Unavailable []string       `json:"unavailable,omitempty"`
-	SourceTS    time.Time      `json:"source_ts"`
 	TxID        string         `json:"tx_id,omitempty"`
-	Snapshot    bool           `json:"snapshot,omitempty"`
 	TraceParent string         `json:"traceparent,omitempty"`
 	Coord       Coord          `json:"coord"`
 }

@@ -38,11 +38,11 @@ type corpusWant struct {
 var corpusWants = map[string]corpusWant{
 	"mongo-create-docs.json": {op: OpCreate, table: "inventory.customers", docKey: "1004", kind: KindMongo, check: func(t *testing.T, ch Change) {
 		require.Equal(t, json.Number("1004"), ch.After["_id"])
-		require.False(t, ch.Snapshot)
+		require.False(t, ch.Version.Snapshot)
 	}},
 	"mongo-delete-docs.json": {id: []string{"_id"}, op: OpDelete, table: "inventory.customers", docKey: "1004", kind: KindMongo, check: func(t *testing.T, ch Change) {
 		require.Equal(t, "Anne Marie", ch.Before["first_name"])
-		require.True(t, ch.Snapshot)
+		require.True(t, ch.Version.Snapshot)
 	}},
 	"mongo-delete-oplog-filter.json":        {id: []string{"_id"}, op: OpDelete, table: "inventory.customers", docKey: "1004", kind: KindMongo},
 	"mongo-transaction-end.json":            {skip: SkipTransaction},
@@ -51,7 +51,7 @@ var corpusWants = map[string]corpusWant{
 	"mysql-create-compact-tutorial.json":    {op: OpCreate, table: "inventory.customers", docKey: "1005", kind: KindMySQL},
 	"mysql-create-serde-with-schema.json":   {id: []string{"id"}, op: OpCreate, table: "inventory.customers", docKey: "1004", kind: KindMySQL},
 	"mysql-delete-tutorial.json":            {id: []string{"id"}, op: OpDelete, table: "inventory.customers", docKey: "1004", kind: KindMySQL},
-	"mysql-read-engine-wasm.json":           {id: []string{"id"}, op: OpRead, table: "inventory.customers", docKey: "1004", kind: KindMySQL, check: func(t *testing.T, ch Change) { require.True(t, ch.Snapshot) }},
+	"mysql-read-engine-wasm.json":           {id: []string{"id"}, op: OpRead, table: "inventory.customers", docKey: "1004", kind: KindMySQL, check: func(t *testing.T, ch Change) { require.True(t, ch.Version.Snapshot) }},
 	"mysql-read-tutorial.json":              {op: OpRead, table: "inventory.customers", docKey: "1004", kind: KindMySQL},
 	"mysql-schema-change-docs.json":         {skip: SkipSchemaChange},
 	"mysql-tombstone-tutorial.json":         {skip: SkipTombstone},
@@ -75,7 +75,7 @@ var corpusWants = map[string]corpusWant{
 	"pg-message-decoded-after-smt.json":  {id: []string{"id"}, op: OpCreate, table: "corpus.fallback", docKey: "1", kind: KindPostgres},
 	"pg-message-decoded.json":            {op: OpMessage, kind: KindPostgres},
 	"pg-message-transactional-docs.json": {op: OpMessage, kind: KindPostgres},
-	"pg-read-snapshot-payload-only.json": {id: []string{"id"}, op: OpRead, table: "inventory.products", docKey: "101", kind: KindTS, check: func(t *testing.T, ch Change) { require.True(t, ch.Snapshot) }},
+	"pg-read-snapshot-payload-only.json": {id: []string{"id"}, op: OpRead, table: "inventory.products", docKey: "101", kind: KindTS, check: func(t *testing.T, ch Change) { require.True(t, ch.Version.Snapshot) }},
 	"pg-transaction-begin.json":          {skip: SkipTransaction},
 	"pg-transaction-end.json":            {skip: SkipTransaction},
 	"pg-truncate-docs.json":              {op: OpTruncate, table: "public.customers", kind: KindPostgres},
@@ -131,7 +131,7 @@ func TestDecodeCorpus(t *testing.T) {
 			if want.id != nil {
 				cfg.Tables = []TableConfig{{Match: "*", ID: want.id}}
 			}
-			m := Message{Topic: "dbserver1.corpus.fallback", Partition: 1, Offset: 7, Key: k, Value: v}
+			m := Record{Raw: Raw{Topic: "dbserver1.corpus.fallback", Partition: 1, Offset: 7, Key: k, Value: v}}
 			ch, err := NewDecoder(cfg).Decode(m)
 			switch {
 			case want.skip != "":

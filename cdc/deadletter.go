@@ -39,7 +39,7 @@ func ErrorClass(err error) string {
 // __connect.errors.timestamp is the message's timestamp, or, for a message
 // that has none (a bare line of a file), the time it was dead-lettered:
 // the zero time would read as year 1.
-func DeadLetterHeaders(m Message, cause error, version string) []Header {
+func DeadLetterHeaders(m Record, cause error, version string) []Header {
 	ts := m.Timestamp
 	if ts.IsZero() {
 		ts = time.Now()
@@ -85,7 +85,7 @@ type DeadLetter struct {
 
 // NewDeadLetter reads a stored dead letter m (its position in the store,
 // bytes and headers) into a DeadLetter, parsing the reason headers.
-func NewDeadLetter(m Message) DeadLetter {
+func NewDeadLetter(m Record) DeadLetter {
 	d := DeadLetter{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value,
 		OrigPartition: -1, OrigOffset: -1}
 	for _, h := range m.Headers {

@@ -117,7 +117,7 @@ func (d *Decoder) idColumns(table string) []string {
 // (A patch without update operators replaces the whole document, and is
 // returned as After.) Op m (a logical decoding message) is returned with
 // whatever table and version it has; it carries no key and no rows.
-func (d *Decoder) Decode(m Message) (Change, error) {
+func (d *Decoder) Decode(m Record) (Change, error) {
 	coord := Coord{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 	fail := func(reason string, err error) (Change, error) {
 		return Change{}, &DecodeError{Coord: coord, Reason: reason, Err: err}
@@ -193,7 +193,7 @@ type event struct {
 	ids [3]any
 }
 
-func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
+func (d *Decoder) change(m Record, coord Coord, ev event) (Change, error) {
 	fail := func(reason string, err error) (Change, error) {
 		return Change{}, &DecodeError{Coord: coord, Reason: reason, Err: err}
 	}
@@ -208,21 +208,26 @@ func (d *Decoder) change(m Message, coord Coord, ev event) (Change, error) {
 		TraceParent: traceParent(m.Headers),
 		Coord:       coord,
 	}
-	var err error
-	if ch.Snapshot, err = snapshotFlag(ev.src); err != nil {
+	snapshot, err := snapshotFlag(ev.src)
+	if err != nil {
 		return fail(reasonBadField, err)
 	}
-	if ch.SourceTS, err = sourceTime(ev.src, ev.payload); err != nil {
+	ts, err := sourceTime(ev.src, ev.payload)
+	if err != nil {
 		return fail(reasonBadField, err)
 	}
 	ch.Version, err = sourceVersion(ev.src, ev.payload, kind)
 	ch.Version.Source = debeziumSource(ev.src)
-	if ch.Version.Source != "" && len(d.moves) > 0 {
-		ch.Version.Epoch = d.epoch(ch.Version.Source, uint64(max(ch.SourceTS.UnixMilli(), 0)))
+	// The commit time and the snapshot flag travel with the version, their
+	// only copy: they order it against versions of other kinds (see
+	// Version).
+	if ch.Version.TS == 0 {
+		ch.Version.TS = VersionTS(ts)
 	}
-	// The commit time and the snapshot flag travel with the version: they
-	// order it against versions of other kinds (see Version).
-	ch.Version = ch.FenceVersion()
+	ch.Version.Snapshot = ch.Version.Snapshot || snapshot
+	if ch.Version.Source != "" && len(d.moves) > 0 {
+		ch.Version.Epoch = d.epoch(ch.Version.Source, VersionTS(ts))
+	}
 	switch {
 	case ev.op == OpMessage:
 		// Messages are counted and skipped downstream; a missing table or

@@ -14,7 +14,7 @@ func BenchmarkDecode(b *testing.B) {
 				b.Fatal(err)
 			}
 			k, _ := os.ReadFile(filepath.Join("testdata", name+".key.json"))
-			m := Message{Topic: "dbserver1.public.articles", Key: k, Value: v}
+			m := Record{Raw: Raw{Topic: "dbserver1.public.articles", Key: k, Value: v}}
 			d := NewDecoder(DecoderConfig{})
 			b.SetBytes(int64(len(v)))
 			b.ReportAllocs()

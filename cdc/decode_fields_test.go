@@ -86,7 +86,7 @@ func TestKeyOrderFollowsMessageKey(t *testing.T) {
 		{key: `{"a":"1","z":"2"}`, want: "1/2"},
 		{key: `{"schema":{"type":"struct","fields":[{"field":"z","type":"string"},{"field":"a","type":"string"}]},"payload":{"z":"2","a":"1"}}`, want: "2/1"},
 	} {
-		ch, err := d.Decode(Message{Topic: "x.s.t", Key: []byte(tc.key), Value: value})
+		ch, err := d.Decode(Record{Raw: Raw{Topic: "x.s.t", Key: []byte(tc.key), Value: value}})
 		require.NoError(t, err)
 		require.Equal(t, tc.want, ch.DocKey, tc.key)
 	}

@@ -35,7 +35,7 @@ func FuzzDecode(f *testing.F) {
 
 	d := NewDecoder(DecoderConfig{Tables: []TableConfig{{Match: "inventory.*", ID: []string{"id"}}}})
 	f.Fuzz(func(t *testing.T, key, value []byte) {
-		m := Message{Topic: "dbserver1.inventory.customers", Partition: 1, Offset: 99, Key: key, Value: value}
+		m := Record{Raw: Raw{Topic: "dbserver1.inventory.customers", Partition: 1, Offset: 99, Key: key, Value: value}}
 		ch, err := d.Decode(m)
 		var skip *SkipError
 		var de *DecodeError

@@ -146,7 +146,7 @@ func isNullJSON(b []byte) bool {
 }
 
 // objectKeyOrder returns the top-level keys of the JSON object b in the order
-// they appear (first occurrence wins), which a map loses. Message keys list
+// they appear (first occurrence wins), which a map loses. Record keys list
 // primary-key columns in key order, and DocKey joins them in that order.
 func objectKeyOrder(b []byte) ([]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -19,7 +19,7 @@ func decodeFile(t *testing.T, d *Decoder, file string) (Change, error) {
 	require.NoError(t, err)
 	k, err := os.ReadFile(filepath.Join("testdata", file+".key.json"))
 	require.NoError(t, err)
-	return d.Decode(Message{Topic: "fulfillment.inventory.customers", Key: k, Value: v, Offset: 9})
+	return d.Decode(Record{Raw: Raw{Topic: "fulfillment.inventory.customers", Key: k, Value: v, Offset: 9}})
 }
 
 // TestDecodeStrictInput: invalid UTF-8, lone surrogate escapes and values
@@ -98,18 +98,18 @@ func TestDecodeStrictNestedJSON(t *testing.T) {
 	t.Parallel()
 	d := NewDecoder(DecoderConfig{})
 	mongo := `{"op":"c","after":"{\"_id\": 1, \"t\": \"\\ud800\"}","source":{"connector":"mongodb","db":"d","collection":"c","ts_ms":1,"ord":1}}`
-	_, err := d.Decode(Message{Topic: "t", Key: []byte(`{"id":"1"}`), Value: []byte(mongo)})
+	_, err := d.Decode(Record{Raw: Raw{Topic: "t", Key: []byte(`{"id":"1"}`), Value: []byte(mongo)}})
 	var de *DecodeError
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, reasonBadRow, de.Reason)
 
 	jsonCol := `{"schema":{"type":"struct","name":"x.Envelope","fields":[{"field":"after","type":"struct","fields":[{"field":"j","type":"string","name":"io.debezium.data.Json"}]}]},` +
 		`"payload":{"op":"c","after":{"id":1,"j":"{\"a\":\"\\udc00\"}"},"source":{"lsn":5,"schema":"s","table":"t"}}}`
-	_, err = d.Decode(Message{Topic: "t", Key: []byte(`{"id":1}`), Value: []byte(jsonCol)})
+	_, err = d.Decode(Record{Raw: Raw{Topic: "t", Key: []byte(`{"id":1}`), Value: []byte(jsonCol)}})
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, reasonBadValue, de.Reason)
 
-	_, err = d.Decode(Message{Topic: "t", Key: []byte("{\"id\":\"a\xffb\"}"), Value: []byte(`{"op":"c","after":{"id":1},"source":{"lsn":5,"schema":"s","table":"t"}}`)})
+	_, err = d.Decode(Record{Raw: Raw{Topic: "t", Key: []byte("{\"id\":\"a\xffb\"}"), Value: []byte(`{"op":"c","after":{"id":1},"source":{"lsn":5,"schema":"s","table":"t"}}`)}})
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, reasonBadKey, de.Reason)
 }
@@ -144,7 +144,7 @@ func TestMongoIDTyping(t *testing.T) {
 	// Deleting by the key alone reaches the same document as the create.
 	del := `{"op":"d","before":null,"after":null,"source":{"connector":"mongodb","db":"inventory","collection":"customers","ts_ms":1558965509000,"ord":2}}`
 	for file, k := range map[string]string{`{"id":"\"1234\""}`: `"1234"`, `{"id":"1234"}`: "1234", `{"id":"{\"$oid\": \"596e275826f08b2730779e1f\"}"}`: "596e275826f08b2730779e1f"} {
-		ch, err := byID.Decode(Message{Topic: "t", Key: []byte(file), Value: []byte(del)})
+		ch, err := byID.Decode(Record{Raw: Raw{Topic: "t", Key: []byte(file), Value: []byte(del)}})
 		require.NoError(t, err)
 		require.Equal(t, k, ch.DocKey)
 	}
@@ -226,9 +226,9 @@ func TestTableNameInjective(t *testing.T) {
 	ev := func(schema, table string) string {
 		return `{"op":"c","after":{"id":7},"source":{"connector":"postgresql","schema":"` + schema + `","table":"` + table + `","lsn":5,"ts_ms":1}}`
 	}
-	a, err := d.Decode(Message{Topic: "srv.x.y", Key: []byte(`{"id":7}`), Value: []byte(ev("sales", "eu.orders"))})
+	a, err := d.Decode(Record{Raw: Raw{Topic: "srv.x.y", Key: []byte(`{"id":7}`), Value: []byte(ev("sales", "eu.orders"))}})
 	require.NoError(t, err)
-	b, err := d.Decode(Message{Topic: "srv.x.y", Key: []byte(`{"id":7}`), Value: []byte(ev("sales.eu", "orders"))})
+	b, err := d.Decode(Record{Raw: Raw{Topic: "srv.x.y", Key: []byte(`{"id":7}`), Value: []byte(ev("sales.eu", "orders"))}})
 	require.NoError(t, err)
 	require.NotEqual(t, a.Table, b.Table)
 	require.Equal(t, "sales.eu.orders", a.Table)

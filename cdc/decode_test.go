@@ -32,10 +32,10 @@ type decodeCase struct {
 	wantNoAfter bool   // After must be nil (a MongoDB patch)
 }
 
-// message builds the Message of a case from its fixture files.
-func (tc decodeCase) message(t *testing.T) Message {
+// message builds the Record of a case from its fixture files.
+func (tc decodeCase) message(t *testing.T) Record {
 	t.Helper()
-	m := Message{Topic: tc.topic, Partition: 3, Offset: 1042, Headers: tc.headers}
+	m := Record{Raw: Raw{Topic: tc.topic, Partition: 3, Offset: 1042, Headers: tc.headers}}
 	if m.Topic == "" {
 		m.Topic = "dbserver1.public.articles"
 	}

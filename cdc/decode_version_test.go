@@ -12,7 +12,7 @@ import (
 func versionOf(t *testing.T, source string) Version {
 	t.Helper()
 	v := fmt.Sprintf(`{"op":"u","after":{"id":1},"source":%s,"ts_ms":1700000000000}`, source)
-	ch, err := NewDecoder(DecoderConfig{}).Decode(Message{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(v)})
+	ch, err := NewDecoder(DecoderConfig{}).Decode(Record{Raw: Raw{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(v)}})
 	require.NoError(t, err)
 	return ch.Version
 }
@@ -104,7 +104,7 @@ func TestVersionTime(t *testing.T) {
 	dec := NewDecoder(DecoderConfig{})
 	decode := func(value string) Change {
 		t.Helper()
-		ch, err := dec.Decode(Message{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(value)})
+		ch, err := dec.Decode(Record{Raw: Raw{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(value)}})
 		require.NoError(t, err)
 		return ch
 	}
@@ -132,6 +132,6 @@ func TestVersionTime(t *testing.T) {
 	v = decode(`{"op":"u","after":{"id":1},"source":{"connector":"db2","ts_ms":1559729468470},"transaction":{"id":"t","total_order":2,"data_collection_order":1}}`).Version
 	require.Equal(t, []uint64{1559729468470, 2}, v.Parts)
 
-	_, err := dec.Decode(Message{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(`{"op":"u","after":{"id":1},"source":{"connector":"db2","ts_ms":1},"transaction":{"id":"t","total_order":"x"}}`)})
+	_, err := dec.Decode(Record{Raw: Raw{Topic: "srv.s.t", Key: []byte(`{"id":1}`), Value: []byte(`{"op":"u","after":{"id":1},"source":{"connector":"db2","ts_ms":1},"transaction":{"id":"t","total_order":"x"}}`)}})
 	require.Error(t, err, "a malformed total_order is a decode error")
 }

@@ -1,6 +1,6 @@
 // Package cdc decodes Debezium change events into Change values.
 //
-// Decoder turns one Message (a Kafka record, a replayed file line) into a
+// Decoder turns one Record (a Kafka record, a replayed file line) into a
 // Change: the operation, the "schema.table" it belongs to, a canonical
 // document key, a Version that orders the changes of one document, and the
 // row images with Debezium's logical types decoded into plain JSON values. It

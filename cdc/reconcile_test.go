@@ -43,7 +43,7 @@ func TestSplitDocKeyInvertsTheDecodersKey(t *testing.T) {
 		value, err := json.Marshal(map[string]any{"op": "c", "after": after,
 			"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "t", "lsn": 1, "ts_ms": 1}})
 		require.NoError(t, err)
-		ch, err := dec.Decode(cdc.Message{Topic: "db.public.t", Key: keyJSON, Value: value})
+		ch, err := dec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "db.public.t", Key: keyJSON, Value: value}})
 		require.NoError(t, err)
 		got, ok := cdc.SplitDocKey(ch.DocKey, len(tc.cols))
 		require.True(t, ok, ch.DocKey)

@@ -19,18 +19,17 @@ import "context"
 // whose positions are one sequence (a replication slot, a file). Ack may be
 // nil when the batch has nothing to acknowledge.
 type Batch struct {
-	Messages []Message
-	Ack      func(ctx context.Context) error
-	Lane     string
+	Records []Record
+	Ack     func(ctx context.Context) error
+	Lane    string
 }
 
 // Decode decodes m's Debezium value with d, as the Kafka and file sources
-// do before handing messages over: the change goes in m.Change, or the
+// do before handing records over: the change goes in m.Change, or the
 // reason it could not be built in m.Err (Value, Key and Headers stay, so
-// a dead letter keeps the original bytes). A nil d returns m unchanged,
-// for the pipeline's Decoder to decode.
-func Decode(d *Decoder, m Message) Message {
-	if d == nil || m.Change != nil {
+// a dead letter keeps the original bytes).
+func Decode(d *Decoder, m Record) Record {
+	if m.Change != nil {
 		return m
 	}
 	ch, err := d.Decode(m)
@@ -40,4 +39,13 @@ func Decode(d *Decoder, m Message) Message {
 	}
 	m.Change = &ch
 	return m
+}
+
+// DecodeAll is Decode of every record of ms, in place: what an in-memory
+// source of Debezium JSON (a test's, a benchmark's) hands over.
+func DecodeAll(d *Decoder, ms []Record) []Record {
+	for i := range ms {
+		ms[i] = Decode(d, ms[i])
+	}
+	return ms
 }

@@ -60,10 +60,12 @@ import (
 type Version struct {
 	Kind  string
 	Parts []uint64
-	// TS is the source commit time in ms since the Unix epoch (source.ts_ms,
-	// see Change.SourceTS); 0 when unknown.
+	// TS is the source commit time in ms since the Unix epoch (Debezium's
+	// source.ts_ms, pgoutput's commit time); 0 when unknown. It is the only
+	// copy of a change's commit time.
 	TS uint64
-	// Snapshot is Change.Snapshot: the version of a snapshot read.
+	// Snapshot marks the version of a snapshot read (op r, a backfill or
+	// an initial load): a copy of a row, not a change of it.
 	Snapshot bool
 	// Source names the stream Parts are positions of: "pg:<system
 	// identifier>/<database>" for the Postgres source and the backfill,
@@ -327,15 +329,19 @@ func (v *Version) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// FenceVersion is c.Version with TS and Snapshot filled from c.SourceTS and
-// c.Snapshot where the version leaves them unset, which is what the sink
-// fences with. The decoder fills both itself; this covers Changes built
-// elsewhere (a backfill, a logical-replication source).
-func (c Change) FenceVersion() Version {
-	v := c.Version
-	if v.TS == 0 && !c.SourceTS.IsZero() && c.SourceTS.UnixMilli() > 0 {
-		v.TS = uint64(c.SourceTS.UnixMilli())
+// Time is the source commit time TS as a time, zero when unknown.
+func (v Version) Time() time.Time {
+	if v.TS == 0 {
+		return time.Time{}
 	}
-	v.Snapshot = v.Snapshot || c.Snapshot
-	return v
+	return time.UnixMilli(int64(v.TS)).UTC()
+}
+
+// VersionTS is t as a Version's TS: ms since the epoch, 0 for a zero or
+// pre-epoch time.
+func VersionTS(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(max(t.UnixMilli(), 0))
 }

@@ -54,7 +54,7 @@ type countDLQ struct {
 	n  int
 }
 
-func (d *countDLQ) Put(context.Context, cdc.Message, error) error {
+func (d *countDLQ) Put(context.Context, cdc.Record, error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.n++
@@ -109,9 +109,8 @@ func TestEventsNameWorstTraces(t *testing.T) {
 	require.NoError(t, err)
 	dlq := &countDLQ{}
 	p, err := pipeline.New(pipeline.Config{Workers: 4, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: slowPoisonEmbedder{next: b.emb, slow: time.Second}, Sink: b.st, DeadLetters: dlq,
-		Traces: m,
+		Source: src, Splitter: ch, DeadLetters: dlq, Traces: m,
+		Target: pipeline.Target{Name: "docs", Index: b.st, Embedder: slowPoisonEmbedder{next: b.emb, slow: time.Second}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(ctx))

@@ -106,19 +106,16 @@ func BenchmarkLargeDocument(b *testing.B) {
 					seed++
 					doc := largeDoc(seed, size)
 					cfg := pipeline.Config{Workers: 1, MaxDocumentBytes: 4 << 20}
-					var cache pipeline.VectorCache = st
 					switch mode {
 					case "whole":
 						cfg.EmbedSliceChunks = 1 << 30
-						cache = nil
 					case "over limit":
 						cfg.MaxDocumentBytes = size / 2
 					}
 					dlq := &memDLQ{}
 					p, err := pipeline.New(cfg, pipeline.Stages{
-						Source:   &sliceSource{batches: [][]cdc.Message{{event("c", seed, int64(seed), doc)}}},
-						Decoder:  cdc.NewDecoder(cdc.DecoderConfig{}),
-						Splitter: ch, Embedder: leanEmbedder{}, Sink: st, DeadLetters: dlq, Cache: cache,
+						Source:   &sliceSource{batches: [][]cdc.Record{{event("c", seed, int64(seed), doc)}}},
+						Splitter: ch, DeadLetters: dlq, Target: pipeline.Target{Name: "docs", Index: st, Embedder: leanEmbedder{}},
 					})
 					require.NoError(b, err)
 					doc = ""

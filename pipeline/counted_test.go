@@ -38,13 +38,13 @@ func TestEmbedderGetsChunkerCounts(t *testing.T) {
 	reusing := pipeline.NewLanes(emb, 0).Live()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		event("c", 1, 10, paraA+"\n\n"+paraB), event("c", 2, 20, paraC+"\n\n"+paraA+" "+paraB),
 	}}}
 	p, err := pipeline.New(pipeline.Config{Workers: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: reusing, Sink: b.store, DeadLetters: b.dlq,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: reusing},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

@@ -31,7 +31,7 @@ var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 func debtSetup(t *testing.T, n int) (reuseBundle, map[int]string) {
 	t.Helper()
 	b := reuseSetup(t)
-	var creates, edits []cdc.Message
+	var creates, edits []cdc.Record
 	texts := map[int]string{}
 	for i := 1; i <= n; i++ {
 		base := strings.ReplaceAll(fortyWords(0), "word", fmt.Sprintf("d%dw", i))

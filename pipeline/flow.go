@@ -70,7 +70,7 @@ type tracked struct {
 
 // work is one decoded change on its way through the pipeline.
 type work struct {
-	msg    cdc.Message
+	msg    cdc.Record
 	change cdc.Change
 	batch  *tracked
 	cost   int64
@@ -146,7 +146,7 @@ func (f *flow) admit(b cdc.Batch, now time.Time) *tracked {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seq++
-	t := &tracked{seq: f.seq, lane: b.Lane, left: len(b.Messages), ack: b.Ack, fetched: now}
+	t := &tracked{seq: f.seq, lane: b.Lane, left: len(b.Records), ack: b.Ack, fetched: now}
 	l := f.lanes[b.Lane]
 	if l == nil {
 		l = &lane{}
@@ -381,7 +381,7 @@ const documentCost = 40 << 10
 // its bytes, or the size of the values of the change a structured source
 // built. What a message decoded by the pipeline holds is added once it is
 // decoded (changeCost).
-func messageCost(m cdc.Message) int64 {
+func messageCost(m cdc.Record) int64 {
 	n := int64(len(m.Key) + len(m.Value) + 64)
 	if m.Change != nil {
 		n += changeCost(*m.Change)

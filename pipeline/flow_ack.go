@@ -5,17 +5,6 @@ import (
 	"fmt"
 )
 
-// Committer makes durable what a sink buffers (the bulk loader's rows)
-// before the pipeline acknowledges any source position: Flush returns once
-// every change applied so far is committed. The pipeline calls it before
-// each round of acknowledgements, so no source (Kafka, Postgres, a
-// backfill's checkpoints) can acknowledge a position whose changes still
-// sit in a buffer; a sink that commits each document in its own
-// transaction needs none.
-type Committer interface {
-	Flush(ctx context.Context) error
-}
-
 // acknowledge calls, until stop is closed, the acknowledgements of the
 // batches that became complete: in fetch order within each lane, each after
 // the commit hook. A failure to acknowledge stops the flow.
@@ -52,10 +41,8 @@ func (f *flow) ackReady(ctx context.Context, retry bool) error {
 		if len(ready) == 0 {
 			return nil
 		}
-		if p.st.Commit != nil {
-			if err := run("ack", func() error { return p.st.Commit.Flush(ctx) }); err != nil {
-				return fmt.Errorf("commit before acknowledging: %w", err)
-			}
+		if err := run("ack", func() error { return p.flush(ctx) }); err != nil {
+			return fmt.Errorf("commit before acknowledging: %w", err)
 		}
 		for _, t := range ready {
 			if t.ack != nil {

@@ -33,11 +33,11 @@ func TestInFlightBoundsHoldWithinABatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			const docs = 40
-			var batch []cdc.Message
+			var batch []cdc.Record
 			for id := 1; id <= docs; id++ {
 				batch = append(batch, event("c", id, int64(100+id), fmt.Sprintf("document %d. %s", id, paraA)))
 			}
-			src := &sliceSource{batches: [][]cdc.Message{batch}}
+			src := &sliceSource{batches: [][]cdc.Record{batch}}
 			var now, peak atomic.Int64
 			b.emb.fail = func([]string) error {
 				n := now.Add(1)
@@ -50,8 +50,8 @@ func TestInFlightBoundsHoldWithinABatch(t *testing.T) {
 			cfg := tc.cfg
 			cfg.RetryBackoff, cfg.MaxRetryBackoff = 1, 2
 			p, err := pipeline.New(cfg, pipeline.Stages{
-				Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
-				Embedder: unlockedEmbedder{b.emb}, Sink: b.store, DeadLetters: b.dlq,
+				Source: src, Splitter: mustChunker(t),
+				DeadLetters: b.dlq, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: unlockedEmbedder{b.emb}},
 			})
 			require.NoError(t, err)
 			require.NoError(t, p.Run(t.Context()))

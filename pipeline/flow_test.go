@@ -83,8 +83,8 @@ func TestSlowDocumentHoldsOnlyItsPartitionsPosition(t *testing.T) {
 	b := setup(t)
 	emb := &heldEmbedder{word: "glacier", release: make(chan struct{}), held: make(chan struct{})}
 	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
-		Embedder: emb, Sink: b.store, DeadLetters: b.dlq,
+		Source: src, Splitter: mustChunker(t),
+		DeadLetters: b.dlq, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: emb},
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -127,7 +127,7 @@ func TestSlowDocumentHoldsOnlyItsPartitionsPosition(t *testing.T) {
 // orderSink checks, per document, that no write starts before the previous
 // write of the same document returned, and that versions only increase.
 type orderSink struct {
-	pipeline.Sink
+	pipeline.Index
 	mu       sync.Mutex
 	busy     map[string]bool
 	last     map[string]string
@@ -160,7 +160,7 @@ func (s *orderSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, 
 	// A random pause widens the window in which a later change of the
 	// same document could overtake this one.
 	time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
-	out, err := s.Sink.Upsert(ctx, d)
+	out, err := s.Index.Upsert(ctx, d)
 	s.leave(d.ID, d.Version.String(), out)
 	return out, err
 }
@@ -172,9 +172,9 @@ func (s *orderSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, 
 // (none is stale), and the index ends at each document's last version.
 func TestChangeNeverVisibleBeforeAnEarlierChangeOfItsDocument(t *testing.T) {
 	b := setup(t)
-	var batches [][]cdc.Message
+	var batches [][]cdc.Record
 	const docs, versions = 4, 25
-	var batch []cdc.Message
+	var batch []cdc.Record
 	for v := 1; v <= versions; v++ {
 		for id := 1; id <= docs; id++ {
 			batch = append(batch, event("u", id, int64(v*100+id), fmt.Sprintf("doc %d version %d. %s", id, v, paraA)))
@@ -186,14 +186,14 @@ func TestChangeNeverVisibleBeforeAnEarlierChangeOfItsDocument(t *testing.T) {
 	}
 	batches = append(batches, batch)
 	src := &sliceSource{batches: batches}
-	os := &orderSink{Sink: b.store, busy: map[string]bool{}, last: map[string]string{}}
+	os := &orderSink{Index: b.store, busy: map[string]bool{}, last: map[string]string{}}
 	b.emb.fail = func([]string) error {
 		time.Sleep(time.Duration(rand.IntN(4)) * time.Millisecond)
 		return nil
 	}
 	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
-		Embedder: unlockedEmbedder{b.emb}, Sink: os, DeadLetters: b.dlq,
+		Source: src, Splitter: mustChunker(t),
+		DeadLetters: b.dlq, Target: pipeline.Target{Name: "docs", Index: os, Embedder: unlockedEmbedder{b.emb}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -228,7 +228,7 @@ func (u unlockedEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []
 
 // bufferingSink holds upserts until Flush, like the bulk loader.
 type bufferingSink struct {
-	pipeline.Sink
+	pipeline.Index
 	mu       sync.Mutex
 	buffered map[string]bool
 	flushed  map[string]bool
@@ -267,7 +267,7 @@ func (s *checkedSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	if err != nil {
 		return b, err
 	}
-	msgs, ack := b.Messages, b.Ack
+	msgs, ack := b.Records, b.Ack
 	b.Ack = func(ctx context.Context) error {
 		s.snk.mu.Lock()
 		for _, m := range msgs {
@@ -289,18 +289,18 @@ func (s *checkedSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 // flushed; no source has to wrap itself to get this.
 func TestCommitHookRunsBeforeEveryAcknowledgement(t *testing.T) {
 	b := setup(t)
-	snk := &bufferingSink{Sink: b.store, buffered: map[string]bool{}, flushed: map[string]bool{}}
-	var batches [][]cdc.Message
+	snk := &bufferingSink{Index: b.store, buffered: map[string]bool{}, flushed: map[string]bool{}}
+	var batches [][]cdc.Record
 	for i := range 10 {
-		batches = append(batches, []cdc.Message{
+		batches = append(batches, []cdc.Record{
 			event("c", 2*i+1, int64(10*i+1), fmt.Sprintf("doc %d. %s", 2*i+1, paraA)),
 			event("c", 2*i+2, int64(10*i+2), fmt.Sprintf("doc %d. %s", 2*i+2, paraB)),
 		})
 	}
 	src := &checkedSource{sliceSource: sliceSource{batches: batches}, snk: snk}
 	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
-		Embedder: b.emb, Sink: snk, DeadLetters: b.dlq, Commit: snk,
+		Source: src, Splitter: mustChunker(t),
+		DeadLetters: b.dlq, Target: pipeline.Target{Name: "docs", Index: snk, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -313,11 +313,11 @@ func TestCommitHookRunsBeforeEveryAcknowledgement(t *testing.T) {
 // msgDLQ keeps the dead-lettered messages and causes.
 type msgDLQ struct {
 	mu     sync.Mutex
-	msgs   []cdc.Message
+	msgs   []cdc.Record
 	causes []error
 }
 
-func (d *msgDLQ) Put(_ context.Context, m cdc.Message, cause error) error {
+func (d *msgDLQ) Put(_ context.Context, m cdc.Record, cause error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.msgs = append(d.msgs, m)
@@ -341,7 +341,7 @@ func TestSourceDecodedMessagesNeedNoPipelineDecoder(t *testing.T) {
 	t.Cleanup(func() { _ = src.Close() })
 	dlq := &msgDLQ{}
 	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Splitter: mustChunker(t), Embedder: b.emb, Sink: b.store, DeadLetters: dlq,
+		Source: src, Splitter: mustChunker(t), DeadLetters: dlq, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

@@ -25,9 +25,9 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// newPipeline builds a pipeline over the bundle's store with the fatal
-// classifier serve uses, fast retries, and the given config and cache.
-func (b bundle) newPipeline(t *testing.T, src pipeline.Source, cfg pipeline.Config, st pipeline.Sink, cache pipeline.VectorCache) *pipeline.Pipeline {
+// newPipeline builds a pipeline over st (nil: the bundle's store) with the
+// fatal classifier serve uses, fast retries, and the given config.
+func (b bundle) newPipeline(t *testing.T, src pipeline.Source, cfg pipeline.Config, st pipeline.Index) *pipeline.Pipeline {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{Strategy: "greedy", TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
@@ -38,15 +38,10 @@ func (b bundle) newPipeline(t *testing.T, src pipeline.Source, cfg pipeline.Conf
 	if st == nil {
 		st = b.store
 	}
-	// As serve wires it: the store that caches also looks documents up.
-	var lookup pipeline.DocumentLookup
-	if cache != nil {
-		lookup = b.store
-	}
 	p, err := pipeline.New(cfg, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: st, DeadLetters: b.dlq, Cache: cache, Lookup: lookup,
-		Transient: sink.Retryable, Fatal: sink.Fatal,
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   sink.Retryable, Fatal: sink.Fatal, Target: pipeline.Target{Name: "docs", Index: st, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	return p
@@ -60,7 +55,7 @@ func (d *memDLQ) all() []error {
 
 // rawEvent is a Debezium PostgreSQL change to public.<table> with a string
 // key, for values debeziumtest cannot express.
-func rawEvent(table, op, id string, lsn int64, after map[string]any) cdc.Message {
+func rawEvent(table, op, id string, lsn int64, after map[string]any) cdc.Record {
 	p := map[string]any{"op": op, "source": map[string]any{"connector": "postgresql", "schema": "public", "table": table,
 		"lsn": lsn, "txId": lsn, "ts_ms": 1700000000000}}
 	if op == "d" {
@@ -74,7 +69,7 @@ func rawEvent(table, op, id string, lsn int64, after map[string]any) cdc.Message
 	}
 	v, _ := json.Marshal(p)
 	k, _ := json.Marshal(map[string]any{"id": id})
-	return cdc.Message{Topic: "db.public." + table, Offset: lsn, Key: k, Value: v}
+	return cdc.Record{Raw: cdc.Raw{Topic: "db.public." + table, Offset: lsn, Key: k, Value: v}}
 }
 
 // TestNULIsStrippedNotRetried: a NUL in a text column (which Postgres text
@@ -82,11 +77,11 @@ func rawEvent(table, op, id string, lsn int64, after map[string]any) cdc.Message
 // text; the change applies at the first attempt.
 func TestNULIsStrippedNotRetried(t *testing.T) {
 	b := setup(t)
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		event("c", 1, 10, "tide\x00pools "+paraA),
 		rawEvent("docs", "c", "2", 11, map[string]any{"body": paraB, "tags": []any{"a\x00b"}, "x\x00y": "k"}),
 	}}}
-	p := b.newPipeline(t, src, pipeline.Config{}, nil, nil)
+	p := b.newPipeline(t, src, pipeline.Config{}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	require.Empty(t, b.dlq.all())
 	require.Zero(t, p.Stats()["retries"], "a NUL is never retried")
@@ -109,11 +104,11 @@ func TestNULIsStrippedNotRetried(t *testing.T) {
 // every attempt, so it is dead-lettered at once, and the rest applies.
 func TestDataErrorIsDeadLetteredWithoutRetry(t *testing.T) {
 	b := setup(t)
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		rawEvent("docs", "c", "bad\x00key", 10, map[string]any{"body": paraA}),
 		event("c", 2, 11, paraB),
 	}}}
-	p := b.newPipeline(t, src, pipeline.Config{MaxAttempts: 5}, nil, nil)
+	p := b.newPipeline(t, src, pipeline.Config{MaxAttempts: 5}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	letters := b.dlq.all()
 	require.Len(t, letters, 1)
@@ -176,11 +171,11 @@ func TestRevokeMidRunStops(t *testing.T) {
 	require.NoError(t, err)
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: &memDLQ{}}
 
-	var second []cdc.Message
+	var second []cdc.Record
 	for i := range 20 {
 		second = append(second, event("c", 100+i, int64(100+i), fmt.Sprintf("doc %d. %s", i, paraB)))
 	}
-	src := &hookSource{sliceSource: sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, second}}}
+	src := &hookSource{sliceSource: sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}, second}}}
 	src.before = func(i int) {
 		if i == 1 {
 			// The pipeline fetches while it applies: revoke once the first
@@ -190,7 +185,7 @@ func TestRevokeMidRunStops(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	p := b.newPipeline(t, src, pipeline.Config{MaxAttempts: 5}, nil, nil)
+	p := b.newPipeline(t, src, pipeline.Config{MaxAttempts: 5}, nil)
 	err = p.Run(ctx)
 	require.Error(t, err)
 	require.ErrorContains(t, err, "SQLSTATE 42501")
@@ -217,8 +212,8 @@ func TestDeadLetterGuard(t *testing.T) {
 		}
 		return nil
 	}
-	batch := func(base, poison int) []cdc.Message {
-		var msgs []cdc.Message
+	batch := func(base, poison int) []cdc.Record {
+		var msgs []cdc.Record
 		for i := range 10 {
 			body := fmt.Sprintf("doc %d. %s", base+i, paraA)
 			if i < poison {
@@ -230,8 +225,8 @@ func TestDeadLetterGuard(t *testing.T) {
 	}
 
 	t.Run("below the limit", func(t *testing.T) {
-		src := &sliceSource{batches: [][]cdc.Message{batch(100, 5)}}
-		p := b.newPipeline(t, src, pipeline.Config{Workers: 1, DeadLetterWindow: 10, DeadLetterMaxRatio: 0.5}, nil, nil)
+		src := &sliceSource{batches: [][]cdc.Record{batch(100, 5)}}
+		p := b.newPipeline(t, src, pipeline.Config{Workers: 1, DeadLetterWindow: 10, DeadLetterMaxRatio: 0.5}, nil)
 		require.NoError(t, p.Run(t.Context()))
 		require.EqualValues(t, 1, src.acked.Load())
 		require.Equal(t, 5, p.Stats()["dead_lettered"])
@@ -239,8 +234,8 @@ func TestDeadLetterGuard(t *testing.T) {
 	})
 	t.Run("over the limit", func(t *testing.T) {
 		before := len(b.dlq.all())
-		src := &sliceSource{batches: [][]cdc.Message{batch(200, 8)}}
-		p := b.newPipeline(t, src, pipeline.Config{Workers: 1, DeadLetterWindow: 10, DeadLetterMaxRatio: 0.5}, nil, nil)
+		src := &sliceSource{batches: [][]cdc.Record{batch(200, 8)}}
+		p := b.newPipeline(t, src, pipeline.Config{Workers: 1, DeadLetterWindow: 10, DeadLetterMaxRatio: 0.5}, nil)
 		err := p.Run(t.Context())
 		require.ErrorContains(t, err, "dead-letter guard")
 		require.ErrorContains(t, err, "pipeline.dead_letter_max_ratio")
@@ -259,18 +254,18 @@ func TestUnmatchedTablesAreNotApplied(t *testing.T) {
 	st, err := sink.New(t.Context(), pool, sink.Config{Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
 	require.NoError(t, err)
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: &memDLQ{}}
-	other := func(op string, id int, lsn int64) cdc.Message {
+	other := func(op string, id int, lsn int64) cdc.Record {
 		m := event(op, id, lsn, paraB)
 		m.Value = bytes.Replace(m.Value, []byte(`"table":"docs"`), []byte(`"table":"other"`), 1)
 		return m
 	}
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		event("c", 1, 10, paraA),
 		other("c", 5, 11),
 		other("d", 6, 12),
 		other("t", 0, 13),
 	}}}
-	p := b.newPipeline(t, src, pipeline.Config{Tables: []pipeline.TableConfig{{Match: "public.do*"}}}, nil, nil)
+	p := b.newPipeline(t, src, pipeline.Config{Tables: []pipeline.TableConfig{{Match: "public.do*"}}}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	require.Equal(t, 3, p.Stats()["unmatched_table"], "create, delete and truncate of public.other")
 	_, ok := b.text(t, "public.docs/1")
@@ -309,7 +304,7 @@ func (s *syncBuf) String() string {
 func TestTemplateMissingColumns(t *testing.T) {
 	b := setup(t)
 	var logs syncBuf
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		rawEvent("docs", "c", "1", 10, map[string]any{"body": paraA}),
 		rawEvent("docs", "c", "2", 11, map[string]any{"body": paraB}),
 		rawEvent("docs", "c", "3", 12, map[string]any{"summary": paraC}),
@@ -317,7 +312,7 @@ func TestTemplateMissingColumns(t *testing.T) {
 	p := b.newPipeline(t, src, pipeline.Config{
 		Tables: []pipeline.TableConfig{{Match: "public.docs", Text: "# {{title}}\n\n{{body}}"}},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-	}, nil, nil)
+	}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	require.Equal(t, 3, p.Stats()["template_missing_columns"])
 	require.Equal(t, 1, strings.Count(logs.String(), "rows lack columns"), "one warning per table: %s", logs.String())
@@ -340,8 +335,8 @@ func TestTemplateMissingColumns(t *testing.T) {
 func TestMaxDocumentBytes(t *testing.T) {
 	b := setup(t)
 	big := strings.Repeat(paraA+" ", 40) // ~3.5 KB
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, big), event("c", 2, 11, paraB)}}}
-	p := b.newPipeline(t, src, pipeline.Config{MaxDocumentBytes: 2000}, nil, nil)
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, big), event("c", 2, 11, paraB)}}}
+	p := b.newPipeline(t, src, pipeline.Config{MaxDocumentBytes: 2000}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	letters := b.dlq.all()
 	require.Len(t, letters, 1)
@@ -357,7 +352,7 @@ func TestMaxDocumentBytes(t *testing.T) {
 // failingSink fails every upsert, as a document transaction that never
 // commits (a crash, a stop) would.
 type failingSink struct {
-	pipeline.Sink
+	pipeline.Index
 	fail atomic.Bool
 }
 
@@ -365,7 +360,7 @@ func (f *failingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome
 	if f.fail.Load() {
 		return sink.Outcome{}, permErr{"document transaction lost"}
 	}
-	return f.Sink.Upsert(ctx, d)
+	return f.Index.Upsert(ctx, d)
 }
 
 // TestLargeDocumentEmbedsInSlicesAndCachesAsItGoes: a document is embedded
@@ -385,10 +380,10 @@ func TestLargeDocumentEmbedsInSlicesAndCachesAsItGoes(t *testing.T) {
 		}
 		return nil
 	}
-	fs := &failingSink{Sink: b.store}
+	fs := &failingSink{Index: b.store}
 	fs.fail.Store(true)
 	cfg := pipeline.Config{EmbedSliceChunks: 4, Workers: 1}
-	p := b.newPipeline(t, &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, doc)}}}, cfg, fs, b.store)
+	p := b.newPipeline(t, &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, doc)}}}, cfg, fs)
 	require.NoError(t, p.Run(t.Context()))
 	require.Len(t, b.dlq.all(), 1, "the lost transaction dead-letters the document")
 	first := len(b.emb.embedded())
@@ -397,7 +392,7 @@ func TestLargeDocumentEmbedsInSlicesAndCachesAsItGoes(t *testing.T) {
 
 	// Replay: every vector comes from the cache.
 	fs.fail.Store(false)
-	p = b.newPipeline(t, &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, doc)}}}, cfg, fs, b.store)
+	p = b.newPipeline(t, &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, doc)}}}, cfg, fs)
 	require.NoError(t, p.Run(t.Context()))
 	require.Len(t, b.emb.embedded(), first, "nothing is embedded twice")
 	require.Equal(t, first, p.Stats()["chunks_cached"])

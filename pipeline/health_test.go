@@ -37,11 +37,11 @@ func TestHealthyReportsAStallWhileRetrying(t *testing.T) {
 	}
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}}}
 	p, err = pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2, StallAfter: 5 * time.Minute}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	pipeline.SetClock(p, clock)

@@ -17,17 +17,17 @@ import (
 func TestSmallDocumentVectorsSurviveFailedTransaction(t *testing.T) {
 	b := setup(t)
 	doc := "A short document about pipelines.\n\nIt has two paragraphs only, both new."
-	fs := &failingSink{Sink: b.store}
+	fs := &failingSink{Index: b.store}
 	fs.fail.Store(true)
 	cfg := pipeline.Config{Workers: 1}
-	p := b.newPipeline(t, &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, doc)}}}, cfg, fs, b.store)
+	p := b.newPipeline(t, &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, doc)}}}, cfg, fs)
 	require.NoError(t, p.Run(t.Context()))
 	require.Len(t, b.dlq.all(), 1, "the lost transaction dead-letters the document")
 	first := len(b.emb.embedded())
 	require.Positive(t, first)
 
 	fs.fail.Store(false)
-	p = b.newPipeline(t, &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, doc)}}}, cfg, fs, b.store)
+	p = b.newPipeline(t, &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, doc)}}}, cfg, fs)
 	require.NoError(t, p.Run(t.Context()))
 	require.Len(t, b.emb.embedded(), first, "nothing is embedded twice")
 	require.Equal(t, first, p.Stats()["chunks_cached"])
@@ -43,11 +43,11 @@ func TestSmallDocumentVectorsSurviveFailedTransaction(t *testing.T) {
 func TestLookupStaleChangeIsSkippedNotRefused(t *testing.T) {
 	b := setup(t)
 	big := strings.Repeat("Too large to index, but older than what is stored. ", 100)
-	src := &sliceSource{batches: [][]cdc.Message{
+	src := &sliceSource{batches: [][]cdc.Record{
 		{event("c", 1, 20, "The current text.")},
 		{event("u", 1, 10, big)},
 	}}
-	p := b.newPipeline(t, src, pipeline.Config{MaxDocumentBytes: 2000}, nil, b.store)
+	p := b.newPipeline(t, src, pipeline.Config{MaxDocumentBytes: 2000}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	require.Empty(t, b.dlq.all())
 	require.Equal(t, 1, p.Stats()["stale"])

@@ -62,10 +62,10 @@ func TestAppendedSentenceIsFindable(t *testing.T) {
 			// chunk resembles.
 			split, err := chunker.New(chunker.Config{RefineTargetTokens: chunker.RefineOff})
 			require.NoError(t, err)
-			run := func(msgs ...cdc.Message) pipeline.Snapshot {
+			run := func(msgs ...cdc.Record) pipeline.Snapshot {
 				p, err := pipeline.New(pipeline.Config{Workers: 2, Reuse: tc.reuse}, pipeline.Stages{
-					Source: &sliceSource{batches: [][]cdc.Message{msgs}}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}),
-					Splitter: split, Embedder: emb, Sink: st,
+					Source:   &sliceSource{batches: [][]cdc.Record{msgs}},
+					Splitter: split, Target: pipeline.Target{Name: "docs", Index: st, Embedder: emb},
 				})
 				require.NoError(t, err)
 				require.NoError(t, p.Run(t.Context()))
@@ -73,7 +73,7 @@ func TestAppendedSentenceIsFindable(t *testing.T) {
 			}
 			// Twenty look-alike documents, two of which already hold some
 			// of the sentence's words.
-			var creates []cdc.Message
+			var creates []cdc.Record
 			texts := map[int]string{}
 			for i := 1; i <= 20; i++ {
 				texts[i] = article(fmt.Sprintf("topic%d", i), uint64(i))

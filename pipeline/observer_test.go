@@ -69,7 +69,7 @@ func TestObserverHearsEveryWrite(t *testing.T) {
 	obs := &recordingObserver{failFirst: true, applied: func() bool { _, ok := b.text(t, id); return ok }}
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{
+	src := &sliceSource{batches: [][]cdc.Record{
 		{event("c", 1, 10, paraA)},
 		{event("u", 1, 20, paraA+"\n\n"+paraB)},
 		{event("u", 1, 15, paraC)}, // stale: older than the stored version
@@ -77,9 +77,9 @@ func TestObserverHearsEveryWrite(t *testing.T) {
 		{debeziumtest.Message("docs", "t", 0, 40, nil)},
 	}}
 	p, err := pipeline.New(pipeline.Config{Workers: 1, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq, Lookup: b.store, Observer: obs,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq, Observer: obs,
+		Transient: func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

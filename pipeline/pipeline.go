@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,28 +181,20 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Stages are the pipeline's collaborators. DeadLetters may be nil, in which
-// case undecodable messages stop the pipeline instead of being set aside.
-// Decoder may be nil when the source hands over decoded changes
-// (cdc.Message.Change) only.
+// Stages are the pipeline's collaborators. Source, Splitter and Target are
+// required; DeadLetters may be nil, in which case a change that can never
+// be applied stops the pipeline instead of being set aside. Every source
+// hands over decoded changes (cdc.Record), so the pipeline decodes nothing.
 type Stages struct {
-	Source      Source
-	Decoder     Decoder
-	Splitter    Splitter
-	Embedder    Embedder
-	Sink        Sink
+	Source   Source
+	Splitter Splitter
+	// Target is the index the pipeline writes and its embedder.
+	Target Target
+	// Shadows are the other indexes of the target's family: each change
+	// the target applied reaches them through the same path (see
+	// SetShadows, which replaces them while the pipeline runs).
+	Shadows     []Target
 	DeadLetters DeadLetters
-	// Cache, when set, receives each slice of new vectors as it is
-	// embedded (see Config.EmbedSliceChunks); chunks then reach the Sink
-	// without vectors, which it takes from the same cache. Nil keeps the
-	// vectors on the chunks.
-	Cache VectorCache
-	// Lookup, when set, reads a document's stored state, stored chunks and
-	// cached hashes in one round trip once it is chunked, instead of one
-	// read each. It must read the store Sink writes to. A change with
-	// unchanged-TOAST columns still reads the stored row before chunking,
-	// since its text needs it. Nil reads them one by one.
-	Lookup DocumentLookup
 	// Transient reports whether an error is worth retrying without limit
 	// (a dependency that will come back). Nil treats no error as transient.
 	Transient func(error) bool
@@ -213,12 +206,8 @@ type Stages struct {
 	// Traces, when set, hears of each change's trace id, apply time and
 	// failure (see TraceRecorder). Nil records nothing and costs nothing.
 	Traces TraceRecorder
-	// Commit, when set, is called before every round of source
-	// acknowledgements and must make every change applied so far durable
-	// (a bulk loader's Flush). Nil: the Sink commits each document itself.
-	Commit Committer
-	// Observer, when set, hears of every write to Sink (see Observer).
-	// Nil: nobody is told.
+	// Observer, when set, hears of every write to the target (see
+	// Observer). Nil: nobody is told.
 	Observer Observer
 }
 
@@ -245,7 +234,7 @@ type Pipeline struct {
 	// shadowMu is held for reading while a change is applied and for
 	// writing by SetShadows, so the set changes only between applies.
 	shadowMu sync.RWMutex
-	shadows  []Shadow
+	shadows  []Target
 }
 
 // New checks that every stage is present and builds a pipeline.
@@ -261,11 +250,9 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	if st.Splitter == nil {
 		errs = append(errs, errors.New("pipeline: no splitter"))
 	}
-	if st.Embedder == nil {
-		errs = append(errs, errors.New("pipeline: no embedder"))
-	}
-	if st.Sink == nil {
-		errs = append(errs, errors.New("pipeline: no sink"))
+	errs = append(errs, st.Target.check("primary"))
+	for _, sh := range st.Shadows {
+		errs = append(errs, sh.check("shadow"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -284,6 +271,7 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 		now:   time.Now,
 		guard: newDLQGuard(cfg.DeadLetterWindow, cfg.DeadLetterMaxRatio),
 	}
+	p.shadows = slices.Clone(st.Shadows)
 	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
 	return p, nil
 }
@@ -440,7 +428,7 @@ func (p *Pipeline) fetchLoop(f *flow) (eof bool) {
 func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 	now := p.now()
 	t := f.admit(b, now)
-	for _, m := range b.Messages {
+	for _, m := range b.Records {
 		if waited := f.waitRoom(); waited > 0 {
 			p.metrics.backpressure.Add(waited.Seconds())
 		}
@@ -451,8 +439,8 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 		if p.st.Traces != nil {
 			start = time.Now()
 		}
-		dctx, span := tracer().Start(withTraceParent(f.ctx, messageTraceParent(m)), "ragsync.decode")
-		ch, err := p.decode(m)
+		dctx, span := tracer().Start(withTraceParent(f.ctx, messageTraceParent(m)), "ragsync.receive")
+		ch, err := received(m)
 		endSpan(span, err)
 		var skip *cdc.SkipError
 		switch {
@@ -480,11 +468,6 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 			continue
 		}
 		cost := messageCost(m)
-		if m.Change == nil {
-			// Decoded here: its values are held beside its bytes (kept
-			// for dead-lettering).
-			cost += changeCost(ch)
-		}
 		key := DocID(ch)
 		if ch.Op == cdc.OpTruncate {
 			key = "\x00truncate\x00" + ch.Table
@@ -493,21 +476,18 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 	}
 }
 
-// decode returns the change a message carries: the one its transport built,
-// or the Debezium JSON of its value decoded.
-func (p *Pipeline) decode(m cdc.Message) (cdc.Change, error) {
-	if m.Change != nil {
+// received returns the change a record carries, or why it carries none.
+// A record with neither is a transport's mistake, refused like a change
+// that cannot be decoded, so that it is set aside with its bytes rather
+// than lost.
+func received(m cdc.Record) (cdc.Change, error) {
+	switch {
+	case m.Change != nil:
 		return *m.Change, nil
-	}
-	if m.Err != nil {
-		// The transport decoded it already and says why there is no
-		// change: skipped or dead-lettered like a decode of our own.
+	case m.Err != nil:
 		return cdc.Change{}, m.Err
 	}
-	if p.st.Decoder == nil {
-		return cdc.Change{}, fmt.Errorf("decode %s/%d@%d: the source handed over bytes and the pipeline has no decoder", m.Topic, m.Partition, m.Offset)
-	}
-	return p.st.Decoder.Decode(m)
+	return cdc.Change{}, fmt.Errorf("record %s/%d@%d: the source handed over neither a change nor the reason it has none", m.Topic, m.Partition, m.Offset)
 }
 
 // applyOne applies a change, retrying transient failures, and dead-letters it
@@ -554,10 +534,10 @@ func (p *Pipeline) applyOne(ctx context.Context, it *work) error {
 // not a commit's, and are left out, as are changes without a timestamp.
 func (p *Pipeline) observeFreshness(it *work) {
 	ch := it.change
-	if ch.SourceTS.IsZero() || ch.Snapshot || ch.Op == cdc.OpRead {
+	if ch.Version.TS == 0 || ch.Version.Snapshot || ch.Op == cdc.OpRead {
 		return
 	}
-	p.metrics.freshness.Observe(max(0, p.now().Sub(ch.SourceTS).Seconds()))
+	p.metrics.freshness.Observe(max(0, p.now().Sub(ch.Version.Time()).Seconds()))
 }
 
 // retry runs fn until it succeeds, fails permanently, fails with an
@@ -604,7 +584,7 @@ func (p *Pipeline) retry(ctx context.Context, stage string, fn func() error) err
 	}
 }
 
-func (p *Pipeline) deadLetter(ctx context.Context, m cdc.Message, cause error) error {
+func (p *Pipeline) deadLetter(ctx context.Context, m cdc.Record, cause error) error {
 	if err := p.guard.deadLetter(cause); err != nil {
 		return fmt.Errorf("stop at %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,18 +74,22 @@ func (e *countingEmbedder) embedded() []string {
 }
 
 // sliceSource hands over fixed batches and records acknowledgements.
+// sliceSource hands over its batches of Debezium JSON decoded, as the
+// file source does, with a decoder of the default settings.
 type sliceSource struct {
-	batches [][]cdc.Message
+	batches [][]cdc.Record
 	acked   atomic.Int32
 }
+
+var testDecoder = cdc.NewDecoder(cdc.DecoderConfig{})
 
 func (s *sliceSource) Fetch(context.Context) (cdc.Batch, error) {
 	if len(s.batches) == 0 {
 		return cdc.Batch{}, io.EOF
 	}
-	b := s.batches[0]
+	b := slices.Clone(s.batches[0])
 	s.batches = s.batches[1:]
-	return cdc.Batch{Messages: b, Ack: func(context.Context) error { s.acked.Add(1); return nil }}, nil
+	return cdc.Batch{Records: cdc.DecodeAll(testDecoder, b), Ack: func(context.Context) error { s.acked.Add(1); return nil }}, nil
 }
 
 type memDLQ struct {
@@ -92,7 +97,7 @@ type memDLQ struct {
 	letters []error
 }
 
-func (d *memDLQ) Put(_ context.Context, _ cdc.Message, cause error) error {
+func (d *memDLQ) Put(_ context.Context, _ cdc.Record, cause error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.letters = append(d.letters, cause)
@@ -104,7 +109,7 @@ type transientErr struct{}
 func (transientErr) Error() string { return "provider unavailable" }
 
 // event renders a Debezium PostgreSQL change for public.docs.
-func event(op string, id int, lsn int64, body string) cdc.Message {
+func event(op string, id int, lsn int64, body string) cdc.Record {
 	return debeziumtest.Message("docs", op, id, lsn, map[string]any{"body": body})
 }
 
@@ -132,9 +137,9 @@ func (b bundle) run(t *testing.T, src pipeline.Source, cfg pipeline.Config) *pip
 	cfg.RetryBackoff = 1
 	cfg.MaxRetryBackoff = 2
 	p, err := pipeline.New(cfg, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq, Lookup: b.store,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -160,13 +165,13 @@ const (
 
 func TestOrderWithinDocumentAcrossWorkers(t *testing.T) {
 	b := setup(t)
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for v := 1; v <= 30; v++ {
 		for id := 1; id <= 5; id++ {
 			msgs = append(msgs, event("u", id, int64(v*100+id), fmt.Sprintf("doc %d version %d. %s", id, v, paraA)))
 		}
 	}
-	src := &sliceSource{batches: [][]cdc.Message{msgs}}
+	src := &sliceSource{batches: [][]cdc.Record{msgs}}
 	p := b.run(t, src, pipeline.Config{Workers: 4})
 	for id := 1; id <= 5; id++ {
 		txt, ok := b.text(t, fmt.Sprintf("public.docs/%d", id))
@@ -179,7 +184,7 @@ func TestOrderWithinDocumentAcrossWorkers(t *testing.T) {
 
 func TestEmbedsOnlyNewChunks(t *testing.T) {
 	b := setup(t)
-	src := &sliceSource{batches: [][]cdc.Message{
+	src := &sliceSource{batches: [][]cdc.Record{
 		{event("c", 1, 10, paraA+"\n\n"+paraB)},
 		// Same paragraph in another document, and an edit that keeps one paragraph.
 		{event("c", 2, 20, paraB), event("u", 1, 30, paraA+"\n\n"+paraC)},
@@ -203,7 +208,7 @@ func TestTransientFailureRetriesUntilItWorks(t *testing.T) {
 		}
 		return nil
 	}
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}}}
 	p := b.run(t, src, pipeline.Config{MaxAttempts: 3})
 	_, ok := b.text(t, "public.docs/1")
 	require.True(t, ok)
@@ -221,7 +226,7 @@ func TestUnclassifiedFailureIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 		}
 		return nil
 	}
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, "poison "+paraA), event("c", 2, 11, paraB)}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, "poison "+paraA), event("c", 2, 11, paraB)}}}
 	b.run(t, src, pipeline.Config{MaxAttempts: 3})
 	require.EqualValues(t, 3, calls.Load())
 	require.Len(t, b.dlq.letters, 1)
@@ -233,11 +238,11 @@ func TestUnclassifiedFailureIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 
 func TestUndecodableMessageWithoutDLQStopsWithoutAck(t *testing.T) {
 	b := setup(t)
-	src := &sliceSource{batches: [][]cdc.Message{{{Topic: "t", Offset: 5, Value: []byte("{not json")}}}}
+	src := &sliceSource{batches: [][]cdc.Record{{{Raw: cdc.Raw{Topic: "t", Offset: 5, Value: []byte("{not json")}}}}}
 	ch, err := chunker.New(chunker.Config{})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: b.emb, Sink: b.store,
+		Source: src, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	err = p.Run(t.Context())
@@ -249,7 +254,7 @@ func TestToastPlaceholderKeepsStoredText(t *testing.T) {
 	b := setup(t)
 	toast := event("u", 1, 20, "")
 	toast.Value = []byte(strings.Replace(string(toast.Value), `"body":""`, `"body":"__debezium_unavailable_value","title":"new title"`, 1))
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {toast}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}, {toast}}}
 	p := b.run(t, src, pipeline.Config{})
 	txt, ok := b.text(t, "public.docs/1")
 	require.True(t, ok)
@@ -267,7 +272,7 @@ func TestToastPlaceholderWithoutStoredRowIsDeadLettered(t *testing.T) {
 	b := setup(t)
 	toast := event("u", 1, 20, "")
 	toast.Value = []byte(strings.Replace(string(toast.Value), `"body":""`, `"body":"__debezium_unavailable_value","title":"new title"`, 1))
-	src := &sliceSource{batches: [][]cdc.Message{{toast}}}
+	src := &sliceSource{batches: [][]cdc.Record{{toast}}}
 	p := b.run(t, src, pipeline.Config{})
 	_, ok := b.text(t, "public.docs/1")
 	require.False(t, ok, "not indexed without its body")
@@ -279,7 +284,7 @@ func TestToastPlaceholderWithoutStoredRowIsDeadLettered(t *testing.T) {
 
 func TestTruncateIsABarrier(t *testing.T) {
 	b := setup(t)
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		event("c", 1, 10, paraA), event("c", 2, 11, paraB), event("t", 0, 20, ""), event("c", 3, 30, paraC),
 	}}}
 	b.run(t, src, pipeline.Config{Workers: 4})
@@ -294,7 +299,9 @@ func TestTruncateIsABarrier(t *testing.T) {
 func TestNewRequiresEveryStage(t *testing.T) {
 	_, err := pipeline.New(pipeline.Config{}, pipeline.Stages{})
 	require.ErrorContains(t, err, "no source")
-	require.ErrorContains(t, err, "no sink")
+	require.ErrorContains(t, err, "no splitter")
+	require.ErrorContains(t, err, "primary target \"\" has no index")
+	require.ErrorContains(t, err, "primary target \"\" has no embedder")
 }
 
 // gatedEmbedder holds the texts of one document until the texts of every
@@ -331,16 +338,16 @@ func TestSlowDocumentDoesNotHoldOthers(t *testing.T) {
 	b := setup(t)
 	const others = 12
 	emb := &gatedEmbedder{slow: "glacier", others: others, done: make(chan struct{})}
-	msgs := []cdc.Message{event("c", 1, 10, "A glacier moves slowly down the valley, carving rock as it goes.")}
+	msgs := []cdc.Record{event("c", 1, 10, "A glacier moves slowly down the valley, carving rock as it goes.")}
 	for id := 2; id <= others+1; id++ {
 		msgs = append(msgs, event("c", id, int64(10*id), fmt.Sprintf("Document %d says something of its own about harbours.", id)))
 	}
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{msgs}}
+	src := &sliceSource{batches: [][]cdc.Record{msgs}}
 	p, err := pipeline.New(pipeline.Config{Workers: 2, MaxAttempts: 1, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: emb, Sink: b.store, DeadLetters: b.dlq, Lookup: b.store,
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

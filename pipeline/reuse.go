@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -126,13 +125,6 @@ func (c ReuseConfig) similarity(a, b []string, min float64) float64 {
 		return chunker.ShingleSimilarityWords(a, b)
 	}
 	return chunker.EditSimilarityWords(a, b, min)
-}
-
-// ChunkStore is what near-duplicate reuse and edit measurement need from the
-// sink: the stored chunks of a document with their vectors' origins. Every
-// Sink has it.
-type ChunkStore interface {
-	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 }
 
 // origin is a stored vector a new chunk may take. Its text is normalised

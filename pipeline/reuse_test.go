@@ -40,7 +40,7 @@ func lenient(minSim float64) *pipeline.ReuseConfig {
 
 // apply runs msgs through a pipeline with reuse setting cfg (nil: the
 // defaults).
-func (b reuseBundle) apply(t *testing.T, cfg *pipeline.ReuseConfig, msgs ...cdc.Message) pipeline.Snapshot {
+func (b reuseBundle) apply(t *testing.T, cfg *pipeline.ReuseConfig, msgs ...cdc.Record) pipeline.Snapshot {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 400, MinTokens: 10, MaxTokens: 1000})
 	require.NoError(t, err)
@@ -49,8 +49,8 @@ func (b reuseBundle) apply(t *testing.T, cfg *pipeline.ReuseConfig, msgs ...cdc.
 		pc.Reuse = *cfg
 	}
 	p, err := pipeline.New(pc, pipeline.Stages{
-		Source: &sliceSource{batches: [][]cdc.Message{msgs}}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}),
-		Splitter: ch, Embedder: b.emb, Sink: b.store,
+		Source:   &sliceSource{batches: [][]cdc.Record{msgs}},
+		Splitter: ch, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -85,7 +85,7 @@ func fortyWords(k int) string {
 func TestReuseChainReembedsPastBoundFromOrigin(t *testing.T) {
 	b := reuseSetup(t)
 	cfg := lenient(0.9)
-	msgs := []cdc.Message{event("c", 1, 10, fortyWords(0))}
+	msgs := []cdc.Record{event("c", 1, 10, fortyWords(0))}
 	for k := 1; k <= 10; k++ {
 		msgs = append(msgs, event("u", 1, int64(10+k), fortyWords(k)))
 	}
@@ -130,7 +130,7 @@ func TestReuseDisabledEmbedsEveryEdit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := reuseSetup(t)
-			msgs := []cdc.Message{event("c", 1, 10, fortyWords(0))}
+			msgs := []cdc.Record{event("c", 1, 10, fortyWords(0))}
 			for k := 1; k <= 3; k++ {
 				msgs = append(msgs, event("u", 1, int64(10+k), fortyWords(k)))
 			}

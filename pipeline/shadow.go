@@ -8,36 +8,34 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/sink"
 )
 
-// Shadow is another index of the primary's family (blue/green
-// re-index): every change the primary applied is applied to it too, with
-// its own embedder (its model and dimensions) and its own cache, so that an
-// index being built never falls behind and a retired one stays ready for a
-// rollback.
-type Shadow struct {
-	// Name identifies the shadow in logs.
-	Name string
-	// Sink is the shadow's store.
-	Sink Sink
-	// Embedder embeds the chunks the shadow's cache lacks.
-	Embedder Embedder
-	// Cache, when set, receives the shadow's new vectors, and tells which
-	// are cached; nil keeps them on the chunks and asks Sink.Vectors.
-	Cache VectorCache
-}
+// Shadows are the other indexes of the primary's family (blue/green
+// re-index): every change the primary applied is applied to each too,
+// through the same write path, with its own embedder (its model and
+// dimensions) and its own cache, so that an index being built never falls
+// behind and a retired one stays ready for a rollback.
 
 // SetShadows replaces the set of shadows. It waits for the batch in flight
 // (if any) to finish, so that when it returns every change applied from
 // then on reaches the new set and every change before it is committed in
 // the primary: a reindex that starts its second pass after SetShadows
-// returned misses nothing (docs/reindex.md). Safe for concurrent use.
-func (p *Pipeline) SetShadows(shadows []Shadow) {
+// returned misses nothing (docs/reindex.md). A shadow without an index or
+// an embedder is refused, and the set stays as it was. Safe for concurrent
+// use.
+func (p *Pipeline) SetShadows(shadows []Target) error {
+	var errs []error
+	for _, sh := range shadows {
+		errs = append(errs, sh.check("shadow"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	p.shadowMu.Lock()
 	defer p.shadowMu.Unlock()
 	p.shadows = slices.Clone(shadows)
+	return nil
 }
 
 // Shadows returns the names of the current shadows.
@@ -51,13 +49,13 @@ func (p *Pipeline) Shadows() []string {
 	return names
 }
 
-// shadowed runs fn for every shadow. Called inside Process (which holds
+// shadowed runs fn for every shadow. Called inside applyOne (which holds
 // shadowMu for reading). A transient failure is returned, so the change is
 // retried (the primary answers the replay as a Duplicate, the shadows that
 // already have it too); any other failure is logged and counted, and the
 // primary's write stands: the shadow is a copy being built or kept, and
 // reindex (run again) repairs it from the primary.
-func (p *Pipeline) shadowed(ctx context.Context, id string, fn func(Shadow) error) error {
+func (p *Pipeline) shadowed(ctx context.Context, id string, fn func(Target) error) error {
 	var retry []error
 	for _, sh := range p.shadows {
 		err := fn(sh)
@@ -79,111 +77,42 @@ func (p *Pipeline) shadowed(ctx context.Context, id string, fn func(Shadow) erro
 	return errors.Join(retry...)
 }
 
-// shadowUpsert applies the primary's rendered document (same chunks, same
-// version) to every shadow.
+// shadowUpsert writes the primary's rendered document (same chunks, same
+// version) to every shadow, through the write path the primary took.
 func (p *Pipeline) shadowUpsert(ctx context.Context, doc sink.Document) error {
-	if len(p.shadows) == 0 {
-		return nil
-	}
-	return p.shadowed(ctx, doc.ID, func(sh Shadow) error {
+	return p.shadowed(ctx, doc.ID, func(t Target) error {
 		d := doc
-		d.StoredKeys = nil // the primary's chunks, not the shadow's
 		// Vectors and near-duplicate reuse belong to the primary's model.
 		d.Chunks = make([]sink.Chunk, len(doc.Chunks))
 		for i, c := range doc.Chunks {
 			d.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 		}
-		if err := p.embedShadow(ctx, sh, d.Chunks); err != nil {
-			return fmt.Errorf("embed %s: %w", d.ID, err)
+		pre, err := t.Index.Lookup(ctx, d.ID, distinctHashes(d.Chunks))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", d.ID, err)
 		}
-		if _, err := sh.Sink.Upsert(ctx, d); err != nil {
-			return fmt.Errorf("upsert %s: %w", d.ID, err)
+		if pre.Found && pre.Doc.Version.Compare(d.Version) > 0 {
+			return nil // the shadow holds a later change: nothing to pay for
 		}
-		return nil
+		_, _, err = p.write(ctx, t, &d, &pre, false)
+		return err
 	})
 }
 
-// embedShadow embeds the chunks the shadow has no vector for, each
-// distinct text once, and caches them (or sets them on the chunks).
-func (p *Pipeline) embedShadow(ctx context.Context, sh Shadow, chunks []sink.Chunk) error {
-	hashes := distinctHashes(chunks)
-	if len(hashes) == 0 {
-		return nil
-	}
-	known := map[string]bool{}
-	var vecs map[string][]float32
-	var err error
-	if sh.Cache != nil {
-		known, err = sh.Cache.Cached(ctx, hashes)
-	} else {
-		vecs, err = sh.Sink.Vectors(ctx, hashes)
-		for h := range vecs {
-			known[h] = true
-		}
-	}
-	if err != nil {
+// flush makes every write so far durable in the target and the shadows
+// (Index.Flush), before a source position is acknowledged.
+func (p *Pipeline) flush(ctx context.Context) error {
+	if err := p.st.Target.Index.Flush(ctx); err != nil {
 		return err
 	}
-	var texts, missing []string
-	var tokens []int
-	asked := make(map[string]bool, len(hashes))
-	for _, c := range chunks {
-		if !known[c.Hash] && !asked[c.Hash] {
-			asked[c.Hash] = true // each missing text once
-			missing = append(missing, c.Hash)
-			texts = append(texts, c.Text)
-			tokens = append(tokens, c.Tokens)
-		}
-	}
-	if vecs == nil {
-		vecs = map[string][]float32{}
-	}
-	for lo := 0; lo < len(texts); lo += p.cfg.EmbedSliceChunks {
-		hi := min(lo+p.cfg.EmbedSliceChunks, len(texts))
-		got, err := sh.Embedder.EmbedCounted(ctx, texts[lo:hi], tokens[lo:hi])
-		if err != nil {
-			return err
-		}
-		if len(got) != hi-lo {
-			return fmt.Errorf("embedder returned %d vectors for %d texts", len(got), hi-lo)
-		}
-		p.metrics.chunks.WithLabelValues("shadow_embedded").Add(float64(hi - lo))
-		if sh.Cache != nil {
-			if err := sh.Cache.CacheVectors(ctx, missing[lo:hi], texts[lo:hi], got); err != nil {
-				return err
-			}
-			continue
-		}
-		for i, v := range got {
-			vecs[missing[lo+i]] = v
-		}
-	}
-	if sh.Cache == nil {
-		for i := range chunks {
-			chunks[i].Vector = vecs[chunks[i].Hash]
+	p.shadowMu.RLock()
+	defer p.shadowMu.RUnlock()
+	for _, sh := range p.shadows {
+		if err := sh.Index.Flush(ctx); err != nil {
+			return fmt.Errorf("shadow %s: %w", sh.Name, err)
 		}
 	}
 	return nil
-}
-
-func (p *Pipeline) shadowDelete(ctx context.Context, ch cdc.Change) error {
-	if len(p.shadows) == 0 {
-		return nil
-	}
-	return p.shadowed(ctx, DocID(ch), func(sh Shadow) error {
-		_, err := sh.Sink.Delete(ctx, ch.Table, ch.DocKey, ch.Version, ch.SourceTS)
-		return err
-	})
-}
-
-func (p *Pipeline) shadowTruncate(ctx context.Context, ch cdc.Change) error {
-	if len(p.shadows) == 0 {
-		return nil
-	}
-	return p.shadowed(ctx, ch.Table, func(sh Shadow) error {
-		_, err := sh.Sink.Truncate(ctx, ch.Table, ch.Version, ch.SourceTS)
-		return err
-	})
 }
 
 func newShadowMetric() *prometheus.CounterVec {

@@ -44,7 +44,7 @@ func (e *smallEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []in
 // flakySink fails Upsert, Delete and Truncate while fail returns an
 // error.
 type flakySink struct {
-	pipeline.Sink
+	pipeline.Index
 	fail func() error
 }
 
@@ -52,14 +52,14 @@ func (s flakySink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, e
 	if err := s.fail(); err != nil {
 		return sink.Outcome{}, err
 	}
-	return s.Sink.Upsert(ctx, d)
+	return s.Index.Upsert(ctx, d)
 }
 
 func (s flakySink) Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error) {
 	if err := s.fail(); err != nil {
 		return sink.Outcome{}, err
 	}
-	return s.Sink.Delete(ctx, table, key, v, ts)
+	return s.Index.Delete(ctx, table, key, v, ts)
 }
 
 type shadowBundle struct {
@@ -80,17 +80,17 @@ func setupShadow(t *testing.T) shadowBundle {
 	return shadowBundle{pool: pool, primary: primary, shad: shad, emb: &countingEmbedder{}, shadowEmb: &smallEmbedder{}, dlq: &memDLQ{}}
 }
 
-func (b shadowBundle) run(t *testing.T, batches [][]cdc.Message, shadowSink pipeline.Sink) *pipeline.Pipeline {
+func (b shadowBundle) run(t *testing.T, batches [][]cdc.Record, shadowSink pipeline.Index) *pipeline.Pipeline {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Workers: 3, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: &sliceSource{batches: batches}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.primary, Cache: b.primary, DeadLetters: b.dlq,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: &sliceSource{batches: batches}, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.primary, Embedder: b.emb},
 	})
 	require.NoError(t, err)
-	p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: shadowSink, Embedder: b.shadowEmb, Cache: b.shad}})
+	require.NoError(t, p.SetShadows([]pipeline.Target{{Name: "docs_v2", Index: shadowSink, Embedder: b.shadowEmb}}))
 	require.Equal(t, []string{"docs_v2"}, p.Shadows())
 	require.NoError(t, p.Run(t.Context()))
 	return p
@@ -144,8 +144,8 @@ func sameDocs(t *testing.T, a, b []docState) {
 	require.Empty(t, cmp.Diff(strip(a), strip(b)))
 }
 
-func changes() [][]cdc.Message {
-	return [][]cdc.Message{
+func changes() [][]cdc.Record {
+	return [][]cdc.Record{
 		{event("c", 1, 10, paraA+"\n\n"+paraB), event("c", 2, 11, paraC), event("c", 3, 12, paraB)},
 		{event("u", 1, 20, paraA+"\n\n"+paraC), event("d", 2, 21, "")},
 		{event("c", 4, 30, paraA)},
@@ -156,7 +156,7 @@ func TestShadowReceivesEveryChange(t *testing.T) {
 	b := setupShadow(t)
 	batches := changes()
 	// A truncate, then a document created after it.
-	batches = append(batches, []cdc.Message{event("t", 0, 40, ""), event("c", 5, 41, paraC)})
+	batches = append(batches, []cdc.Record{event("t", 0, 40, ""), event("c", 5, 41, paraC)})
 	p := b.run(t, batches, b.shad)
 	primary, shadow := indexState(t, b.primary), indexState(t, b.shad)
 	require.Len(t, primary, 5)
@@ -179,7 +179,7 @@ func TestShadowReceivesEveryChange(t *testing.T) {
 func TestShadowTransientFailureRetriesWithoutDuplicates(t *testing.T) {
 	b := setupShadow(t)
 	var calls atomic.Int32
-	flaky := flakySink{Sink: b.shad, fail: func() error {
+	flaky := flakySink{Index: b.shad, fail: func() error {
 		if calls.Add(1)%3 == 1 { // every third call fails, the first one included
 			return transientErr{}
 		}
@@ -196,7 +196,7 @@ func TestShadowTransientFailureRetriesWithoutDuplicates(t *testing.T) {
 
 func TestShadowPermanentFailureKeepsPrimary(t *testing.T) {
 	b := setupShadow(t)
-	broken := flakySink{Sink: b.shad, fail: func() error { return fmt.Errorf("shadow schema broken") }}
+	broken := flakySink{Index: b.shad, fail: func() error { return fmt.Errorf("shadow schema broken") }}
 	p := b.run(t, changes(), broken)
 	primary := indexState(t, b.primary)
 	require.Len(t, primary, 4)
@@ -210,7 +210,7 @@ func TestShadowPermanentFailureKeepsPrimary(t *testing.T) {
 
 // blockingSink holds the first Upsert until release is closed.
 type blockingSink struct {
-	pipeline.Sink
+	pipeline.Index
 	entered, release chan struct{}
 	once             *sync.Once
 }
@@ -222,7 +222,7 @@ func (s blockingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome
 		close(s.entered)
 		<-s.release
 	}
-	return s.Sink.Upsert(ctx, d)
+	return s.Index.Upsert(ctx, d)
 }
 
 // gatedSource hands over its first batch at once and the others once gate
@@ -252,22 +252,22 @@ func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
 	b := setupShadow(t)
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	blocking := blockingSink{Sink: b.primary, entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	blocking := blockingSink{Index: b.primary, entered: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
 	// The second batch is fetched only once the swap returned: the
 	// pipeline fetches while it applies, and this test is about a change
 	// applied during the swap (the first) and one after it.
 	swapped := make(chan struct{})
-	src := &gatedSource{sliceSource: sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}}, gate: swapped}
+	src := &gatedSource{sliceSource: sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}, {event("c", 2, 20, paraB)}}}, gate: swapped}
 	p, err := pipeline.New(pipeline.Config{Workers: 1}, pipeline.Stages{
-		Source:  src,
-		Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: b.emb, Sink: blocking, Cache: b.primary,
+		Source:   src,
+		Splitter: ch, Target: pipeline.Target{Name: "docs", Index: blocking, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(t.Context()) }()
 	<-blocking.entered
 	go func() {
-		p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: b.shad, Embedder: b.shadowEmb, Cache: b.shad}})
+		_ = p.SetShadows([]pipeline.Target{{Name: "docs_v2", Index: b.shad, Embedder: b.shadowEmb}})
 		close(swapped)
 	}()
 	// A wait for the swap to be pending, not a timing assertion.
@@ -291,7 +291,7 @@ func TestSetShadowsWaitsForTheBatchInFlight(t *testing.T) {
 func TestShadowEmbedsEachDistinctTextOnce(t *testing.T) {
 	b := setupShadow(t)
 	body := paraA + "\n\n" + paraB + "\n\n" + paraA + "\n\n" + paraA
-	b.run(t, [][]cdc.Message{{event("c", 1, 10, body)}}, b.shad)
+	b.run(t, [][]cdc.Record{{event("c", 1, 10, body)}}, b.shad)
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
 	chunks := ch.Split(body)

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -17,11 +19,6 @@ import (
 // cdc.Batch).
 type Source interface {
 	Fetch(ctx context.Context) (cdc.Batch, error)
-}
-
-// Decoder turns a message into a change.
-type Decoder interface {
-	Decode(m cdc.Message) (cdc.Change, error)
 }
 
 // Splitter cuts a document's text in chunks. Refine cuts finer every
@@ -62,40 +59,58 @@ type Observer interface {
 	Truncated(ctx context.Context, table string) error
 }
 
-// Sink stores documents and their chunks. ChunkStore is part of it, not a
-// capability discovered by type assertion: a decorator wrapping the sink
-// would hide it and silently turn off near-duplicate reuse and edit
-// measurement. (A reader that must follow the writes is an Observer, not
-// a decorator.)
-type Sink interface {
+// Index is the one write contract of an index: every method is required,
+// so no combination of optional stages can change what a write does. The
+// pipeline reads a document's stored state, chunks and cached hashes in one
+// round trip (Lookup) once it is chunked, writes each slice of a large
+// document's new vectors to the embedding cache as they are computed
+// (CacheVectors), writes the document in one transaction (Upsert, Delete,
+// Truncate), and calls Flush before any source position is acknowledged.
+// A per-document-transaction index (sink's write mode) has nothing to
+// flush; a buffering one (sink's bulk mode) makes its buffered rows durable
+// there. Document, StoredChunks, Cached and Vectors read what Lookup reads
+// in one, for the paths that need part of it (a change whose unchanged
+// TOAST columns need the stored row before chunking, the repayment of
+// reuse debt).
+type Index interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
 	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
 	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
-	ChunkStore
+	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
+	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
+	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
+	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
+	Flush(ctx context.Context) error
+}
+
+// Target is an index the pipeline writes and the embedder of its model.
+// The primary index and every shadow of its family are targets, and each
+// goes through the same plan, embed and write path.
+type Target struct {
+	// Name identifies the index in logs and errors.
+	Name string
+	// Index is where the documents go.
+	Index Index
+	// Embedder embeds the chunks the index's cache lacks, with the
+	// index's model and dimensions.
+	Embedder Embedder
+}
+
+// check reports a target with a missing part.
+func (t Target) check(role string) error {
+	var errs []error
+	if t.Index == nil {
+		errs = append(errs, fmt.Errorf("pipeline: %s target %q has no index", role, t.Name))
+	}
+	if t.Embedder == nil {
+		errs = append(errs, fmt.Errorf("pipeline: %s target %q has no embedder", role, t.Name))
+	}
+	return errors.Join(errs...)
 }
 
 // DeadLetters keeps messages that can never be applied, with the reason.
 type DeadLetters interface {
-	Put(ctx context.Context, m cdc.Message, cause error) error
-}
-
-// VectorCache keeps embeddings by content hash. The pipeline writes each
-// slice of a document's new vectors to it as soon as they are computed, so
-// a large document holds few vectors at a time and a failure after
-// embedding pays nothing twice; the sink then takes them from the cache.
-// Cached tells which hashes have a cached vector without reading them.
-type VectorCache interface {
-	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
-	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
-}
-
-// DocumentLookup reads in one round trip what the pipeline needs of a
-// document before embedding it: the stored document, its stored chunks
-// and which content hashes have a cached vector (sink.Store.Lookup), which
-// Sink.Document, ChunkStore.StoredChunks and VectorCache.Cached read in
-// three round trips.
-type DocumentLookup interface {
-	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
+	Put(ctx context.Context, m cdc.Record, cause error) error
 }

@@ -64,16 +64,16 @@ func TestStallSummaryNamesWhatFailsAndWhatToCheck(t *testing.T) {
 	var logs syncBuffer
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}}}
 	p, err := pipeline.New(pipeline.Config{
 		RetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond,
 		StallAfter: time.Hour, StallLogInterval: 20 * time.Millisecond,
 		Settings: map[string]string{pipeline.StageEmbedder: "embedder.base_url"},
 		Logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
 	}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -109,15 +109,15 @@ func TestStallSummarySaysReadyzFailsPastStallAfter(t *testing.T) {
 	var logs syncBuffer
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
-	src := &sliceSource{batches: [][]cdc.Message{{event("c", 1, 10, paraA)}}}
+	src := &sliceSource{batches: [][]cdc.Record{{event("c", 1, 10, paraA)}}}
 	p, err := pipeline.New(pipeline.Config{
 		RetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond,
 		StallAfter: 50 * time.Millisecond, StallLogInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: b.emb, Sink: b.store, DeadLetters: b.dlq,
-		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
+		Source: src, Splitter: ch,
+		DeadLetters: b.dlq,
+		Transient:   func(err error) bool { return errors.As(err, new(transientErr)) }, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -142,19 +142,19 @@ func TestStallSummarySaysReadyzFailsPastStallAfter(t *testing.T) {
 // that applied nothing reported chunks_cached for every chunk.
 func TestReplayCountsNoCachedChunks(t *testing.T) {
 	b := setup(t)
-	batch := []cdc.Message{event("c", 1, 10, paraA+"\n\n"+paraB), event("c", 2, 20, paraC)}
-	first := b.run(t, &sliceSource{batches: [][]cdc.Message{batch}}, pipeline.Config{})
+	batch := []cdc.Record{event("c", 1, 10, paraA+"\n\n"+paraB), event("c", 2, 20, paraC)}
+	first := b.run(t, &sliceSource{batches: [][]cdc.Record{batch}}, pipeline.Config{})
 	require.Equal(t, 2, first.Stats()["applied"])
 	require.Zero(t, first.Stats()["chunks_cached"])
 
-	replay := b.run(t, &sliceSource{batches: [][]cdc.Message{batch}}, pipeline.Config{})
+	replay := b.run(t, &sliceSource{batches: [][]cdc.Record{batch}}, pipeline.Config{})
 	require.Equal(t, 2, replay.Stats()["duplicate"])
 	require.Zero(t, replay.Stats()["applied"])
 	require.Zero(t, replay.Stats()["chunks_cached"], "a replay that applied nothing used no cached vector: %s", replay.Stats())
 	require.Zero(t, replay.Stats()["chunks_embedded"])
 
 	// A new document with a known paragraph does use the cache.
-	more := b.run(t, &sliceSource{batches: [][]cdc.Message{{event("c", 3, 30, paraC)}}}, pipeline.Config{})
+	more := b.run(t, &sliceSource{batches: [][]cdc.Record{{event("c", 3, 30, paraC)}}}, pipeline.Config{})
 	require.Equal(t, 1, more.Stats()["applied"])
 	require.Equal(t, 1, more.Stats()["chunks_cached"])
 }

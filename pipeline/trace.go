@@ -51,7 +51,7 @@ func withTraceParent(ctx context.Context, traceparent string) context.Context {
 	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
 }
 
-func messageTraceParent(m cdc.Message) string {
+func messageTraceParent(m cdc.Record) string {
 	for _, h := range m.Headers {
 		if h.Key == "traceparent" || h.Key == "Traceparent" {
 			return string(h.Value)
@@ -75,7 +75,7 @@ func changeAttrs(ch cdc.Change) trace.SpanStartOption {
 
 // withTraceHeader adds the trace id of ctx's span to a dead letter's
 // headers.
-func withTraceHeader(ctx context.Context, m cdc.Message) cdc.Message {
+func withTraceHeader(ctx context.Context, m cdc.Record) cdc.Record {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.HasTraceID() {
 		return m

@@ -24,7 +24,7 @@ type headerDLQ struct {
 	headers [][]cdc.Header
 }
 
-func (d *headerDLQ) Put(_ context.Context, m cdc.Message, _ error) error {
+func (d *headerDLQ) Put(_ context.Context, m cdc.Record, _ error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.headers = append(d.headers, m.Headers)
@@ -74,10 +74,10 @@ func TestTracesContinueKafkaTraceparent(t *testing.T) {
 			byName[s.Name] = s.Parent.SpanID().String()
 		}
 	}
-	for _, name := range []string{"ragsync.decode", "ragsync.apply", "ragsync.chunk", "ragsync.embed", "ragsync.sink.tx"} {
+	for _, name := range []string{"ragsync.receive", "ragsync.apply", "ragsync.chunk", "ragsync.embed", "ragsync.sink.tx"} {
 		require.Contains(t, byName, name, "span %s in the producer's trace (got %v)", name, byName)
 	}
-	require.Equal(t, "00f067aa0ba902b7", byName["ragsync.decode"], "decode continues the producer's span")
+	require.Equal(t, "00f067aa0ba902b7", byName["ragsync.receive"], "receiving the change continues the producer's span")
 	require.Equal(t, "00f067aa0ba902b7", byName["ragsync.apply"])
 
 	require.Len(t, dlq.headers, 1)
@@ -93,8 +93,8 @@ func TestTracesContinueKafkaTraceparent(t *testing.T) {
 func (b bundle) runWith(t *testing.T, src pipeline.Source, dlq pipeline.DeadLetters) {
 	t.Helper()
 	p, err := pipeline.New(pipeline.Config{Workers: 2, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: mustChunker(t),
-		Embedder: b.emb, Sink: b.store, DeadLetters: dlq,
+		Source: src, Splitter: mustChunker(t),
+		DeadLetters: dlq, Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: b.emb},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))

@@ -22,20 +22,20 @@ func TestBuiltChangesOfUnmatchedTablesAreCounted(t *testing.T) {
 	require.NoError(t, err)
 	dlq := &memDLQ{}
 	b := bundle{store: st, emb: &countingEmbedder{}, dlq: dlq}
-	built := func(op cdc.Op, lsn uint64) cdc.Message {
-		ch := cdc.Change{Table: "public.audit", Op: op, SourceTS: time.Now(),
-			Version: cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{lsn, 0}},
+	built := func(op cdc.Op, lsn uint64) cdc.Record {
+		ch := cdc.Change{Table: "public.audit", Op: op,
+			Version: cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{lsn, 0}, TS: cdc.VersionTS(time.Now())},
 			Coord:   cdc.Coord{Offset: int64(lsn)}}
-		return cdc.Message{Offset: int64(lsn), Change: &ch}
+		return cdc.Record{Raw: cdc.Raw{Offset: int64(lsn)}, Change: &ch}
 	}
-	src := &sliceSource{batches: [][]cdc.Message{{
+	src := &sliceSource{batches: [][]cdc.Record{{
 		event("c", 1, 10, paraA),
 		built(cdc.OpCreate, 11),
 		built(cdc.OpUpdate, 12),
 		built(cdc.OpDelete, 13),
 		built(cdc.OpTruncate, 14),
 	}}}
-	p := b.newPipeline(t, src, pipeline.Config{Tables: []pipeline.TableConfig{{Match: "public.docs"}}}, nil, nil)
+	p := b.newPipeline(t, src, pipeline.Config{Tables: []pipeline.TableConfig{{Match: "public.docs"}}}, nil)
 	require.NoError(t, p.Run(t.Context()))
 	require.Equal(t, 4, p.Stats()["unmatched_table"], "create, update, delete and truncate of public.audit")
 	require.Zero(t, p.Stats()["dead_lettered"])

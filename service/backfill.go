@@ -120,9 +120,9 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	defer src.Close()
 
 	var (
-		emb embedder.Client = ix.Emb
-		snk pipeline.Sink   = ix.Store
-		dry *backfill.DryRun
+		emb    embedder.Client = ix.Emb
+		target pipeline.Index  = ix.Store
+		dry    *backfill.DryRun
 	)
 	if cfg.DryRun {
 		if fresh {
@@ -130,16 +130,15 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		} else {
 			dry = backfill.NewDryRun(ix.Store, ix.Emb.Dimensions())
 		}
-		emb, snk = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
+		emb, target = dryEmbedder{DryRun: dry, id: ix.Emb}, dry
 	}
-	var shadows []pipeline.Shadow
+	var shadows []pipeline.Target
 	if !cfg.DryRun {
 		if shadows, err = FamilyShadows(ctx, cfg.Index, ix, logger); err != nil {
 			return nil, err
 		}
 	}
 	var bulk *sink.Bulk
-	var commit pipeline.Committer
 	// The bulk path writes one index; with indexes following this one,
 	// every row goes through the pipeline to all of them.
 	if !cfg.DryRun && cfg.Bulk && len(shadows) == 0 {
@@ -152,21 +151,19 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		default:
 			logger.Info("index is empty: bulk load, HNSW index built at the end")
 			// The pipeline flushes the bulk buffer before it saves any
-			// checkpoint (its commit hook).
-			snk, commit = bulk, bulk
+			// checkpoint (Index.Flush).
+			target = bulk
 		}
 	}
 	// No dead-letter destination: a row that cannot be applied stops the
 	// backfill with the reason, and --resume retries from its page.
-	// The store is the vector cache (except for the dry run, which writes
-	// nothing): every answered request's vectors are cached as they arrive,
-	// before the request's slot is freed, so a kill loses at most the
-	// requests in flight, however many documents wait for the index (a
-	// page of rows outruns the index writes when the provider is fast);
-	// the resumed run and the bulk sink take them from the cache.
-	var store *sink.Store
+	// Every answered request's vectors are cached as they arrive (except
+	// for the dry run, which writes nothing), before the request's slot is
+	// freed, so a kill loses at most the requests in flight, however many
+	// documents wait for the index (a page of rows outruns the index
+	// writes when the provider is fast); the resumed run and the bulk load
+	// take them from the cache.
 	if !cfg.DryRun {
-		store = ix.Store
 		// Rows share embedding requests across documents, as serve's
 		// changes do.
 		co, stop, err := PipelineEmbedder(cfg.Index.Embedder, emb, nil, ix.Store.CacheTexts)
@@ -187,13 +184,13 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	if cfg.PipelineLogger != nil {
 		plog = cfg.PipelineLogger
 	}
-	p, err := NewPipeline(pc, Stages{Source: src, Embedder: emb, Sink: snk, Store: store, Commit: commit}, nil, prometheus.NewRegistry(), plog)
+	// Backfilled rows reach the family's other indexes too, as serve's
+	// changes do (blue/green re-index).
+	p, err := NewPipeline(pc, Stages{Source: src, Target: pipeline.Target{Name: ix.Name, Index: target, Embedder: emb}, Shadows: shadows},
+		nil, prometheus.NewRegistry(), plog)
 	if err != nil {
 		return nil, err
 	}
-	// Backfilled rows reach the family's other indexes too, as serve's
-	// changes do (blue/green re-index).
-	p.SetShadows(shadows)
 	start := time.Now()
 	done := make(chan struct{})
 	progressDone := make(chan struct{})

@@ -110,14 +110,16 @@ func (f *family) poll(ctx context.Context) error {
 		changed = true
 	}
 	if changed || !sameKeys(next, f.shadows) {
-		var list []pipeline.Shadow
+		var list []pipeline.Target
 		for _, s := range next {
-			list = append(list, pipeline.Shadow{Name: s.info.Name, Sink: s.st, Embedder: s.emb, Cache: s.st})
+			list = append(list, pipeline.Target{Name: s.info.Name, Index: s.st, Embedder: s.emb})
 		}
-		slices.SortFunc(list, func(a, b pipeline.Shadow) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(list, func(a, b pipeline.Target) int { return strings.Compare(a.Name, b.Name) })
 		// Returns once the batch in flight is done: from here on every
 		// change reaches these shadows, so the mark below is true.
-		f.p.SetShadows(list)
+		if err := f.p.SetShadows(list); err != nil {
+			return err
+		}
 		f.shadows = next
 		f.logger.InfoContext(ctx, "dual-writing", "primary", f.primary.Name, "shadows", f.p.Shadows())
 	}

@@ -224,18 +224,18 @@ func openIndexOn(ctx context.Context, cfg IndexConfig, pool *pgxpool.Pool, x sin
 
 // FamilyShadows opens the other indexes that follow the configured name
 // (index:), for a command that writes ix once (backfill).
-func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]pipeline.Shadow, error) {
+func FamilyShadows(ctx context.Context, cfg IndexConfig, ix *Index, logger *slog.Logger) ([]pipeline.Target, error) {
 	infos, err := sink.NewCatalog(ix.Pool, cfg.Schema).Shadows(ctx, ix.Name, cfg.Index)
 	if err != nil {
 		return nil, err
 	}
-	var out []pipeline.Shadow
+	var out []pipeline.Target
 	for _, x := range infos {
 		emb, st, err := openIndexOn(ctx, cfg, ix.Pool, x, logger)
 		if err != nil {
 			return nil, fmt.Errorf("open %s, which follows %s: %w", x.Name, cfg.Index, err)
 		}
-		out = append(out, pipeline.Shadow{Name: x.Name, Sink: st, Embedder: emb, Cache: st})
+		out = append(out, pipeline.Target{Name: x.Name, Index: st, Embedder: emb})
 	}
 	return out, nil
 }

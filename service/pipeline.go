@@ -19,15 +19,13 @@ import (
 
 // Conformance of the concrete stages to the pipeline's interfaces.
 var (
-	_ pipeline.Sink        = (*sink.Store)(nil)
+	_ pipeline.Index       = (*sink.Store)(nil)
+	_ pipeline.Index       = (*sink.Bulk)(nil)
 	_ pipeline.Splitter    = (*chunker.Chunker)(nil)
-	_ pipeline.Decoder     = (*cdc.Decoder)(nil)
 	_ pipeline.Source      = (*file.Source)(nil)
 	_ pipeline.Source      = (*kafka.Source)(nil)
 	_ pipeline.DeadLetters = (*file.DeadLetters)(nil)
 	_ pipeline.DeadLetters = (*kafka.DeadLetters)(nil)
-	_ pipeline.VectorCache = (*sink.Store)(nil)
-	_ pipeline.Committer   = (*sink.Bulk)(nil)
 )
 
 // PipelineConfig is what every pipeline of the service is built from
@@ -47,19 +45,13 @@ type PipelineConfig struct {
 type Stages struct {
 	Source      pipeline.Source
 	DeadLetters pipeline.DeadLetters
-	Embedder    pipeline.Embedder
-	// Store is the index the pipeline writes: it is the Sink unless Sink
-	// says otherwise, receives each slice of a large document's new
-	// vectors as they are embedded (pipeline.embed_slice_chunks), and reads
-	// each document's stored state, chunks and cached hashes in one round
-	// trip. Nil only for a pipeline that writes no index (a dry run).
-	Store *sink.Store
-	// Sink, when not nil, is where documents go instead of Store itself:
-	// the bulk loader, or a dry run's counter.
-	Sink pipeline.Sink
-	// Commit, when not nil, is the buffering sink's flush the pipeline
-	// calls before acknowledging any source position (the bulk loader).
-	Commit pipeline.Committer
+	// Target is the index the pipeline writes and its embedder: an opened
+	// index's (Index.Target), in the mode the command writes it.
+	Target pipeline.Target
+	// Shadows are the other indexes of the target's family that a command
+	// writing once (backfill) keeps in step; serve's family follower sets
+	// them while it runs.
+	Shadows []pipeline.Target
 	// Traces, when not nil, is told each change's trace id, apply time and
 	// failure (the monitor).
 	Traces pipeline.TraceRecorder
@@ -67,18 +59,11 @@ type Stages struct {
 	Observer pipeline.Observer
 }
 
-// NewPipeline wires every stage. pred, when not nil, is the reuse
+// NewPipeline wires every stage: the one constructor of every pipeline of
+// the service (serve's, a backfill's, a re-index pass's, the benches'), so
+// each honours every pipeline.* setting. pred, when not nil, is the reuse
 // predictor the repayment shares.
 func NewPipeline(cfg PipelineConfig, st Stages, pred *pipeline.Predictor, reg prometheus.Registerer, logger *slog.Logger) (*pipeline.Pipeline, error) {
-	// Not a nil *sink.Store in an interface, which would not compare nil.
-	var cache pipeline.VectorCache
-	var lookup pipeline.DocumentLookup
-	if st.Store != nil {
-		cache, lookup = st.Store, st.Store
-		if st.Sink == nil {
-			st.Sink = st.Store
-		}
-	}
 	ch, err := chunker.New(cfg.Chunker)
 	if err != nil {
 		return nil, err
@@ -91,17 +76,13 @@ func NewPipeline(cfg PipelineConfig, st Stages, pred *pipeline.Predictor, reg pr
 	pc.Reuse.Predictor = pred
 	return pipeline.New(pc, pipeline.Stages{
 		Source:      st.Source,
-		Decoder:     cdc.NewDecoder(cfg.Decoder),
 		Splitter:    ch,
-		Embedder:    st.Embedder,
-		Sink:        st.Sink,
+		Target:      st.Target,
+		Shadows:     st.Shadows,
 		DeadLetters: st.DeadLetters,
-		Cache:       cache,
-		Lookup:      lookup,
 		Transient:   Transient,
 		Fatal:       Fatal,
 		Traces:      st.Traces,
-		Commit:      st.Commit,
 		Observer:    st.Observer,
 	})
 }

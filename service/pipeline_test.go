@@ -16,12 +16,13 @@ import (
 	"github.com/ragsync/ragsync/sink"
 )
 
-// TestStoreIsTheSinkUnlessSaidOtherwise pins how serve hands the index to
-// its pipeline: the Store alone, which is then both the sink and the
-// one-round-trip lookup. A composition that named only a Sink lost the
-// lookup once without any test noticing; with Store as the default sink,
-// forgetting it leaves the pipeline without a sink, which fails at once.
-func TestStoreIsTheSinkUnlessSaidOtherwise(t *testing.T) {
+// TestPipelineNeedsAWholeTarget pins how every command hands the index to
+// its pipeline: one target, an index (every write method required, the
+// one-round-trip lookup among them) and its embedder. A composition that
+// named only some optional stages once lost the lookup without any test
+// noticing; now a target missing a part, the primary's or a shadow's,
+// fails at once.
+func TestPipelineNeedsAWholeTarget(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
 	ctx := context.Background()
 	ix, err := service.OpenIndex(ctx, service.IndexConfig{URL: pgtest.URL(), Schema: schema, Index: "docs",
@@ -37,12 +38,17 @@ func TestStoreIsTheSinkUnlessSaidOtherwise(t *testing.T) {
 	t.Cleanup(func() { src.Close() })
 
 	cfg := service.PipelineConfig{Pipeline: pipeline.Config{Tables: []pipeline.TableConfig{{Match: "public.notes", Text: "{{body}}"}}}}
-	_, err = service.NewPipeline(cfg, service.Stages{Source: src, Embedder: ix.Emb}, nil, nil, nil)
-	require.Error(t, err, "a pipeline with neither a store nor a sink has nowhere to write")
-	p, err := service.NewPipeline(cfg, service.Stages{Source: src, Embedder: ix.Emb, Store: ix.Store}, nil, nil, nil)
+	_, err = service.NewPipeline(cfg, service.Stages{Source: src, Target: pipeline.Target{Name: ix.Name, Embedder: ix.Emb}}, nil, nil, nil)
+	require.ErrorContains(t, err, "has no index", "a pipeline without an index has nowhere to write")
+	_, err = service.NewPipeline(cfg, service.Stages{Source: src, Target: pipeline.Target{Name: ix.Name, Index: ix.Store}}, nil, nil, nil)
+	require.ErrorContains(t, err, "has no embedder")
+	_, err = service.NewPipeline(cfg, service.Stages{Source: src, Target: pipeline.Target{Name: ix.Name, Index: ix.Store, Embedder: ix.Emb},
+		Shadows: []pipeline.Target{{Name: "half"}}}, nil, nil, nil)
+	require.ErrorContains(t, err, `shadow target "half" has no index`, "a shadow is checked like the primary")
+	p, err := service.NewPipeline(cfg, service.Stages{Source: src, Target: pipeline.Target{Name: ix.Name, Index: ix.Store, Embedder: ix.Emb}}, nil, nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, p.Run(ctx))
 	n, err := sink.NewCatalog(pool, schema).LiveDocuments(ctx, "public.notes")
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the store is the sink")
+	require.EqualValues(t, 1, n, "the target's index is written")
 }

@@ -24,7 +24,7 @@ type redactedDeadLetters struct {
 	red  *redact.Redactor
 }
 
-func (d redactedDeadLetters) Put(ctx context.Context, m cdc.Message, cause error) error {
+func (d redactedDeadLetters) Put(ctx context.Context, m cdc.Record, cause error) error {
 	return d.next.Put(ctx, m, d.red.Error(cause))
 }
 

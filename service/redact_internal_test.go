@@ -75,8 +75,7 @@ func TestDeadLettersRedactSecrets(t *testing.T) {
 	red := leakRedactor()
 	cause := providerError(t)
 	pgCause := &wrapped{msg: "apply: connect " + leakPgURL + ": connection refused", err: cause}
-	m := cdc.Message{Topic: "db.public.docs", Offset: 3, Key: []byte(`{"id":3}`), Value: []byte(`{"after":{"id":3}}`),
-		Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+	m := cdc.Record{Raw: cdc.Raw{Topic: "db.public.docs", Offset: 3, Key: []byte(`{"id":3}`), Value: []byte(`{"after":{"id":3}}`), Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}}
 
 	t.Run("file", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "dlq.jsonl")

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/backfill"
-	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -168,8 +167,7 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string, bulk bool) (int64, pipeline.Snapshot, error) {
 	logger := cfg.Logger
 	src := backfill.NewIndexSource(sink.NewCatalog(ix.Pool, ix.Schema), from, cfg.PageRows)
-	var snk pipeline.Sink = ix.Store
-	var commit pipeline.Committer
+	var target pipeline.Index = ix.Store
 	if bulk {
 		b, err := ix.Store.BeginBulk(ctx)
 		switch {
@@ -179,18 +177,14 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string,
 		default:
 			logger.Info("target index is empty: bulk load, HNSW index built at the end", "index", cfg.Target.Index)
 			// The pipeline flushes the bulk buffer before it acknowledges
-			// any page (its commit hook).
-			snk, commit = b, b
+			// any page (Index.Flush).
+			target = b
 			defer func() {
 				if err := b.Finish(context.WithoutCancel(ctx), sink.BuildOptions{}); err != nil {
 					logger.Error("build HNSW index failed; serve builds it at start", "error", err)
 				}
 			}()
 		}
-	}
-	ch, err := chunker.New(cfg.Pipeline.Chunker)
-	if err != nil {
-		return 0, nil, err
 	}
 	// Documents share embedding requests, as serve's changes do, and every
 	// answer is cached as it arrives, so a killed reindex pays again for
@@ -200,17 +194,12 @@ func reindexPass(ctx context.Context, cfg ReindexConfig, ix *Index, from string,
 		return 0, nil, err
 	}
 	defer stopEmb()
-	pc := cfg.Pipeline.Pipeline
-	p, err := pipeline.New(pipeline.Config{
-		Tables: pc.Tables, Workers: pc.Workers, Logger: logger, Registerer: prometheus.NewRegistry(),
-		Reuse: pc.Reuse,
-	}, pipeline.Stages{
-		Source: src, Splitter: ch, Embedder: emb, Sink: snk,
-		Transient: Transient, Fatal: Fatal, Commit: commit,
-		// New vectors are cached as they are embedded, so an interrupted
-		// pass pays nothing twice; the bulk sink takes them from the cache.
-		Cache: ix.Store, Lookup: ix.Store,
-	})
+	// Built like serve's pipeline, so every pipeline.* setting holds here
+	// too: a document serve indexed is never refused by its re-index.
+	p, err := NewPipeline(cfg.Pipeline, Stages{
+		Source: src,
+		Target: pipeline.Target{Name: ix.Name, Index: target, Embedder: emb},
+	}, nil, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -162,8 +162,8 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	// the repayment only calls it while the pipeline's lane is idle.
 	lanes := pipeline.NewLanes(pemb, 0)
 	pred := pipeline.NewPredictor(0)
-	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red}, Embedder: lanes.Live(), Store: st,
-		Traces: mon.traces(), Observer: observer}, pred, reg, logger)
+	p, err := NewPipeline(cfg.Pipeline, Stages{Source: src.src, DeadLetters: redactedDeadLetters{src.dlq, red},
+		Target: pipeline.Target{Name: ix.Name, Index: st, Embedder: lanes.Live()}, Traces: mon.traces(), Observer: observer}, pred, reg, logger)
 	if err != nil {
 		return Result{}, err
 	}

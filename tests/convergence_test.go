@@ -98,7 +98,7 @@ type docState struct {
 
 type change struct {
 	doc int // -1 for a truncate
-	msg cdc.Message
+	msg cdc.Record
 }
 
 func newHistory(seed uint64) *history {
@@ -120,7 +120,7 @@ func (h *history) paragraph() string {
 
 func (h *history) text(d *docState) string { return strings.Join(d.paras, "\n\n") }
 
-func (h *history) msg(op string, id int, body string) cdc.Message {
+func (h *history) msg(op string, id int, body string) cdc.Record {
 	h.lsn += 8
 	return debeziumtest.Message("docs", op, id, h.lsn, map[string]any{"body": body})
 }
@@ -191,8 +191,8 @@ func (h *history) next() change {
 // deliveries interleaves the per-document streams at random (order kept
 // within a document and within the truncates), then adds duplicates and
 // replays of old events at random later places.
-func (h *history) deliveries(cs []change) []cdc.Message {
-	queues := map[int][]cdc.Message{}
+func (h *history) deliveries(cs []change) []cdc.Record {
+	queues := map[int][]cdc.Record{}
 	var keys []int
 	for _, c := range cs {
 		if _, ok := queues[c.doc]; !ok {
@@ -200,7 +200,7 @@ func (h *history) deliveries(cs []change) []cdc.Message {
 		}
 		queues[c.doc] = append(queues[c.doc], c.msg)
 	}
-	var out []cdc.Message
+	var out []cdc.Record
 	for len(keys) > 0 {
 		i := h.r.IntN(len(keys))
 		k := keys[i]
@@ -227,18 +227,19 @@ func convIndex(t *testing.T) (*sink.Store, *pgxpool.Pool, string) {
 	return st, pool, schema
 }
 
-type sliceSrc struct{ batches [][]cdc.Message }
+type sliceSrc struct{ batches [][]cdc.Record }
 
 func (s *sliceSrc) Fetch(context.Context) (cdc.Batch, error) {
 	if len(s.batches) == 0 {
 		return cdc.Batch{}, io.EOF
 	}
-	b := s.batches[0]
+	b := slices.Clone(s.batches[0])
 	s.batches = s.batches[1:]
-	return cdc.Batch{Messages: b, Ack: func(context.Context) error { return nil }}, nil
+	// Decoded as the Kafka and file sources hand records over.
+	return cdc.Batch{Records: cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), b), Ack: func(context.Context) error { return nil }}, nil
 }
 
-func runPipeline(t *testing.T, st *sink.Store, msgs []cdc.Message, batch int) pipeline.Snapshot {
+func runPipeline(t *testing.T, st *sink.Store, msgs []cdc.Record, batch int) pipeline.Snapshot {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 80, MinTokens: 20, MaxTokens: 200})
 	require.NoError(t, err)
@@ -254,7 +255,7 @@ func runPipeline(t *testing.T, st *sink.Store, msgs []cdc.Message, batch int) pi
 	reuse := pipeline.ReuseConfig{MinSimilarity: convMinSim, NewWords: pipeline.NewWordsRepayFirst,
 		Predictor: pipeline.NewPredictor(0.05 / (1 - convMinSim))}
 	p, err := pipeline.New(pipeline.Config{Workers: 4, RetryBackoff: 1, MaxRetryBackoff: 2, Reuse: reuse},
-		pipeline.Stages{Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch, Embedder: emb, Sink: st})
+		pipeline.Stages{Source: src, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: st, Embedder: emb}})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
 	return p.Stats()
@@ -323,7 +324,7 @@ func TestConvergence(t *testing.T) {
 			mu.Unlock()
 
 			// The fresh load: one create per live document at its final version.
-			var fresh []cdc.Message
+			var fresh []cdc.Record
 			for id, d := range h.docs {
 				if d.live {
 					m := h.msg("r", id, h.text(d))

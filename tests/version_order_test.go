@@ -31,7 +31,7 @@ const (
 // orderEvent is one message of a document's history.
 type orderEvent struct {
 	doc  int
-	msg  cdc.Message
+	msg  cdc.Record
 	desc string
 }
 
@@ -69,7 +69,7 @@ func (h *orderHistory) event(doc int, op string, body *string, src map[string]an
 	if body != nil {
 		desc += " " + (*body)[:min(len(*body), 27)]
 	}
-	return orderEvent{doc: doc, desc: desc, msg: cdc.Message{Topic: "db.public." + h.table, Key: fmt.Appendf(nil, `{"id":%d}`, doc), Value: v}}
+	return orderEvent{doc: doc, desc: desc, msg: cdc.Record{Raw: cdc.Raw{Topic: "db.public." + h.table, Key: fmt.Appendf(nil, `{"id":%d}`, doc), Value: v}}}
 }
 
 // next commits one change to doc, or takes one snapshot read of it.
@@ -149,7 +149,7 @@ func TestVersionOrderConverges(t *testing.T) {
 			for range len(evs) / 4 {
 				evs = slices.Insert(evs, h.r.IntN(len(evs)+1), evs[h.r.IntN(len(evs))])
 			}
-			msgs := make([]cdc.Message, len(evs))
+			msgs := make([]cdc.Record, len(evs))
 			for i, e := range evs {
 				msgs[i] = e.msg
 				msgs[i].Offset = int64(i + 1)

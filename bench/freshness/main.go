@@ -218,7 +218,7 @@ func (r result) String() string {
 // timingSink records, for every applied upsert, the time from the change's
 // source commit to the return of the sink's commit.
 type timingSink struct {
-	pipeline.Sink
+	pipeline.Index
 	mu    sync.Mutex
 	from  time.Time // only changes committed after from count
 	lat   []time.Duration
@@ -229,7 +229,7 @@ type timingSink struct {
 }
 
 func (s *timingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
-	out, err := s.Sink.Upsert(ctx, d)
+	out, err := s.Index.Upsert(ctx, d)
 	if err == nil && out.Applied {
 		now := time.Now()
 		s.mu.Lock()
@@ -340,10 +340,10 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 		src, commit = ps, write
 	}
 
-	ts := &timingSink{Sink: st}
+	ts := &timingSink{Index: st}
 	p, err := pipeline.New(pipeline.Config{Workers: o.workers, MaxInFlightBytes: o.inFlightBytes, MaxInFlightDocuments: o.inFlightDocs}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: co, Sink: ts, Cache: st, Lookup: st,
+		Source: src, Splitter: ch,
+		Target: pipeline.Target{Name: "bench", Index: ts, Embedder: co},
 	})
 	if err != nil {
 		return res, err

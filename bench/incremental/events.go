@@ -214,10 +214,11 @@ type memSource struct {
 	lines [][]byte
 	next  int
 	batch int
+	dec   *cdc.Decoder // decodes as a file source does, as it hands over
 }
 
 func newMemSource(lines [][]byte, batch int) *memSource {
-	return &memSource{lines: lines, batch: batch}
+	return &memSource{lines: lines, batch: batch, dec: cdc.NewDecoder(cdc.DecoderConfig{})}
 }
 
 func (s *memSource) Fetch(ctx context.Context) (cdc.Batch, error) {
@@ -228,12 +229,12 @@ func (s *memSource) Fetch(ctx context.Context) (cdc.Batch, error) {
 		return cdc.Batch{}, io.EOF
 	}
 	end := min(s.next+s.batch, len(s.lines))
-	msgs := make([]cdc.Message, 0, end-s.next)
+	msgs := make([]cdc.Record, 0, end-s.next)
 	for i := s.next; i < end; i++ {
-		msgs = append(msgs, file.ParseLine(s.lines[i], int64(i+1)))
+		msgs = append(msgs, cdc.Decode(s.dec, file.ParseLine(s.lines[i], int64(i+1))))
 	}
 	s.next = end
-	return cdc.Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil
+	return cdc.Batch{Records: msgs, Ack: func(context.Context) error { return nil }}, nil
 }
 
 // finalState returns the text of every document alive after evs, by id.

@@ -94,9 +94,9 @@ func TestToLinesDecode(t *testing.T) {
 		}
 		require.Equal(t, *e.Body, ch.After["body"])
 	}
-	require.True(t, changes[0].Snapshot)
-	require.False(t, changes[2].Snapshot)
-	require.Equal(t, "2024-01-01T09:00:00Z", changes[0].SourceTS.UTC().Format("2006-01-02T15:04:05Z"))
+	require.True(t, changes[0].Version.Snapshot)
+	require.False(t, changes[2].Version.Snapshot)
+	require.Equal(t, "2024-01-01T09:00:00Z", changes[0].Version.Time().UTC().Format("2006-01-02T15:04:05Z"))
 }
 
 func TestToLinesBadTimestamp(t *testing.T) {
@@ -110,13 +110,13 @@ func TestMemSource(t *testing.T) {
 	ctx := context.Background()
 	b, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Len(t, b.Messages, 2)
-	require.Equal(t, "t", b.Messages[0].Topic)
-	require.Equal(t, int64(2), b.Messages[1].Offset)
+	require.Len(t, b.Records, 2)
+	require.Equal(t, "t", b.Records[0].Topic)
+	require.Equal(t, int64(2), b.Records[1].Offset)
 	b, err = src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Len(t, b.Messages, 1)
-	require.Equal(t, int64(3), b.Messages[0].Offset)
+	require.Len(t, b.Records, 1)
+	require.Equal(t, int64(3), b.Records[0].Offset)
 	_, err = src.Fetch(ctx)
 	require.ErrorIs(t, err, io.EOF)
 

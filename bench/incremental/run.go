@@ -248,12 +248,12 @@ var phaseNames = [2]string{"initial", "updates"}
 // applied. A dead letter or a skipped change other than Debezium's
 // tombstones means the benchmark did not measure what it claims, so it
 // fails the run.
-func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Sink, logger *slog.Logger) (pipeline.Snapshot, error) {
+func replay(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Index, logger *slog.Logger) (pipeline.Snapshot, error) {
 	return replayWith(ctx, cfg, lines, split, emb, store, pipeline.ReuseConfig{}, logger)
 }
 
 // replayWith is replay with reuse settings.
-func replayWith(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Sink, reuse pipeline.ReuseConfig, logger *slog.Logger) (pipeline.Snapshot, error) {
+func replayWith(ctx context.Context, cfg config, lines [][]byte, split pipeline.Splitter, emb pipeline.Embedder, store pipeline.Index, reuse pipeline.ReuseConfig, logger *slog.Logger) (pipeline.Snapshot, error) {
 	p, err := pipeline.New(pipeline.Config{
 		Tables:  []pipeline.TableConfig{{Match: benchTable, Text: "{{body}}", ID: []string{"id"}}},
 		Workers: cfg.Workers,
@@ -261,10 +261,8 @@ func replayWith(ctx context.Context, cfg config, lines [][]byte, split pipeline.
 		Reuse:   reuse,
 	}, pipeline.Stages{
 		Source:   newMemSource(lines, 256),
-		Decoder:  cdc.NewDecoder(cdc.DecoderConfig{}),
 		Splitter: split,
-		Embedder: emb,
-		Sink:     store,
+		Target:   pipeline.Target{Name: "bench", Index: store, Embedder: emb},
 	})
 	if err != nil {
 		return nil, err

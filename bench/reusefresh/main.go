@@ -156,7 +156,7 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 		return stats{}, err
 	}
 	texts := make([]string, c.docs)
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for i := range texts {
 		texts[i] = backlog.Para(seed*100000+uint64(i)) + "\n\n" + backlog.Para(seed*100000+uint64(i)+50000)
 		msgs = append(msgs, debeziumtest.Message("docs", "c", i+1, int64(10*(i+1)), map[string]any{"body": texts[i]}))
@@ -211,9 +211,10 @@ func measure(ctx context.Context, c config, repay bool, seed uint64) (stats, err
 		src.ids = append(src.ids, strconv.Itoa(k+1))
 		src.msgs = append(src.msgs, debeziumtest.Message("docs", "u", k+1, int64(1_000_000+i), map[string]any{"body": body}))
 	}
-	rec := &recordingSink{Sink: st, src: src}
+	src.msgs = cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), src.msgs)
+	rec := &recordingSink{Index: st, src: src}
 	p, err := pipeline.New(pipeline.Config{Workers: 4, Reuse: reuse}, pipeline.Stages{
-		Source: src, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: split, Embedder: lanes.Live(), Sink: rec,
+		Source: src, Splitter: split, Target: pipeline.Target{Name: "fresh", Index: rec, Embedder: lanes.Live()},
 	})
 	if err != nil {
 		return stats{}, err
@@ -249,9 +250,9 @@ func repaidVectors(reg *prometheus.Registry) float64 {
 	return 0
 }
 
-func apply(ctx context.Context, split pipeline.Splitter, emb pipeline.Embedder, st *sink.Store, reuse pipeline.ReuseConfig, msgs []cdc.Message) error {
+func apply(ctx context.Context, split pipeline.Splitter, emb pipeline.Embedder, st *sink.Store, reuse pipeline.ReuseConfig, msgs []cdc.Record) error {
 	p, err := pipeline.New(pipeline.Config{Workers: 4, Reuse: reuse}, pipeline.Stages{
-		Source: &listSource{msgs: msgs}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: split, Embedder: emb, Sink: st,
+		Source: &listSource{msgs: cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), msgs)}, Splitter: split, Target: pipeline.Target{Name: "fresh", Index: st, Embedder: emb},
 	})
 	if err != nil {
 		return err
@@ -289,7 +290,7 @@ func (p *provider) EmbedCounted(ctx context.Context, texts []string, _ []int) ([
 // steadySource hands out one change every interval and remembers when.
 type steadySource struct {
 	every time.Duration
-	msgs  []cdc.Message
+	msgs  []cdc.Record
 	ids   []string // the document key of each message
 	next  time.Time
 	mu    sync.Mutex
@@ -314,20 +315,20 @@ func (s *steadySource) Fetch(ctx context.Context) (cdc.Batch, error) {
 	s.mu.Lock()
 	s.sent[id] = time.Now()
 	s.mu.Unlock()
-	return cdc.Batch{Messages: []cdc.Message{m}, Ack: func(context.Context) error { return nil }}, nil
+	return cdc.Batch{Records: []cdc.Record{m}, Ack: func(context.Context) error { return nil }}, nil
 }
 
 // recordingSink records, per applied document, the time since its change
 // was handed out.
 type recordingSink struct {
-	pipeline.Sink
+	pipeline.Index
 	src *steadySource
 	mu  sync.Mutex
 	lat []time.Duration
 }
 
 func (r *recordingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
-	out, err := r.Sink.Upsert(ctx, d)
+	out, err := r.Index.Upsert(ctx, d)
 	if err == nil && out.Applied {
 		r.src.mu.Lock()
 		at, ok := r.src.sent[d.Key]
@@ -347,7 +348,7 @@ func (r *recordingSink) latencies() []time.Duration {
 	return slices.Clone(r.lat)
 }
 
-type listSource struct{ msgs []cdc.Message }
+type listSource struct{ msgs []cdc.Record }
 
 func (s *listSource) Fetch(context.Context) (cdc.Batch, error) {
 	if len(s.msgs) == 0 {
@@ -356,7 +357,7 @@ func (s *listSource) Fetch(context.Context) (cdc.Batch, error) {
 	n := min(64, len(s.msgs))
 	b := s.msgs[:n]
 	s.msgs = s.msgs[n:]
-	return cdc.Batch{Messages: b, Ack: func(context.Context) error { return nil }}, nil
+	return cdc.Batch{Records: b, Ack: func(context.Context) error { return nil }}, nil
 }
 
 func dropSchema(url, schema string) {

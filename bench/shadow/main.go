@@ -54,8 +54,8 @@ func envOr(k, d string) string {
 var words = strings.Fields(`tide pool anemone crab kayak paddle espresso grind glacier moraine crevasse
 	bicycle chain sourdough starter flour water forecast wind headland current river valley ice rock`)
 
-func changes(n int) []cdc.Message {
-	var msgs []cdc.Message
+func changes(n int) []cdc.Record {
+	var msgs []cdc.Record
 	para := func(id, rev, k int) string {
 		var b strings.Builder
 		for i := range 60 {
@@ -77,20 +77,24 @@ func changes(n int) []cdc.Message {
 	return msgs
 }
 
-type source struct{ batches [][]cdc.Message }
+// source hands over its batches decoded as it goes, as a file source does.
+type source struct {
+	batches [][]cdc.Record
+	dec     *cdc.Decoder
+}
 
 func (s *source) Fetch(context.Context) (cdc.Batch, error) {
 	if len(s.batches) == 0 {
 		return cdc.Batch{}, io.EOF
 	}
-	b := s.batches[0]
+	b := slices.Clone(s.batches[0])
 	s.batches = s.batches[1:]
-	return cdc.Batch{Messages: b}, nil
+	return cdc.Batch{Records: cdc.DecodeAll(s.dec, b)}, nil
 }
 
 // load applies msgs in a fresh schema, with a shadow or not; it returns the
 // seconds taken.
-func load(ctx context.Context, url string, msgs []cdc.Message, shadow bool) (float64, error) {
+func load(ctx context.Context, url string, msgs []cdc.Record, shadow bool) (float64, error) {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	schema := "bench_shadow_" + hex.EncodeToString(b[:])
@@ -110,13 +114,13 @@ func load(ctx context.Context, url string, msgs []cdc.Message, shadow bool) (flo
 	if err != nil {
 		return 0, err
 	}
-	var batches [][]cdc.Message
+	var batches [][]cdc.Record
 	for lo := 0; lo < len(msgs); lo += 500 {
 		batches = append(batches, msgs[lo:min(lo+500, len(msgs))])
 	}
 	p, err := pipeline.New(pipeline.Config{Workers: 4}, pipeline.Stages{
-		Source: &source{batches: slices.Clone(batches)}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: embedder.NewHashing(384), Sink: primary, Cache: primary,
+		Source: &source{batches: slices.Clone(batches), dec: cdc.NewDecoder(cdc.DecoderConfig{})}, Splitter: ch,
+		Target: pipeline.Target{Name: "docs", Index: primary, Embedder: embedder.NewHashing(384)},
 	})
 	if err != nil {
 		return 0, err
@@ -126,7 +130,9 @@ func load(ctx context.Context, url string, msgs []cdc.Message, shadow bool) (flo
 		if err != nil {
 			return 0, err
 		}
-		p.SetShadows([]pipeline.Shadow{{Name: "docs_v2", Sink: st, Embedder: embedder.NewHashing(256), Cache: st}})
+		if err := p.SetShadows([]pipeline.Target{{Name: "docs_v2", Index: st, Embedder: embedder.NewHashing(256)}}); err != nil {
+			return 0, err
+		}
 	}
 	start := time.Now()
 	if err := p.Run(ctx); err != nil {

@@ -22,7 +22,7 @@ import (
 // connector writes: 0xC3 0x28 (a broken two-byte sequence) and 0xFF.
 var notUTF8 = []byte("{\"op\":\"c\",\"after\":{\"id\":1,\"title\":\"Ann\xc3\x28e \xff\"},\"source\":{\"connector\":\"postgresql\",\"schema\":\"public\",\"table\":\"articles\",\"lsn\":24023128,\"ts_ms\":1559033904863}}")
 
-func decodeErrOf(t *testing.T, m cdc.Message) error {
+func decodeErrOf(t *testing.T, m cdc.Record) error {
 	t.Helper()
 	_, err := cdc.NewDecoder(cdc.DecoderConfig{}).Decode(m)
 	var de *cdc.DecodeError
@@ -35,16 +35,14 @@ func decodeErrOf(t *testing.T, m cdc.Message) error {
 // and fail to decode again the same way.
 func TestFileDeadLetterRoundTripsBytes(t *testing.T) {
 	t.Parallel()
-	m := cdc.Message{Topic: "dbserver1.public.articles", Partition: 1, Offset: 42,
-		Key: []byte("{\"id\":\"\xfe\"}"), Value: notUTF8, Timestamp: time.UnixMilli(1700000000000),
-		Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}, {Key: "bin", Value: []byte{0, 0xff, 0x80}}}}
+	m := cdc.Record{Raw: cdc.Raw{Topic: "dbserver1.public.articles", Partition: 1, Offset: 42, Key: []byte("{\"id\":\"\xfe\"}"), Value: notUTF8, Timestamp: time.UnixMilli(1700000000000), Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}, {Key: "bin", Value: []byte{0, 0xff, 0x80}}}}}
 	cause := decodeErrOf(t, m)
 
 	path := filepath.Join(t.TempDir(), "dead.jsonl")
 	dl := file.NewDeadLetters(path, "test")
 	require.NoError(t, dl.Put(t.Context(), m, cause))
 	// A plain text dead letter keeps kcat's shape.
-	text := cdc.Message{Topic: "t", Offset: 43, Key: []byte(`{"id":2}`), Value: []byte(`{"op":`)}
+	text := cdc.Record{Raw: cdc.Raw{Topic: "t", Offset: 43, Key: []byte(`{"id":2}`), Value: []byte(`{"op":`)}}
 	require.NoError(t, dl.Put(t.Context(), text, decodeErrOf(t, text)))
 
 	raw, err := os.ReadFile(path)
@@ -54,14 +52,14 @@ func TestFileDeadLetterRoundTripsBytes(t *testing.T) {
 	src, err := file.NewSource(file.Config{Path: path})
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
-	var got []cdc.Message
+	var got []cdc.Record
 	for {
 		b, err := src.Fetch(t.Context())
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(t, err)
-		got = append(got, b.Messages...)
+		got = append(got, b.Records...)
 	}
 	require.Len(t, got, 2)
 	require.Equal(t, m.Topic, got[0].Topic)

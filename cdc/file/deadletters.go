@@ -49,7 +49,7 @@ func (d *DeadLetters) Path() string { return d.path }
 // changed (encoding/json writes U+FFFD), so they are written base64-encoded
 // as key_base64, payload_base64 and headers_base64 instead, which the file
 // source reads back byte for byte.
-func (d *DeadLetters) Put(_ context.Context, m cdc.Message, cause error) error {
+func (d *DeadLetters) Put(_ context.Context, m cdc.Record, cause error) error {
 	b, err := fileLine(m, cdc.DeadLetterHeaders(m, cause, d.version))
 	if err != nil {
 		return fmt.Errorf("encode dead letter: %w", err)
@@ -63,7 +63,7 @@ func (d *DeadLetters) Put(_ context.Context, m cdc.Message, cause error) error {
 // the shape ParseLine reads back. Key, value and header values that are
 // not valid UTF-8 go base64-encoded (key_base64, payload_base64,
 // headers_base64) so that they come back byte for byte.
-func fileLine(m cdc.Message, hs []cdc.Header) ([]byte, error) {
+func fileLine(m cdc.Record, hs []cdc.Header) ([]byte, error) {
 	textual := !slices.ContainsFunc(hs, func(h cdc.Header) bool { return !utf8.Valid(h.Value) })
 	flat := []string{}
 	for _, h := range hs {

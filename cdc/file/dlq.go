@@ -42,7 +42,7 @@ func (d *DeadLetterFile) ReplayTo() string { return d.replayTo }
 func (d *DeadLetterFile) List(_ context.Context, n int) ([]cdc.DeadLetter, error) {
 	path := d.path
 	var out []cdc.DeadLetter
-	err := readDLQFile(path, func(m cdc.Message) bool {
+	err := readDLQFile(path, func(m cdc.Record) bool {
 		out = append(out, fileDeadLetter(m))
 		return n <= 0 || len(out) < n
 	})
@@ -62,7 +62,7 @@ func (d *DeadLetterFile) Replay(_ context.Context) (int, error) {
 	}
 	var lines [][]byte
 	var encErr error
-	err := readDLQFile(dlqPath, func(m cdc.Message) bool {
+	err := readDLQFile(dlqPath, func(m cdc.Record) bool {
 		var hs []cdc.Header
 		for _, h := range m.Headers {
 			if !cdc.IsReasonHeader(h.Key) {
@@ -94,7 +94,7 @@ func (d *DeadLetterFile) Replay(_ context.Context) (int, error) {
 func (d *DeadLetterFile) Purge(_ context.Context) (int64, error) {
 	path := d.path
 	var n int64
-	if err := readDLQFile(path, func(cdc.Message) bool { n++; return true }); err != nil || n == 0 {
+	if err := readDLQFile(path, func(cdc.Record) bool { n++; return true }); err != nil || n == 0 {
 		return 0, err
 	}
 	if err := os.Truncate(path, 0); err != nil {
@@ -105,7 +105,7 @@ func (d *DeadLetterFile) Purge(_ context.Context) (int64, error) {
 
 // readDLQFile calls fn with each line's message, in order, until fn
 // returns false. A missing file has no lines.
-func readDLQFile(path string, fn func(cdc.Message) bool) error {
+func readDLQFile(path string, fn func(cdc.Record) bool) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -137,8 +137,8 @@ func readDLQFile(path string, fn func(cdc.Message) bool) error {
 }
 
 // fileDeadLetter parses the reason headers of one dead-letter line.
-func fileDeadLetter(m cdc.Message) cdc.DeadLetter {
-	d := cdc.NewDeadLetter(cdc.Message{Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: m.Headers})
+func fileDeadLetter(m cdc.Record) cdc.DeadLetter {
+	d := cdc.NewDeadLetter(cdc.Record{Raw: cdc.Raw{Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: m.Headers}})
 	for _, h := range m.Headers {
 		if h.Key == cdc.HeaderErrTimestamp {
 			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {

@@ -24,11 +24,10 @@ func TestFileDeadLettersListReplayPurge(t *testing.T) {
 
 	dl := file.NewDeadLetters(dlqPath, "test")
 	stamped := time.UnixMilli(1700000000000)
-	msgs := []cdc.Message{
+	msgs := []cdc.Record{
 		// A bare line of a file: no topic, no timestamp.
-		{Offset: 3, Value: []byte(`{"bad":`)},
-		{Topic: "dbserver1.public.articles", Offset: 7, Key: []byte(`{"id":7}`), Value: []byte(`{"op":"x"}`), Timestamp: stamped,
-			Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-abc-def-01")}}},
+		{Raw: cdc.Raw{Offset: 3, Value: []byte(`{"bad":`)}},
+		{Raw: cdc.Raw{Topic: "dbserver1.public.articles", Offset: 7, Key: []byte(`{"id":7}`), Value: []byte(`{"op":"x"}`), Timestamp: stamped, Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-abc-def-01")}}}},
 	}
 	before := time.Now().Add(-time.Second)
 	require.NoError(t, dl.Put(t.Context(), msgs[0], &cdc.DecodeError{Coord: cdc.Coord{Offset: 3}, Reason: "invalid JSON"}))
@@ -91,7 +90,7 @@ func TestFileDeadLettersMissingOrUnwritable(t *testing.T) {
 	require.Zero(t, n)
 
 	dlqPath := filepath.Join(dir, "x.dlq.jsonl")
-	require.NoError(t, file.NewDeadLetters(dlqPath, "test").Put(t.Context(), cdc.Message{Offset: 1, Value: []byte("x")}, errors.New("bad")))
+	require.NoError(t, file.NewDeadLetters(dlqPath, "test").Put(t.Context(), cdc.Record{Raw: cdc.Raw{Offset: 1, Value: []byte("x")}}, errors.New("bad")))
 	_, err = file.NewDeadLetterFile(dlqPath, filepath.Join(dir, "missing-dir", "events.jsonl")).Replay(t.Context())
 	require.Error(t, err, "an unwritable source file fails the replay")
 	got, err = file.NewDeadLetterFile(dlqPath, "").List(t.Context(), 0)

@@ -5,6 +5,6 @@
 // shape, which the Source reads back; DeadLetterFile lists, replays and
 // purges it).
 //
-// It hands over cdc.Message values, decoded with a cdc.Decoder when one is
+// It hands over cdc.Record values, decoded with a cdc.Decoder when one is
 // configured; it knows nothing of chunks, vectors or the index.
 package file

@@ -31,9 +31,9 @@ type Config struct {
 	// PollInterval is how often a followed file is checked for new lines.
 	// Defaults to 500ms.
 	PollInterval time.Duration
-	// Decoder, when set, decodes each line's Debezium value as it is
-	// handed over (Message.Change, or Message.Err with the reason). Nil
-	// hands the bytes to the pipeline's decoder.
+	// Decoder decodes each line's Debezium value as it is handed over
+	// (Record.Change, or Record.Err with the reason): the pipeline decodes
+	// nothing. Nil is a decoder with the default settings.
 	Decoder *cdc.Decoder
 }
 
@@ -56,6 +56,9 @@ func NewSource(cfg Config) (*Source, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}
+	if cfg.Decoder == nil {
+		cfg.Decoder = cdc.NewDecoder(cdc.DecoderConfig{})
+	}
 	f, err := os.Open(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open source.file.path: %w", err)
@@ -69,7 +72,7 @@ func (s *Source) Close() error { return s.f.Close() }
 // Fetch returns the next lines. At the end of the file it returns io.EOF, or,
 // when following, waits for more.
 func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for len(msgs) < s.cfg.BatchSize {
 		if err := ctx.Err(); err != nil {
 			return cdc.Batch{}, err
@@ -113,7 +116,7 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 	for i := range msgs {
 		msgs[i] = cdc.Decode(s.cfg.Decoder, msgs[i])
 	}
-	return cdc.Batch{Messages: msgs, Ack: func(context.Context) error { return nil }}, nil
+	return cdc.Batch{Records: msgs, Ack: func(context.Context) error { return nil }}, nil
 }
 
 // envelope covers the two wrapped line shapes.
@@ -146,9 +149,9 @@ var wrapperKeys = map[string]bool{
 // A line that is not valid UTF-8 is always a bare value: encoding/json would
 // read its strings with U+FFFD in place of the bad bytes, and the decoder
 // must see (and dead-letter) the bytes as they are.
-func ParseLine(line []byte, lineNo int64) cdc.Message {
+func ParseLine(line []byte, lineNo int64) cdc.Record {
 	line = bytes.TrimRight(line, "\r\n")
-	m := cdc.Message{Offset: lineNo, Value: line}
+	m := cdc.Record{Raw: cdc.Raw{Offset: lineNo, Value: line}}
 	if bareByFirstKey(line) {
 		// A Debezium value ({"before":…}, {"schema":…}, json.Marshal's
 		// {"after":…}) is told from a wrapper by its first key, without
@@ -160,8 +163,8 @@ func ParseLine(line []byte, lineNo int64) cdc.Message {
 
 // parseWrapped is ParseLine without its first-key shortcut: the line
 // (without its line break) parsed whole.
-func parseWrapped(line []byte, lineNo int64) cdc.Message {
-	m := cdc.Message{Offset: lineNo, Value: line}
+func parseWrapped(line []byte, lineNo int64) cdc.Record {
+	m := cdc.Record{Raw: cdc.Raw{Offset: lineNo, Value: line}}
 	if !utf8.Valid(line) {
 		return m
 	}
@@ -184,7 +187,7 @@ func parseWrapped(line []byte, lineNo int64) cdc.Message {
 	if json.Unmarshal(line, &env) != nil {
 		return m
 	}
-	w := cdc.Message{Offset: lineNo, Partition: env.Partition}
+	w := cdc.Record{Raw: cdc.Raw{Offset: lineNo, Partition: env.Partition}}
 	if env.Topic != nil {
 		w.Topic = *env.Topic
 	}

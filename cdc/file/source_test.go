@@ -62,7 +62,7 @@ func TestFileSourceReadsEveryLine(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.NoError(t, b.Ack(context.Background()))
-		for _, m := range b.Messages {
+		for _, m := range b.Records {
 			got = append(got, m.Offset)
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // connector writes: 0xC3 0x28 (a broken two-byte sequence) and 0xFF.
 var notUTF8 = []byte("{\"op\":\"c\",\"after\":{\"id\":1,\"title\":\"Ann\xc3\x28e \xff\"},\"source\":{\"connector\":\"postgresql\",\"schema\":\"public\",\"table\":\"articles\",\"lsn\":24023128,\"ts_ms\":1559033904863}}")
 
-func decodeErrOf(t *testing.T, m cdc.Message) error {
+func decodeErrOf(t *testing.T, m cdc.Record) error {
 	t.Helper()
 	_, err := cdc.NewDecoder(cdc.DecoderConfig{}).Decode(m)
 	var de *cdc.DecodeError
@@ -41,8 +41,7 @@ func TestKafkaDeadLetterRoundTripsBytes(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 
-	m := cdc.Message{Topic: topic, Offset: 7, Key: []byte("{\"id\":\"\xfe\"}"), Value: notUTF8,
-		Headers: []cdc.Header{{Key: "bin", Value: []byte{0, 0xff}}}, Timestamp: time.UnixMilli(1700000000000)}
+	m := cdc.Record{Raw: cdc.Raw{Topic: topic, Offset: 7, Key: []byte("{\"id\":\"\xfe\"}"), Value: notUTF8, Headers: []cdc.Header{{Key: "bin", Value: []byte{0, 0xff}}}, Timestamp: time.UnixMilli(1700000000000)}}
 	require.NoError(t, kafka.NewDeadLetters(cl, "", "test").Put(t.Context(), m, decodeErrOf(t, m)))
 
 	rd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic+kafka.DLQSuffix),

@@ -53,7 +53,7 @@ func (d *DeadLetters) ensureTopic(ctx context.Context, topic string) error {
 }
 
 // Put writes one dead letter and waits for the broker to acknowledge it.
-func (d *DeadLetters) Put(ctx context.Context, m cdc.Message, cause error) error {
+func (d *DeadLetters) Put(ctx context.Context, m cdc.Record, cause error) error {
 	topic := d.topic
 	if topic == "" {
 		topic = m.Topic + DLQSuffix

@@ -29,9 +29,7 @@ func dlqSetup(t *testing.T, n int) (*kgo.Client, string, string) {
 	t.Cleanup(cl.Close)
 	dl := kafka.NewDeadLetters(cl, "", "test")
 	for i := range n {
-		m := cdc.Message{Topic: topic, Partition: int32(i % 2), Offset: int64(100 + i), Key: []byte(fmt.Sprintf(`{"id":%d}`, i)),
-			Value: []byte(fmt.Sprintf(`{"bad":%d`, i)), Timestamp: time.UnixMilli(1700000000000),
-			Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-abc-def-01")}}}
+		m := cdc.Record{Raw: cdc.Raw{Topic: topic, Partition: int32(i % 2), Offset: int64(100 + i), Key: []byte(fmt.Sprintf(`{"id":%d}`, i)), Value: []byte(fmt.Sprintf(`{"bad":%d`, i)), Timestamp: time.UnixMilli(1700000000000), Headers: []cdc.Header{{Key: "traceparent", Value: []byte("00-abc-def-01")}}}}
 		require.NoError(t, dl.Put(t.Context(), m, &cdc.DecodeError{Coord: cdc.Coord{Topic: topic, Offset: m.Offset}, Reason: "invalid JSON"}))
 	}
 	return cl, topic, topic + kafka.DLQSuffix
@@ -101,7 +99,7 @@ func TestDLQReplayOnceThenNothing(t *testing.T) {
 
 	// …while new dead letters are replayed, to an explicit topic this time.
 	dl := kafka.NewDeadLetters(cl, dlq, "test")
-	require.NoError(t, dl.Put(t.Context(), cdc.Message{Topic: topic, Value: []byte("late")}, errors.New("boom")))
+	require.NoError(t, dl.Put(t.Context(), cdc.Record{Raw: cdc.Raw{Topic: topic, Value: []byte("late")}}, errors.New("boom")))
 	other := "replay-target"
 	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: other, Value: []byte("seed")}).FirstErr())
 	n, err = kafka.NewDeadLetterTopic(cl, dlq, other).Replay(t.Context())

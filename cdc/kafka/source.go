@@ -51,9 +51,9 @@ type Config struct {
 	// version fencing makes a no-op. Keep it under the group's rebalance
 	// timeout (60s). Defaults to 30s.
 	RevokeTimeout time.Duration
-	// Decoder, when set, decodes each record's Debezium value as it is
-	// handed over (Message.Change, or Message.Err with the reason). Nil
-	// hands the bytes to the pipeline's decoder.
+	// Decoder decodes each record's Debezium value as it is handed over
+	// (Record.Change, or Record.Err with the reason): the pipeline decodes
+	// nothing. Nil is a decoder with the default settings.
 	Decoder *cdc.Decoder
 	// Logger receives the Kafka client's warnings. Nil discards.
 	Logger *slog.Logger
@@ -168,6 +168,9 @@ func NewSource(cfg Config) (*Source, error) {
 	}
 	if cfg.Logger != nil {
 		opts = append(opts, kgo.WithLogger(kgoLogger{cfg.Logger}))
+	}
+	if cfg.Decoder == nil {
+		cfg.Decoder = cdc.NewDecoder(cdc.DecoderConfig{})
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
 	s := &Source{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
@@ -315,11 +318,11 @@ func (s *Source) next() (cdc.Batch, bool) {
 			setOffset(s.consumed, p.topic, p.part, last.Offset+1)
 		}
 		s.out[p]++
-		msgs := make([]cdc.Message, len(batch))
+		msgs := make([]cdc.Record, len(batch))
 		for i, r := range batch {
 			msgs[i] = cdc.Decode(s.decoder, messageOf(r))
 		}
-		return cdc.Batch{Messages: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
+		return cdc.Batch{Records: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
 	}
 	return cdc.Batch{}, false
 }
@@ -468,15 +471,8 @@ func (s *Source) Close() {
 // Client exposes the underlying client, for the dead-letter producer and lag metrics.
 func (s *Source) Client() *kgo.Client { return s.cl }
 
-func messageOf(r *kgo.Record) cdc.Message {
-	m := cdc.Message{
-		Topic:     r.Topic,
-		Partition: r.Partition,
-		Offset:    r.Offset,
-		Key:       r.Key,
-		Value:     r.Value,
-		Timestamp: r.Timestamp,
-	}
+func messageOf(r *kgo.Record) cdc.Record {
+	m := cdc.Record{Raw: cdc.Raw{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}}
 	for _, h := range r.Headers {
 		m.Headers = append(m.Headers, cdc.Header{Key: h.Key, Value: h.Value})
 	}

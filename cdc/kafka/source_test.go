@@ -74,7 +74,7 @@ func (b *kafkaBundle) committed(t *testing.T, group string) map[int32]int64 {
 	return out
 }
 
-func offsets(msgs []cdc.Message) []int64 {
+func offsets(msgs []cdc.Record) []int64 {
 	var out []int64
 	for _, m := range msgs {
 		out = append(out, m.Offset)
@@ -89,12 +89,12 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 
 	// Wait for the first records (the group join takes a moment).
 	var b1 cdc.Batch
-	for len(b1.Messages) == 0 {
+	for len(b1.Records) == 0 {
 		var err error
 		b1, err = src.Fetch(ctx)
 		require.NoError(t, err)
 	}
-	require.Equal(t, []int64{0, 1}, offsets(b1.Messages), "250 bytes hold two 101-byte records")
+	require.Equal(t, []int64{0, 1}, offsets(b1.Records), "250 bytes hold two 101-byte records")
 	require.Empty(t, b.committed(t, "g"), "nothing committed before Ack")
 	require.NoError(t, b1.Ack(ctx))
 	require.Equal(t, map[int32]int64{0: 2}, b.committed(t, "g"))
@@ -103,10 +103,10 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 	// once, and each Ack commits only up to its own batch.
 	b2, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []int64{2, 3}, offsets(b2.Messages))
+	require.Equal(t, []int64{2, 3}, offsets(b2.Records))
 	b3, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []int64{4, 5}, offsets(b3.Messages))
+	require.Equal(t, []int64{4, 5}, offsets(b3.Records))
 	require.Equal(t, b2.Lane, b3.Lane, "one partition is one lane")
 	require.Equal(t, map[int32]int64{0: 2}, b.committed(t, "g"), "nothing past an unacknowledged batch")
 	require.NoError(t, b2.Ack(ctx))
@@ -118,15 +118,15 @@ func TestKafkaSourceByteBudgetCommitsContiguousPrefix(t *testing.T) {
 	// starts at its first record.
 	b4, err := src.Fetch(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []int64{6, 7}, offsets(b4.Messages))
+	require.Equal(t, []int64{6, 7}, offsets(b4.Records))
 	src.Close()
 	again := b.source(t, kafka.Config{MaxPollBytes: 250})
 	var b5 cdc.Batch
-	for len(b5.Messages) == 0 {
+	for len(b5.Records) == 0 {
 		b5, err = again.Fetch(ctx)
 		require.NoError(t, err)
 	}
-	require.Equal(t, int64(6), b5.Messages[0].Offset, "unacknowledged records are redelivered")
+	require.Equal(t, int64(6), b5.Records[0].Offset, "unacknowledged records are redelivered")
 }
 
 // TestKafkaSourceLanesArePartitions: each batch holds one partition's
@@ -140,11 +140,11 @@ func TestKafkaSourceLanesArePartitions(t *testing.T) {
 	for len(byLane) < 3 {
 		bt, err := src.Fetch(ctx)
 		require.NoError(t, err)
-		if len(bt.Messages) == 0 {
+		if len(bt.Records) == 0 {
 			continue
 		}
-		part := bt.Messages[0].Partition
-		for _, m := range bt.Messages {
+		part := bt.Records[0].Partition
+		for _, m := range bt.Records {
 			require.Equal(t, part, m.Partition, "a batch holds one partition")
 		}
 		require.Equal(t, fmt.Sprintf("%s/%d", b.topic, part), bt.Lane)
@@ -153,7 +153,7 @@ func TestKafkaSourceLanesArePartitions(t *testing.T) {
 	}
 	one := byLane[b.topic+"/1"]
 	require.NoError(t, one.Ack(ctx))
-	require.Equal(t, map[int32]int64{1: one.Messages[len(one.Messages)-1].Offset + 1}, b.committed(t, "g"))
+	require.Equal(t, map[int32]int64{1: one.Records[len(one.Records)-1].Offset + 1}, b.committed(t, "g"))
 }
 
 func TestKafkaSourceOversizedRecordIsItsOwnBatch(t *testing.T) {
@@ -163,8 +163,8 @@ func TestKafkaSourceOversizedRecordIsItsOwnBatch(t *testing.T) {
 	for len(got) < 3 {
 		bt, err := src.Fetch(t.Context())
 		require.NoError(t, err)
-		if len(bt.Messages) > 0 {
-			got = append(got, offsets(bt.Messages))
+		if len(bt.Records) > 0 {
+			got = append(got, offsets(bt.Records))
 		}
 		require.NoError(t, bt.Ack(t.Context()))
 	}
@@ -177,7 +177,7 @@ func TestKafkaLagCollector(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(kafka.NewLagCollector(src))
 	bt, err := src.Fetch(t.Context())
-	for err == nil && len(bt.Messages) == 0 {
+	for err == nil && len(bt.Records) == 0 {
 		bt, err = src.Fetch(t.Context())
 	}
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestKafkaLagCollector(t *testing.T) {
 		}
 	}
 	require.Len(t, lag[b.topic], 2, "both partitions reported, committed or not")
-	require.EqualValues(t, 20-len(bt.Messages), total)
+	require.EqualValues(t, 20-len(bt.Records), total)
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "ragsync_kafka_consumer_lag_records"))
 }
 
@@ -212,7 +212,7 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	total := 0
-	record := func(msgs []cdc.Message) {
+	record := func(msgs []cdc.Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -232,10 +232,10 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 	for len(lanes) < 2 {
 		bt, err := a.Fetch(ctx)
 		require.NoError(t, err)
-		if len(bt.Messages) == 0 {
+		if len(bt.Records) == 0 {
 			continue
 		}
-		record(bt.Messages)
+		record(bt.Records)
 		held = append(held, bt)
 		lanes[bt.Lane] = true
 	}
@@ -249,7 +249,7 @@ func TestKafkaRebalanceWaitsForAck(t *testing.T) {
 			if err != nil {
 				return
 			}
-			record(bt.Messages)
+			record(bt.Records)
 			if bt.Ack != nil {
 				if err := bt.Ack(ctx); err != nil {
 					return
@@ -298,7 +298,7 @@ func TestKafkaRevokeTimeoutLetsGoAndLateAckCommitsNothing(t *testing.T) {
 	for len(held) < 2 {
 		bt, err := a.Fetch(ctx)
 		require.NoError(t, err)
-		if len(bt.Messages) > 0 && held[bt.Lane].Ack == nil {
+		if len(bt.Records) > 0 && held[bt.Lane].Ack == nil {
 			held[bt.Lane] = bt
 		}
 	}

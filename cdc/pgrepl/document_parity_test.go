@@ -151,7 +151,7 @@ func docParityRows() []docParityRow {
 
 // docParityEvent is the Debezium event (schemas enabled) of row r of table
 // schema.parity.
-func docParityEvent(t *testing.T, schema, op string, r docParityRow) cdc.Message {
+func docParityEvent(t *testing.T, schema, op string, r docParityRow) cdc.Record {
 	t.Helper()
 	fields := make([]any, 0, len(docParityColumns))
 	after := map[string]any{}
@@ -179,7 +179,7 @@ func docParityEvent(t *testing.T, schema, op string, r docParityRow) cdc.Message
 	}
 	v, err := json.Marshal(ev)
 	require.NoError(t, err)
-	return cdc.Message{Topic: "dbserver1." + schema + ".parity", Key: fmt.Appendf(nil, `{"id":%s}`, r.debezium["id"]), Value: v}
+	return cdc.Record{Raw: cdc.Raw{Topic: "dbserver1." + schema + ".parity", Key: fmt.Appendf(nil, `{"id":%s}`, r.debezium["id"]), Value: v}}
 }
 
 // recordingSink keeps every document the pipeline writes, by key.
@@ -210,13 +210,14 @@ func (e parityEmbedder) EmbedCounted(ctx context.Context, texts []string, _ []in
 	return e.Embed(ctx, texts)
 }
 
-type messagesSource struct{ msgs []cdc.Message }
+type messagesSource struct{ msgs []cdc.Record }
 
 func (s *messagesSource) Fetch(context.Context) (cdc.Batch, error) {
 	if s.msgs == nil {
 		return cdc.Batch{}, io.EOF
 	}
-	b := cdc.Batch{Messages: s.msgs, Ack: func(context.Context) error { return nil }}
+	// Debezium JSON is decoded as the Kafka and file sources hand it over.
+	b := cdc.Batch{Records: cdc.DecodeAll(cdc.NewDecoder(cdc.DecoderConfig{}), s.msgs), Ack: func(context.Context) error { return nil }}
 	s.msgs = nil
 	return b, nil
 }
@@ -225,7 +226,7 @@ func (s *messagesSource) Fetch(context.Context) (cdc.Batch, error) {
 // schema) and renders each document it wrote, by key, as the bytes that
 // must not depend on the transport: its chunks' text, metadata, tenant and
 // stored row.
-func documents(t *testing.T, pool *pgtestPool, index string, tables []pipeline.TableConfig, msgs []cdc.Message) map[string]string {
+func documents(t *testing.T, pool *pgtestPool, index string, tables []pipeline.TableConfig, msgs []cdc.Record) map[string]string {
 	t.Helper()
 	st, err := sink.New(t.Context(), pool.pool, sink.Config{Schema: pool.schema, Index: index, Model: "test", Dimensions: 4})
 	require.NoError(t, err)
@@ -233,8 +234,7 @@ func documents(t *testing.T, pool *pgtestPool, index string, tables []pipeline.T
 	ch, err := chunker.New(chunker.Config{TargetTokens: 400, MinTokens: 10, MaxTokens: 800})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Tables: tables, RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
-		Source: &messagesSource{msgs: msgs}, Decoder: cdc.NewDecoder(cdc.DecoderConfig{}), Splitter: ch,
-		Embedder: parityEmbedder{}, Sink: rec, Lookup: st,
+		Source: &messagesSource{msgs: msgs}, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: rec, Embedder: parityEmbedder{}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Run(t.Context()))
@@ -299,9 +299,9 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	s := b.source(t, cfg)
 	loadBatch, err := s.Fetch(t.Context())
 	require.NoError(t, err)
-	require.Len(t, loadBatch.Messages, len(rows), "one batch holds the load")
+	require.Len(t, loadBatch.Records, len(rows), "one batch holds the load")
 	var loaded []cdc.Change
-	for _, m := range loadBatch.Messages {
+	for _, m := range loadBatch.Records {
 		loaded = append(loaded, *m.Change)
 	}
 	require.NoError(t, loadBatch.Ack(t.Context()))
@@ -313,17 +313,17 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	// replay, or an unchanged TOAST value, reads): the loaded changes,
 	// dead-lettered and replayed, come back read again at the next start.
 	dl := file.NewDeadLetters(cfg.DLQPath, "test")
-	for _, m := range loadBatch.Messages {
+	for _, m := range loadBatch.Records {
 		require.NoError(t, dl.Put(t.Context(), m, fmt.Errorf("embed: down")))
 	}
 	n, err := pgrepl.DeadLetterFile(cfg.DLQPath).Replay(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, len(rows), n)
 	reread := b.fetch(t, b.source(t, cfg), len(rows), true)
-	asMessages := func(chs []cdc.Change) []cdc.Message {
-		out := make([]cdc.Message, len(chs))
+	asMessages := func(chs []cdc.Change) []cdc.Record {
+		out := make([]cdc.Record, len(chs))
 		for i := range chs {
-			out[i] = cdc.Message{Change: &chs[i], Offset: chs[i].Coord.Offset}
+			out[i] = cdc.Record{Raw: cdc.Raw{Offset: chs[i].Coord.Offset}, Change: &chs[i]}
 		}
 		return out
 	}
@@ -331,14 +331,14 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	// The backfill reader.
 	bf, err := backfill.Open(t.Context(), backfill.Config{URL: pgtest.URL(), Tables: []backfill.Table{{Name: tbl}}}, nil)
 	require.NoError(t, err)
-	var backfilled []cdc.Message
+	var backfilled []cdc.Record
 	for {
 		batch, err := bf.Fetch(t.Context())
 		if err == io.EOF {
 			break
 		}
 		require.NoError(t, err)
-		backfilled = append(backfilled, batch.Messages...)
+		backfilled = append(backfilled, batch.Records...)
 	}
 	bf.Close()
 	require.Len(t, backfilled, len(rows))
@@ -379,7 +379,7 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	}
 
 	// Debezium's events of the rows.
-	var events []cdc.Message
+	var events []cdc.Record
 	for _, r := range rows {
 		events = append(events, docParityEvent(t, b.r.Schema, "c", r))
 	}
@@ -388,7 +388,7 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	pp := &pgtestPool{pool: pool, schema: schema}
 	want := documents(t, pp, "debezium", tables, events)
 	require.Len(t, want, len(rows))
-	for name, msgs := range map[string][]cdc.Message{
+	for name, msgs := range map[string][]cdc.Record{
 		"initial load": asMessages(loaded), "stream": asMessages(streamed), "backfill": backfilled, "reread": asMessages(reread),
 	} {
 		got := documents(t, pp, strings.ReplaceAll(name, " ", "_"), tables, msgs)

@@ -72,7 +72,7 @@ func (s *Source) initialLoad(ctx context.Context, st *setupResult) error {
 		byName[t.name] = t
 	}
 	total := 0
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	for i, name := range rec.Pending[from:] {
 		t := byName[name]
 		if t == nil || !t.matched {
@@ -133,7 +133,7 @@ func mergeNames(a, b []string) []string {
 // loadTable reads one table (cdc/pgsnap), so values decode exactly as
 // pgoutput's do: by primary key pages after the key after (nil: from the
 // start) when the table has one, else through a cursor, whole.
-func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Message) (int, error) {
+func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Record) (int, error) {
 	tb := t.reader()
 	n, keyless := 0, 0
 	// queue hands the rows over as changes.
@@ -153,7 +153,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 	flush := func(progress *LoadRecord) bool {
 		for len(*msgs) >= s.cfg.BatchSize || (progress != nil && len(*msgs) > 0) {
 			k := min(len(*msgs), s.cfg.BatchSize)
-			b := append([]cdc.Message(nil), (*msgs)[:k]...)
+			b := append([]cdc.Record(nil), (*msgs)[:k]...)
 			*msgs = append((*msgs)[:0:0], (*msgs)[k:]...)
 			var hook func(context.Context) error
 			if progress != nil && len(*msgs) == 0 {
@@ -225,7 +225,7 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 // snapshot (a higher version) is never undone: the sink's fence keeps it.
 // Only a load that read one snapshot from its start may do this; one
 // resumed on a later snapshot skipped rows it had loaded before.
-func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, msgs *[]cdc.Message) (int, error) {
+func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, msgs *[]cdc.Record) (int, error) {
 	// Wait until everything loaded so far is applied: the index must
 	// hold this load's versions before it is compared with them.
 	applied := make(chan struct{})

@@ -89,7 +89,7 @@ func TestPostgresSourceDecodesLikeDebezium(t *testing.T) {
 		{"u", `"__debezium_unavailable_value"`, 1},
 	} {
 		ev := strings.Replace(fmt.Sprintf(debeziumParityEvent, tc.toasted, tc.op), `"id":1,`, fmt.Sprintf(`"id":%d,`, tc.id), 1)
-		want, err := dec.Decode(cdc.Message{Topic: "dbserver1.public.parity", Key: fmt.Appendf(nil, `{"id":%d}`, tc.id), Value: []byte(ev)})
+		want, err := dec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "dbserver1.public.parity", Key: fmt.Appendf(nil, `{"id":%d}`, tc.id), Value: []byte(ev)}})
 		require.NoError(t, err)
 		require.Equal(t, cdc.Op(tc.op), got[i].Op)
 		if diff := cmp.Diff(want.After, got[i].After); diff != "" {

@@ -346,7 +346,7 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	defer cancel()
 	batch, err := s.Fetch(ctx)
 	require.NoError(t, err)
-	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(ctx, batch.Messages[0], fmt.Errorf("embed: down")))
+	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(ctx, batch.Records[0], fmt.Errorf("embed: down")))
 	require.NoError(t, batch.Ack(ctx))
 	s.Close()
 	dls, err := pgrepl.DeadLetterFile(dlq).List(t.Context(), 0)
@@ -365,7 +365,7 @@ func TestDeadLetterKeepsTheChange(t *testing.T) {
 	s = b.source(t, cfg)
 	got := b.fetch(t, s, 1, true)
 	require.Equal(t, "1", got[0].DocKey)
-	require.Equal(t, batch.Messages[0].Change.Version.String(), got[0].Version.String())
+	require.Equal(t, batch.Records[0].Change.Version.String(), got[0].Version.String())
 	require.Equal(t, "one, edited", got[0].After["title"])
 	s.Close()
 	left, err := os.ReadFile(pgrepl.ReplayPath(dlq))
@@ -493,7 +493,7 @@ func TestRevokedSelectIsNamed(t *testing.T) {
 	for err == nil {
 		var batch cdc.Batch
 		if batch, err = s.Fetch(ctx); err == nil {
-			got += len(batch.Messages)
+			got += len(batch.Records)
 			require.NoError(t, batch.Ack(ctx))
 		}
 	}

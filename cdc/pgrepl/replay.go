@@ -49,7 +49,7 @@ func (s *Source) replay(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read replayed dead letters: %w", err)
 	}
-	var msgs []cdc.Message
+	var msgs []cdc.Record
 	var conn *pgx.Conn
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)

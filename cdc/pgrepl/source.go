@@ -300,9 +300,9 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 // batch wraps msgs; its Ack confirms upTo (0: the batch completes no
 // transaction, so it confirms nothing new). after runs first, in Ack, so
 // what it records is written only once every change before it is applied.
-func (s *Source) batch(msgs []cdc.Message, upTo pglogrepl.LSN, after func(context.Context) error) cdc.Batch {
+func (s *Source) batch(msgs []cdc.Record, upTo pglogrepl.LSN, after func(context.Context) error) cdc.Batch {
 	s.unacked.Add(1)
-	return cdc.Batch{Messages: msgs, Ack: func(ctx context.Context) error {
+	return cdc.Batch{Records: msgs, Ack: func(ctx context.Context) error {
 		s.acks.Add(1)
 		if after != nil {
 			if err := after(ctx); err != nil {

@@ -61,7 +61,7 @@ func (b *pgBundle) fetch(t *testing.T, s *pgrepl.Source, n int, ack bool) []cdc.
 	for len(out) < n {
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err, "after %d of %d changes", len(out), n)
-		for _, m := range batch.Messages {
+		for _, m := range batch.Records {
 			require.NotNil(t, m.Change, "the source hands over built changes")
 			require.Equal(t, m.Change.Coord.Offset, m.Offset, "the message carries the change's coordinates")
 			out = append(out, *m.Change)
@@ -204,8 +204,8 @@ func TestPostgresSourceLargeTransactionsFlowBeforeTheirEnd(t *testing.T) {
 	for len(got) < 10001 {
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err)
-		require.LessOrEqual(t, len(batch.Messages), cfg.BatchSize)
-		for _, m := range batch.Messages {
+		require.LessOrEqual(t, len(batch.Records), cfg.BatchSize)
+		for _, m := range batch.Records {
 			got = append(got, *m.Change)
 		}
 		held = append(held, batch)
@@ -260,7 +260,7 @@ func TestPostgresSourceReconnectsAfterWalsenderTerminated(t *testing.T) {
 	for !strings.Contains(strings.Join(keys, ","), "2") {
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err)
-		for _, m := range batch.Messages {
+		for _, m := range batch.Records {
 			keys = append(keys, m.Change.DocKey)
 		}
 		require.NoError(t, batch.Ack(ctx))
@@ -433,7 +433,7 @@ func TestDropSlot(t *testing.T) {
 	b.fetch(t, s, 1, true)
 	last, err := s.Fetch(t.Context()) // the load's closing batch records it done
 	require.NoError(t, err)
-	require.Empty(t, last.Messages)
+	require.Empty(t, last.Records)
 	require.NoError(t, last.Ack(t.Context()))
 	rec, _ := state.Load(t.Context(), b.r.Slot)
 	require.Equal(t, []string{b.table()}, rec.Loaded)
@@ -577,7 +577,7 @@ func TestPostgresSourceNotReadyDuringInitialLoad(t *testing.T) {
 	for n := 0; n < 3; {
 		batch, err := s.Fetch(ctx)
 		require.NoError(t, err)
-		n += len(batch.Messages)
+		n += len(batch.Records)
 		batches = append(batches, batch)
 	}
 	require.Regexp(t, `^initial load in progress: [01] of 1 tables$`, s.Unhealthy(), "every row handed over, none in the sink yet")

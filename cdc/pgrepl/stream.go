@@ -34,7 +34,7 @@ type column struct {
 // item is one change ready for Fetch, or (marker) only the end of a
 // transaction whose changes were all handed over before its commit came.
 type item struct {
-	m      cdc.Message
+	m      cdc.Record
 	end    pglogrepl.LSN // the transaction's end LSN if this is its last item, else 0
 	bytes  int
 	marker bool
@@ -191,7 +191,7 @@ func (s *Source) handOver(st *streamState, limit, batchBytes int) cdc.Batch {
 		size += st.ready[n].bytes
 		n++
 	}
-	msgs := make([]cdc.Message, 0, n)
+	msgs := make([]cdc.Record, 0, n)
 	var upTo pglogrepl.LSN
 	for _, it := range st.ready[:n] {
 		if !it.marker {
@@ -445,7 +445,6 @@ func (s *Source) add(st *streamState, lsn pglogrepl.LSN, ch cdc.Change, r *relat
 	}
 	ts := time.UnixMilli(tx.ts.UnixMilli()).UTC()
 	ch.Version = cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(tx.commit), tx.pos}, TS: uint64(max(ts.UnixMilli(), 0)), Source: s.source}
-	ch.SourceTS = ts
 	ch.TxID = strconv.FormatUint(uint64(tx.xid), 10)
 	ch.Coord = cdc.Coord{Topic: s.cfg.Slot + "." + r.schema + "." + r.table, Offset: int64(lsn)}
 	tx.pos++
@@ -456,9 +455,9 @@ func (s *Source) add(st *streamState, lsn pglogrepl.LSN, ch cdc.Change, r *relat
 }
 
 // message wraps a change with its coordinates.
-func message(ch cdc.Change, ts time.Time) cdc.Message {
+func message(ch cdc.Change, ts time.Time) cdc.Record {
 	c := ch
-	return cdc.Message{Topic: ch.Coord.Topic, Partition: ch.Coord.Partition, Offset: ch.Coord.Offset, Timestamp: ts, Change: &c}
+	return cdc.Record{Raw: cdc.Raw{Topic: ch.Coord.Topic, Partition: ch.Coord.Partition, Offset: ch.Coord.Offset, Timestamp: ts}, Change: &c}
 }
 
 func tupleBytes(t *pglogrepl.TupleData) int {

@@ -23,8 +23,8 @@ import (
 
 var (
 	_ pipeline.Source = (*backfill.Source)(nil)
-	_ pipeline.Sink   = (*backfill.DryRun)(nil)
-	_ pipeline.Sink   = (*sink.Bulk)(nil)
+	_ pipeline.Index  = (*backfill.DryRun)(nil)
+	_ pipeline.Index  = (*sink.Bulk)(nil)
 )
 
 type backfillFlags struct {

@@ -59,7 +59,7 @@ func TestDLQOutputKafka(t *testing.T) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
-	m := cdc.Message{Topic: topic, Offset: 7, Key: []byte(`{"id":7}`), Value: []byte(`{"bad":`), Timestamp: stamped}
+	m := cdc.Record{Raw: cdc.Raw{Topic: topic, Offset: 7, Key: []byte(`{"id":7}`), Value: []byte(`{"bad":`), Timestamp: stamped}}
 	cause := &cdc.DecodeError{Coord: cdc.Coord{Topic: topic, Offset: 7}, Reason: "invalid JSON"}
 	require.NoError(t, kafka.NewDeadLetters(cl, "", "test").Put(t.Context(), m, cause))
 
@@ -99,7 +99,7 @@ func TestDLQOutputFile(t *testing.T) {
 	events := filepath.Join(dir, "events.jsonl")
 	dlq := events + ".dlq.jsonl"
 	cause := &cdc.DecodeError{Coord: cdc.Coord{Offset: 2}, Reason: "invalid JSON"}
-	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(t.Context(), cdc.Message{Offset: 2, Value: []byte("{not json"), Timestamp: stamped}, cause))
+	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(t.Context(), cdc.Record{Raw: cdc.Raw{Offset: 2, Value: []byte("{not json"), Timestamp: stamped}}, cause))
 	cfg := dlqConfig(t, fmt.Sprintf("source:\n  kind: file\n  file:\n    path: %s\n", events))
 
 	require.Equal(t, fmt.Sprintf("%s:1  from (no topic) line 2  2023-11-14T22:13:20Z  ragsync.cdc.DecodeError\n    %s\n", dlq, cause.Error()),
@@ -130,7 +130,7 @@ func TestDLQOutputFile(t *testing.T) {
 func TestDLQOutputPostgres(t *testing.T) {
 	dlq := filepath.Join(t.TempDir(), "ragsync-s.dlq.jsonl")
 	ch := &cdc.Change{Op: cdc.OpUpdate, Table: "public.articles", DocKey: "1", Key: map[string]any{"id": 1}}
-	m := cdc.Message{Topic: "public.articles", Offset: 5, Change: ch, Timestamp: stamped}
+	m := cdc.Record{Raw: cdc.Raw{Topic: "public.articles", Offset: 5, Timestamp: stamped}, Change: ch}
 	require.NoError(t, file.NewDeadLetters(dlq, "test").Put(t.Context(), m, fmt.Errorf("embed: down")))
 	cfg := dlqConfig(t, fmt.Sprintf("source:\n  kind: postgres\ndlq:\n  path: %s\n", dlq))
 

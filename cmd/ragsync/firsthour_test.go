@@ -23,7 +23,7 @@ import (
 )
 
 // eventLines renders messages as {"topic","key","value"} lines.
-func eventLines(t testing.TB, msgs ...cdc.Message) string {
+func eventLines(t testing.TB, msgs ...cdc.Record) string {
 	t.Helper()
 	var b strings.Builder
 	for _, m := range msgs {
@@ -39,7 +39,7 @@ func eventLines(t testing.TB, msgs ...cdc.Message) string {
 	return b.String()
 }
 
-func article(op string, id int, lsn int64, body string) cdc.Message {
+func article(op string, id int, lsn int64, body string) cdc.Record {
 	return debeziumtest.Message("articles", op, id, lsn, map[string]any{"title": fmt.Sprintf("Doc %d", id), "body": body})
 }
 

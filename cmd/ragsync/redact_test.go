@@ -89,7 +89,7 @@ func TestDLQListRedactsSecrets(t *testing.T) {
 	dir := t.TempDir()
 	events := filepath.Join(dir, "events.jsonl")
 	cause := fmt.Errorf("embeddings API returned 400 Bad Request: Incorrect API key provided: %s; then connect %s: refused", apiKey, pgURL)
-	require.NoError(t, file.NewDeadLetters(events+".dlq.jsonl", "test").Put(t.Context(), cdc.Message{Offset: 1, Value: []byte(`{"id":1}`)}, cause))
+	require.NoError(t, file.NewDeadLetters(events+".dlq.jsonl", "test").Put(t.Context(), cdc.Record{Raw: cdc.Raw{Offset: 1, Value: []byte(`{"id":1}`)}}, cause))
 	raw, err := os.ReadFile(events + ".dlq.jsonl")
 	require.NoError(t, err)
 	require.Contains(t, string(raw), apiKey, "the stored dead letter holds the key in clear")

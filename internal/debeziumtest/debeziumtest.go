@@ -14,7 +14,7 @@ import (
 // Message returns a change to public.<table> of document id at lsn. For op
 // "d" the row is the before image's key only; for "t" (truncate) there is no
 // key and no row; otherwise row is the after image (id is added to it).
-func Message(table, op string, id int, lsn int64, row map[string]any) cdc.Message {
+func Message(table, op string, id int, lsn int64, row map[string]any) cdc.Record {
 	p := map[string]any{
 		"op": op,
 		"source": map[string]any{"connector": "postgresql", "schema": "public", "table": table,
@@ -39,5 +39,5 @@ func Message(table, op string, id int, lsn int64, row map[string]any) cdc.Messag
 	if op != "t" {
 		key = fmt.Appendf(nil, `{"id":%d}`, id)
 	}
-	return cdc.Message{Topic: "db.public." + table, Offset: lsn, Key: key, Value: v}
+	return cdc.Record{Raw: cdc.Raw{Topic: "db.public." + table, Offset: lsn, Key: key, Value: v}}
 }
