@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -366,7 +367,7 @@ func (p *Pipeline) checkTemplate(ctx context.Context, tbl TableConfig, table str
 }
 
 // stripNUL returns v without U+0000 in any string or map key, and how many
-// strings it changed.
+// strings it changed. An unchanged value is returned as it is, not copied.
 func stripNUL(v any) (any, int) {
 	switch v := v.(type) {
 	case string:
@@ -375,51 +376,59 @@ func stripNUL(v any) (any, int) {
 		}
 		return strings.ReplaceAll(v, "\x00", ""), 1
 	case map[string]any:
-		n := 0
-		var out map[string]any
-		for k, e := range v {
-			e2, m := stripNUL(e)
-			k2 := k
-			if strings.IndexByte(k, 0) >= 0 {
-				k2, m = strings.ReplaceAll(k, "\x00", ""), m+1
-			}
-			if m > 0 && out == nil {
-				out = make(map[string]any, len(v))
-				for k0, e0 := range v {
-					out[k0] = e0
-				}
-			}
-			if out != nil {
-				if k2 != k {
-					delete(out, k)
-				}
-				out[k2] = e2
-			}
-			n += m
-		}
-		if out == nil {
-			return v, 0
-		}
-		return out, n
+		return stripMap(v)
 	case []any:
-		n := 0
-		var out []any
-		for i, e := range v {
-			e2, m := stripNUL(e)
-			if m > 0 && out == nil {
-				out = slices.Clone(v)
-			}
-			if out != nil {
-				out[i] = e2
-			}
-			n += m
-		}
-		if out == nil {
-			return v, 0
-		}
-		return out, n
+		return stripSlice(v)
 	}
 	return v, 0
+}
+
+// stripMap is stripNUL of a map: copied once its first value or key
+// changes.
+func stripMap(v map[string]any) (any, int) {
+	n := 0
+	var out map[string]any
+	for k, e := range v {
+		e2, m := stripNUL(e)
+		k2 := k
+		if strings.IndexByte(k, 0) >= 0 {
+			k2, m = strings.ReplaceAll(k, "\x00", ""), m+1
+		}
+		if m > 0 && out == nil {
+			out = maps.Clone(v)
+		}
+		if out != nil {
+			if k2 != k {
+				delete(out, k)
+			}
+			out[k2] = e2
+		}
+		n += m
+	}
+	if out == nil {
+		return v, 0
+	}
+	return out, n
+}
+
+// stripSlice is stripNUL of a slice: copied once its first value changes.
+func stripSlice(v []any) (any, int) {
+	n := 0
+	var out []any
+	for i, e := range v {
+		e2, m := stripNUL(e)
+		if m > 0 && out == nil {
+			out = slices.Clone(v)
+		}
+		if out != nil {
+			out[i] = e2
+		}
+		n += m
+	}
+	if out == nil {
+		return v, 0
+	}
+	return out, n
 }
 
 func (p *Pipeline) table(name string) (TableConfig, bool) {
