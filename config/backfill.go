@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
@@ -37,13 +36,11 @@ func (c Config) BackfillSource(tables []string, where string, resume, needURL bo
 	if bc.URL == "" {
 		bc.URL = c.Source.Postgres.URL
 	}
-	if c.Source.Kind == "kafka" && len(c.Source.Kafka.Topics) > 0 {
-		// serve applies the Debezium connector's events of the same
-		// database: the backfill's rows take the connector's identity, so
-		// positions of the one database order against each other and the
-		// reconcile covers the documents the connector wrote.
-		bc.DebeziumServer, _, _ = strings.Cut(c.Source.Kafka.Topics[0], ".")
-	}
+	// When serve applies a Debezium connector's events of the same
+	// database, the backfill's rows take the connector's identity, so
+	// positions of the one database order against each other and the
+	// reconcile covers the documents the connector wrote.
+	bc.DebeziumServer = c.sourceDebeziumServer()
 	// The versions name the move epochs serve's decoder gives the same
 	// source, and each table's document ids are its tables[] entry's, the
 	// exact match else the first pattern that selects it, as serve keys
