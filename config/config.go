@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -165,29 +164,6 @@ type DLQConfig struct {
 	Topic string `yaml:"topic"`
 	// Path is the dead-letter file for the file source; default "<path>.dlq.jsonl".
 	Path string `yaml:"path"`
-}
-
-// DeadLetterPath is the dead-letter file of a file or Postgres source:
-// dlq.path, else "<source.file.path>.dlq.jsonl" for a file source and
-// "ragsync-<slot>.dlq.jsonl" for a Postgres source; "" for a file source
-// without either. A Kafka source's dead letters live in topics, so it has
-// none.
-func (c Config) DeadLetterPath() string {
-	switch {
-	case c.Source.Kind != "file" && c.Source.Kind != "postgres":
-		return ""
-	case c.DLQ.Path != "":
-		return filepath.Clean(c.DLQ.Path)
-	case c.Source.Kind == "file" && c.Source.File.Path == "":
-		return ""
-	case c.Source.Kind == "file":
-		return filepath.Clean(c.Source.File.Path + ".dlq.jsonl")
-	}
-	slot := c.Source.Postgres.Slot
-	if slot == "" {
-		slot = "ragsync"
-	}
-	return "ragsync-" + slot + ".dlq.jsonl"
 }
 
 type HTTPConfig struct {
@@ -441,25 +417,7 @@ func (c Config) Validate(needSource bool) error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if needSource {
-		switch c.Source.Kind {
-		case "kafka":
-			if len(c.Source.Kafka.Brokers) == 0 {
-				add("source.kafka.brokers: list at least one broker, e.g. [localhost:9092]")
-			}
-			if len(c.Source.Kafka.Topics) == 0 {
-				add("source.kafka.topics: list the Debezium topics, e.g. [dbserver1.public.articles]")
-			}
-		case "file":
-			if c.Source.File.Path == "" {
-				add("source.file.path: set the JSON Lines file to replay")
-			} else if err := checkEventsFile(c.Source.File.Path); err != nil {
-				errs = append(errs, err)
-			}
-		case "postgres":
-			errs = append(errs, c.ValidatePostgresSource()...)
-		default:
-			add("source.kind: %q is not one of kafka, file, postgres", c.Source.Kind)
-		}
+		errs = append(errs, c.validateSource()...)
 	}
 	for i, m := range c.Source.Moves {
 		if !strings.HasPrefix(m.Source, "dbz:") {

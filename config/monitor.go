@@ -14,10 +14,7 @@ func (c Config) MonitorBrokers() []string {
 	if len(c.Monitor.Brokers) > 0 {
 		return c.Monitor.Brokers
 	}
-	if c.Source.Kind == "kafka" {
-		return c.Source.Kafka.Brokers
-	}
-	return nil
+	return c.sourceBrokers()
 }
 
 // monitorRedis is the Redis the events stream goes to: the front door's,

@@ -57,20 +57,16 @@ func (c Config) PipelineConfig(logger *slog.Logger, reg prometheus.Registerer) p
 }
 
 // stallSettings names, per failing stage, what the stall summary tells the
-// operator to check.
+// operator to check: the embedder's and the index's settings. The source's
+// stages (its acknowledgements and its dead-letter destination) are advised
+// by serve from its transport, which knows its own settings.
 func stallSettings(cfg Config) map[string]string {
 	m := map[string]string{
 		pipeline.StageEmbedder: "embedder.base_url (is the embedding provider up and reachable?) and embedder.api_key",
 		pipeline.StageSink:     "postgres.url (is Postgres up and reachable?)",
-		pipeline.StageSource:   "source.kafka.brokers (is Kafka reachable?)",
 	}
 	if cfg.Embedder.Provider == embedder.ProviderHashing {
 		m[pipeline.StageEmbedder] = "embedder.provider (the offline embedder failed; see the error)"
-	}
-	if cfg.Source.Kind == "file" {
-		m[pipeline.StageDeadLetters] = "dlq.path (is its directory writable?)"
-	} else {
-		m[pipeline.StageDeadLetters] = "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)"
 	}
 	return m
 }

@@ -108,6 +108,9 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer src.close()
+	if cfg.Pipeline, err = cfg.servePipelineConfig(); err != nil {
+		return Result{}, err
+	}
 	started := false // the pipeline runs
 	if src.abandon != nil {
 		// A later start-up step that fails (the monitor, the front door's

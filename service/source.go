@@ -27,7 +27,9 @@ var (
 // SourceConfig is the configured source of changes and where its dead
 // letters go.
 type SourceConfig struct {
-	// Kind is kafka, file or postgres.
+	// Kind is the transport, one of Transports(): it picks which of
+	// File, Kafka and Postgres is used, and where DLQPath or DLQTopic
+	// apply.
 	Kind string
 	// File is the file source (Path, Follow); its Decoder is set here.
 	File file.Config
@@ -37,8 +39,9 @@ type SourceConfig struct {
 	// Postgres is the logical-replication source; its State, Index,
 	// StopAtEnd, DLQPath, Logger and Registerer are set here.
 	Postgres pgrepl.Config
-	// DLQPath is the dead-letter file of the file and postgres sources;
-	// DLQTopic the Kafka source's dead-letter topic.
+	// DLQPath is the dead-letter file of the file and postgres sources,
+	// resolved (dlq.path or its default); DLQTopic overrides the Kafka
+	// source's "<topic>.ragsync-dlq" dead-letter topics.
 	DLQPath, DLQTopic string
 	// Version is ragsync's version, recorded in every dead letter.
 	Version string
@@ -64,48 +67,15 @@ type source struct {
 	abandon func()
 }
 
-// newSource builds the configured source and its dead-letter destination.
-// once stops it at the end of what it holds at start.
+// newSource builds the configured source and its dead-letter destination
+// with its transport (transports). once stops it at the end of what it
+// holds at start.
 func newSource(ctx context.Context, cfg SourceConfig, decoder cdc.DecoderConfig, once bool, pool *pgxpool.Pool, st *sink.Store, reg prometheus.Registerer, logger *slog.Logger) (*source, error) {
-	switch cfg.Kind {
-	case "postgres":
-		// Its initial loads and what it created are recorded in the index
-		// schema; dead letters go to a JSON Lines file.
-		pc := cfg.Postgres
-		pc.State, pc.Logger, pc.Registerer = SourceState(pool), logger, reg
-		pc.Index = st
-		pc.StopAtEnd = once
-		pc.DLQPath = cfg.DLQPath
-		src, err := pgrepl.New(ctx, pc)
-		if err != nil {
-			return nil, err
-		}
-		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: src.Close, unhealthy: src.Unhealthy, abandon: src.Abandon}, nil
-	case "file":
-		// The source decodes each line (the pipeline's decoder then only
-		// serves messages handed over as bytes).
-		fc := cfg.File
-		fc.Follow = fc.Follow && !once
-		fc.Decoder = cdc.NewDecoder(decoder)
-		src, err := file.NewSource(fc)
-		if err != nil {
-			return nil, err
-		}
-		return &source{src: src, dlq: file.NewDeadLetters(cfg.DLQPath, cfg.Version), close: func() { src.Close() }}, nil
-	case "kafka":
-		kc := cfg.Kafka
-		kc.Decoder = cdc.NewDecoder(decoder)
-		kc.StopAtEnd = once
-		kc.Logger = logger.With("stage", "kafka")
-		src, err := kafka.NewSource(kc)
-		if err != nil {
-			return nil, err
-		}
-		return &source{src: src, dlq: kafka.NewDeadLetters(src.Client(), cfg.DLQTopic, cfg.Version), close: src.Close,
-			lag: kafkaLag{src: src, topics: kc.Topics}, collector: kafka.NewLagCollector(src)}, nil
-	default:
-		return nil, fmt.Errorf("source.kind: %q is not one of kafka, file", cfg.Kind)
+	t, err := transportOf(cfg.Kind)
+	if err != nil {
+		return nil, err
 	}
+	return t.open(ctx, cfg, sourceEnv{decoder: decoder, once: once, pool: pool, store: st, reg: reg, logger: logger})
 }
 
 // SourceState is where the Postgres source records its finished initial

@@ -102,9 +102,7 @@ func dlqRun(cmd *cobra.Command, g *globals, f *dlqFlags, action string) error {
 	}
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	if !f.frontdoor {
-		k := cfg.Source.Kafka
-		stores, closeStores, err := service.OpenDeadLetters(service.DeadLetterConfig{Kind: cfg.Source.Kind, Path: cfg.DeadLetterPath(),
-			FilePath: cfg.Source.File.Path, Brokers: k.Brokers, Topics: k.Topics, DLQTopic: cfg.DLQ.Topic}, action)
+		stores, closeStores, err := service.OpenDeadLetters(cfg.sourceConfig(), action)
 		if err != nil {
 			return err
 		}

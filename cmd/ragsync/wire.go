@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ragsync/ragsync/cdc/file"
-	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/service"
 )
 
@@ -28,6 +26,22 @@ func openIndex(ctx context.Context, cfg Config, logger *slog.Logger, reg prometh
 // (service.OpenIndexRead).
 func openIndexRead(ctx context.Context, cfg Config, logger *slog.Logger) (*service.Index, error) {
 	return service.OpenIndexRead(ctx, cfg.indexConfig(), logger)
+}
+
+// sourceConfig is the configured source and where its dead letters are,
+// for serve and the dlq command: each transport's section as its room's
+// configuration; the service's transport table picks the one source.kind
+// names.
+func (c Config) sourceConfig() service.SourceConfig {
+	return service.SourceConfig{
+		Kind:     c.Source.Kind,
+		File:     c.FileSource(),
+		Kafka:    c.KafkaSource(),
+		Postgres: c.PostgresSourceConfig(nil, nil, nil),
+		DLQPath:  c.DeadLetterPath(),
+		DLQTopic: c.DLQ.Topic,
+		Version:  version,
+	}
 }
 
 // servicePipelineConfig is what every pipeline is built from.
@@ -53,27 +67,15 @@ func (c Config) serviceConfig() (service.Config, error) {
 	if err != nil {
 		return service.Config{}, err
 	}
-	k := c.Source.Kafka
 	sc := service.Config{
-		Index: c.indexConfig(),
-		Source: service.SourceConfig{
-			Kind: c.Source.Kind,
-			File: file.Config{Path: c.Source.File.Path, Follow: c.Source.File.Follow},
-			Kafka: kafka.Config{Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, MaxPollRecords: k.MaxPollRecords,
-				MaxPollBytes: k.MaxPollBytes, FetchMaxBytes: k.FetchMaxBytes, SessionTimeout: k.SessionTimeout, RevokeTimeout: k.RevokeTimeout},
-			DLQTopic: c.DLQ.Topic,
-			Version:  version,
-		},
+		Index:         c.indexConfig(),
+		Source:        c.sourceConfig(),
 		Pipeline:      c.servicePipelineConfig(),
 		Monitor:       c.monitorConfig(),
 		Purge:         purge,
 		PurgeInterval: c.Purge.Interval,
 		IndexPoll:     c.IndexPoll,
 		HTTPListen:    c.HTTP.Listen,
-	}
-	sc.Source.DLQPath = c.DeadLetterPath()
-	if c.Source.Kind == "postgres" {
-		sc.Source.Postgres = c.PostgresSourceConfig(nil, nil, nil)
 	}
 	if c.FrontDoor.Enabled {
 		fc := c.FrontDoorConfig()

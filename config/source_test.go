@@ -1,0 +1,83 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/config"
+)
+
+// TestSourceKinds: source.kind picks one entry of the kinds' table, whose
+// section alone is checked; an unknown kind is one error listing the
+// known kinds and naming the nearest, and takes nothing of any section.
+func TestSourceKinds(t *testing.T) {
+	require.Equal(t, []string{"file", "kafka", "postgres"}, config.SourceKinds())
+
+	c := config.Default()
+	c.Source.Kind = "kafak"
+	c.Source.Kafka.Brokers, c.Source.Kafka.Topics = []string{"k:9092"}, []string{"dbserver1.public.articles"}
+	err := c.Validate(true)
+	require.ErrorContains(t, err, `source.kind: "kafak" is not one of file, kafka, postgres; did you mean kafka?`)
+	require.Nil(t, c.MonitorBrokers(), "an unknown kind reads no brokers")
+	require.Equal(t, "", c.DeadLetterPath())
+
+	c.Source.Kind = "postgres"
+	err = c.Validate(true)
+	require.ErrorContains(t, err, "source.postgres.url")
+	require.NotContains(t, err.Error(), "source.kafka", "only the configured kind's section is checked")
+	require.Nil(t, c.MonitorBrokers(), "a Postgres source has no brokers for the monitor's events")
+	bc, err := c.BackfillSource([]string{"public.articles"}, "", false, false)
+	require.NoError(t, err)
+	require.Equal(t, "", bc.DebeziumServer, "the Postgres source's rows are not a Debezium connector's")
+
+	c.Source.Kind = "kafka"
+	require.NoError(t, c.Validate(true), "a complete Kafka section")
+	require.Equal(t, []string{"k:9092"}, c.MonitorBrokers(), "the monitor's events go to the Kafka source's brokers")
+	c.Monitor.Brokers = []string{"m:9092"}
+	require.Equal(t, []string{"m:9092"}, c.MonitorBrokers(), "monitor.brokers wins")
+	bc, err = c.BackfillSource([]string{"public.articles"}, "", false, false)
+	require.NoError(t, err)
+	require.Equal(t, "dbserver1", bc.DebeziumServer, "a backfill takes the connector's identity")
+
+	c.Source.Kind = "file"
+	err = c.Validate(true)
+	require.ErrorContains(t, err, "source.file.path")
+	require.NotContains(t, err.Error(), "source.kafka")
+}
+
+// TestSourceSectionsConvert: each transport's section converts into its
+// room's configuration whole.
+func TestSourceSectionsConvert(t *testing.T) {
+	path := writeFile(t, `
+source:
+  kind: kafka
+  kafka:
+    brokers: [a:9092, b:9092]
+    topics: [dbserver1.public.articles]
+    group: g
+    max_poll_records: 7
+    max_poll_bytes: 1024
+    fetch_max_bytes: 2048
+    session_timeout: 11s
+    revoke_timeout: 12s
+  file:
+    path: events.jsonl
+    follow: true
+`)
+	c, err := config.Load(path, nil)
+	require.NoError(t, err)
+	k := c.KafkaSource()
+	require.Equal(t, []string{"a:9092", "b:9092"}, k.Brokers)
+	require.Equal(t, []string{"dbserver1.public.articles"}, k.Topics)
+	require.Equal(t, "g", k.Group)
+	require.Equal(t, 7, k.MaxPollRecords)
+	require.Equal(t, 1024, k.MaxPollBytes)
+	require.Equal(t, 2048, k.FetchMaxBytes)
+	require.Equal(t, 11*time.Second, k.SessionTimeout)
+	require.Equal(t, 12*time.Second, k.RevokeTimeout)
+	f := c.FileSource()
+	require.Equal(t, "events.jsonl", f.Path)
+	require.True(t, f.Follow)
+}
