@@ -47,3 +47,19 @@ func TestTracingStopEndsTheExporter(t *testing.T) {
 	collector.Close()
 	goleak.VerifyNone(t, before)
 }
+
+// TestTracingRefusesBadResourceAttributes: a malformed
+// OTEL_RESOURCE_ATTRIBUTES is refused naming the variable and the form it
+// takes, and the exporter already built is ended, not left running.
+func TestTracingRefusesBadResourceAttributes(t *testing.T) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer collector.Close()
+	before := goleak.IgnoreCurrent()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment")
+	_, err := service.SetupTracing(t.Context(), slog.New(slog.DiscardHandler), "test")
+	require.ErrorContains(t, err, "OTEL_RESOURCE_ATTRIBUTES")
+	require.ErrorContains(t, err, "key=value")
+	collector.Close()
+	goleak.VerifyNone(t, before)
+}
