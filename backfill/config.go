@@ -55,6 +55,11 @@ type Config struct {
 	// Empty: the database's own identity (cdc.PostgresSource), as the
 	// Postgres source streams it.
 	DebeziumServer string
+	// Moves are the recorded moves of the sources the rows' versions may
+	// name (source.moves): a version of a moved source read after a move
+	// is of the move's epoch, as the decoder gives the connector's events
+	// of that time, so the rows order against them. Defaults to none.
+	Moves []cdc.SourceMove
 	// ReconcileUnknown also reconciles the table's documents whose versions
 	// name no source (stored before versions named theirs), taking them as
 	// this database's. Defaults to false: nothing proves which database

@@ -1,8 +1,9 @@
 // Package backfill reads the rows of document-database tables directly and
-// yields them as Debezium snapshot-read ("op":"r") messages, so that a
-// backfill goes through the same pipeline as streamed changes: the same
-// decoder, templates, chunking, embedding cache, near-duplicate reuse and
-// sink.
+// yields them as snapshot-read (op "r") changes, so that a backfill goes
+// through the same pipeline as streamed changes: the same templates,
+// chunking, embedding cache, near-duplicate reuse and sink. Rows are read
+// and decoded by cdc/pgsnap, as the Postgres source's initial load reads
+// them, so a row becomes the same document whichever reads it.
 //
 // Rows are read in pages by primary key (keyset, never OFFSET) inside one
 // REPEATABLE READ transaction; every row carries a version at the snapshot's

@@ -106,10 +106,25 @@ func (s *Source) reconcileNext(ctx context.Context) (b cdc.Batch, ok bool, err e
 	return cdc.Batch{Records: msgs}, true, nil
 }
 
-// rowVersion is the version of the rows this run reads (see message), with
-// commit time now.
+// rowVersion is the version of the rows this run reads, with commit time
+// now: P - 1, above every change the snapshot sees and below every change
+// written after a row was read (snapshot.go), of the source the run
+// reads, in the epoch its recorded moves give that time.
 func (s *Source) rowVersion(now time.Time) cdc.Version {
-	return cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{s.snap.position - 1}, TS: uint64(max(now.UnixMilli(), 0)), Snapshot: true, Source: s.source}
+	ms := uint64(max(now.UnixMilli(), 0))
+	return cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{s.snap.position - 1}, TS: ms, Snapshot: true, Source: s.source, Epoch: s.epoch(ms)}
+}
+
+// epoch is how many recorded moves of the run's source happened at or
+// before ms, as the decoder counts them for the source's events.
+func (s *Source) epoch(ms uint64) uint32 {
+	var n uint32
+	for _, m := range s.cfg.Moves {
+		if m.Source == s.source && m.At.UnixMilli() <= int64(ms) {
+			n++
+		}
+	}
+	return n
 }
 
 // gone waits until t's rows are applied and returns the keys of its

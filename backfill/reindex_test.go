@@ -25,7 +25,8 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 			Chunks: []sink.Chunk{{Position: 0, Hash: "h" + id, Text: "note " + id, Tokens: 2, Vector: make([]float32, 16)}}})
 		require.NoError(t, err)
 	}
-	_, err := st.Delete(ctx, "public.notes", "2", v(20), time.Time{})
+	deletedAt := time.UnixMilli(1_700_000_000_000).UTC()
+	_, err := st.Delete(ctx, "public.notes", "2", v(20), deletedAt)
 	require.NoError(t, err)
 
 	src := backfill.NewIndexSource(sink.NewCatalog(w.ix, w.ixSchema), "old", 2)
@@ -38,19 +39,21 @@ func TestIndexSourceYieldsStoredDocumentsAtTheirVersions(t *testing.T) {
 		}
 		require.LessOrEqual(t, len(b.Records), 2, "pages of page-rows documents")
 		for _, m := range b.Records {
-			require.NotNil(t, m.Change, "the change is handed over built, not encoded")
-			require.Nil(t, m.Value)
+			require.NotNil(t, m.Change, "the source hands over the change itself")
+			require.Nil(t, m.Value, "no bytes to decode again")
 			got = append(got, *m.Change)
 		}
 	}
 	require.Len(t, got, 3)
 	require.Equal(t, int64(3), src.Read())
 	require.Equal(t, cdc.OpRead, got[0].Op)
-	snap := func(n uint64) cdc.Version { x := v(n); x.Snapshot = true; return x }
-	require.Equal(t, snap(10), got[0].Version, "a stored document is read as a snapshot read at its version")
+	snap := func(v cdc.Version, ts uint64) cdc.Version { v.Snapshot, v.TS = true, ts; return v }
+	require.Equal(t, snap(v(10), 0), got[0].Version, "a stored document is a snapshot read at its stored version")
 	require.Equal(t, json.Number("10000001"), got[0].After["id"], "integers stay integers")
 	require.Equal(t, cdc.OpDelete, got[1].Op, "a tombstone is carried as a delete")
-	require.Equal(t, snap(20), got[1].Version)
+	require.Nil(t, got[1].After)
+	require.Equal(t, snap(v(20), uint64(deletedAt.UnixMilli())), got[1].Version, "the commit time the index kept goes in the version")
 	require.Equal(t, "2", got[1].DocKey)
 	require.Equal(t, "public.notes", got[2].Table)
+	require.Equal(t, "ragsync-reindex.old", got[2].Coord.Topic)
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ragsync/ragsync/cdc/pgsnap"
 )
 
 // snapshot is the REPEATABLE READ transaction every page of one run is read
@@ -54,7 +56,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool, tables []uint32) (*snapshot,
 	if err != nil {
 		return nil, fmt.Errorf("connect source: %w", err)
 	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := pgsnap.Begin(ctx, conn, "")
 	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("begin snapshot: %w", err)

@@ -1,9 +1,7 @@
 package backfill
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgsnap"
 )
 
 // table is a Table resolved against the source catalog.
@@ -39,8 +38,8 @@ type table struct {
 	gone    []string      // keys of those left to delete
 }
 
-// Source yields the rows of the configured tables as Debezium snapshot-read
-// messages, one page per batch; a batch's Ack saves the table's checkpoint.
+// Source yields the rows of the configured tables as snapshot-read changes,
+// one page per batch; a batch's Ack saves the table's checkpoint.
 // It is used by one pipeline goroutine; Progress may be called from any.
 type Source struct {
 	cfg    Config
@@ -433,77 +432,36 @@ func (s *Source) ack(cp Checkpoint) func(context.Context) error {
 	return func(ctx context.Context) error { return s.cp.Save(ctx, cp) }
 }
 
+// reader is how t's rows are read: in pages by its id columns, which are
+// also the document's, in this run's snapshot, with their row versions for
+// the recheck.
+func (t *table) reader() pgsnap.Table {
+	return pgsnap.Table{Schema: t.schema, Name: t.name, Keys: t.ID, KeyTypes: t.types, IDs: t.ID, Where: t.Where, RowVersions: true}
+}
+
 // page reads the next page of t and returns its messages and the page's
 // last key, nil when the table has no more rows.
 func (s *Source) page(ctx context.Context, t *table) ([]cdc.Record, []string, error) {
-	cols := make([]string, len(t.ID))
-	for i, c := range t.ID {
-		cols[i] = "t." + pgx.Identifier{c}.Sanitize()
-	}
-	keyList := strings.Join(cols, ", ")
-	// The row's columns come in Postgres' text format and are decoded as
-	// the Postgres source decodes them (cdc.PostgresValue): to_jsonb would
-	// render timestamps, bytea, times and NaN otherwise than Debezium's
-	// events and the replication stream do.
-	var b strings.Builder
-	b.WriteString("SELECT t.xmin::text, t.xmax::text")
-	for _, c := range cols {
-		b.WriteString(", " + c + "::text")
-	}
-	b.WriteString(", t.* FROM " + t.ident + " t WHERE true")
-	var args [][]byte
-	if t.lastKey != nil {
-		b.WriteString(" AND (" + keyList + ") > (" + s.params(t, 1) + ")")
-		for _, k := range t.lastKey {
-			args = append(args, []byte(k))
-		}
-	}
-	b.WriteString(t.whereSQL("AND"))
-	fmt.Fprintf(&b, " ORDER BY %s LIMIT %d", keyList, s.pageRows)
 	if s.lim != nil {
 		if err := s.lim.WaitN(ctx, s.pageRows); err != nil {
 			return nil, nil, err
 		}
 	}
-
-	// Text results for every column (nil result formats).
-	rr := s.snap.tx.Conn().PgConn().ExecParams(ctx, b.String(), args, nil, nil, nil)
-	type rowRead struct {
-		row        map[string]any
-		xmin, xmax string
-		key        []string
-	}
-	fds := rr.FieldDescriptions()
-	fixed := 2 + len(cols)
-	var page []rowRead
-	for rr.NextRow() {
-		vals := rr.Values()
-		r := rowRead{xmin: string(vals[0]), xmax: string(vals[1]), key: make([]string, len(cols)), row: make(map[string]any, len(vals)-fixed)}
-		for i := range r.key {
-			r.key[i] = string(vals[2+i])
-		}
-		for i := fixed; i < len(vals); i++ {
-			if vals[i] == nil {
-				r.row[fds[i].Name] = nil
-				continue
-			}
-			r.row[fds[i].Name] = cdc.PostgresValue(fds[i].DataTypeOID, string(vals[i]))
-		}
-		page = append(page, r)
-	}
-	if _, err := rr.Close(); err != nil {
+	page, err := t.reader().Page(ctx, s.snap.tx.Conn().PgConn(), t.lastKey, s.pageRows)
+	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", t.Name, err)
 	}
 	if len(page) == 0 {
 		return nil, nil, nil
 	}
 	now := time.Now()
+	v := s.rowVersion(now)
 	msgs := make([]cdc.Record, 0, len(page))
 	var superseded, rechecked int64
 	for _, r := range page {
-		if r.xmax != "0" {
+		if r.XMax != "0" {
 			rechecked++
-			same, err := s.recheck(ctx, t, r.key, r.xmin)
+			same, err := s.recheck(ctx, t, r.KeyText, r.XMin)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -512,11 +470,7 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Record, []string, er
 				continue
 			}
 		}
-		m, err := s.message(t, r.row, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, s.message(t, r, v, now))
 	}
 	t.read += int64(len(page))
 	s.mu.Lock()
@@ -524,7 +478,7 @@ func (s *Source) page(ctx context.Context, t *table) ([]cdc.Record, []string, er
 	s.prog.Superseded += superseded
 	s.prog.Rechecked += rechecked
 	s.mu.Unlock()
-	return msgs, page[len(page)-1].key, nil
+	return msgs, page[len(page)-1].KeyText, nil
 }
 
 // params renders "$n::type, …" for t's id columns, starting at n.
@@ -570,59 +524,21 @@ func (s *Source) recheck(ctx context.Context, t *table, key []string, xmin strin
 	return cur == xmin, nil
 }
 
-// message renders a row as the snapshot-read event a Debezium PostgreSQL
-// connector would emit (payload only), so the decoder treats it like one.
-func (s *Source) message(t *table, after map[string]any, now time.Time) (cdc.Record, error) {
-	row, err := json.Marshal(after)
-	if err != nil {
-		return cdc.Record{}, fmt.Errorf("encode %s row: %w", t.Name, err)
+// message hands row r of t over as a snapshot read at version v. A row
+// whose id columns are null (or whose only one is empty) is no document:
+// it goes over as the reason, and stops the run.
+func (s *Source) message(t *table, r pgsnap.Row, v cdc.Version, now time.Time) cdc.Record {
+	coord := cdc.Coord{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position)}
+	m := cdc.Record{Raw: cdc.Raw{Topic: coord.Topic, Offset: coord.Offset, Timestamp: now}}
+	if r.DocKey == "" {
+		m.Err = &cdc.DecodeError{Coord: coord, Reason: "no document key: an id column is null or empty",
+			Err: fmt.Errorf("table %s, id columns %s = %q", t.Name, strings.Join(t.ID, ", "), r.KeyText)}
+		return m
 	}
-	// The key's fields in id-column order, as Debezium writes a primary
-	// key: the decoder builds the document key from them in that order.
-	var key bytes.Buffer
-	key.WriteByte('{')
-	for i, c := range t.ID {
-		if i > 0 {
-			key.WriteByte(',')
-		}
-		name, _ := json.Marshal(c)
-		val, err := json.Marshal(after[c])
-		if err != nil {
-			return cdc.Record{}, fmt.Errorf("encode %s key: %w", t.Name, err)
-		}
-		key.Write(name)
-		key.WriteByte(':')
-		key.Write(val)
-	}
-	key.WriteByte('}')
-	ms := now.UnixMilli()
-	v := map[string]any{
-		"op":     "r",
-		"before": nil,
-		"after":  json.RawMessage(row),
-		"source": map[string]any{
-			"version": "ragsync-backfill", "connector": "postgresql", "name": s.cfg.Topic,
-			"db": s.db, "schema": t.schema, "table": t.name, "snapshot": "true",
-			// P - 1: above every change the snapshot sees, below every
-			// change written after the row was read (snapshot.go).
-			"lsn": s.snap.position - 1, "ts_ms": ms,
-			// The database's identity, which the decoder takes over as
-			// the version's source (cdc.Version.Source).
-			"ragsync_source": s.source,
-		},
-		"ts_ms": ms,
-	}
-	val, err := json.Marshal(v)
-	if err != nil {
-		return cdc.Record{}, fmt.Errorf("encode %s row: %w", t.Name, err)
-	}
-	rec := cdc.Record{Raw: cdc.Raw{Topic: s.cfg.Topic + "." + t.Name, Offset: int64(s.snap.position), Key: key.Bytes(), Value: val, Timestamp: now}}
-	return cdc.Decode(rowDecoder, rec), nil
+	ch := cdc.Change{Op: cdc.OpRead, Table: t.reader().Change(), DocKey: r.DocKey, Key: r.Key, After: r.After, Version: v, Coord: coord}
+	m.Change = &ch
+	return m
 }
-
-// rowDecoder decodes the rows message renders: the pipeline takes
-// decoded changes only. The key holds exactly the id columns, in order.
-var rowDecoder = cdc.NewDecoder(cdc.DecoderConfig{})
 
 // PageRows is how many rows one page (one batch) holds.
 func (s *Source) PageRows() int { return s.cfg.PageRows }

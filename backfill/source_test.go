@@ -33,7 +33,11 @@ func TestSourceReadsEveryRowOnceInKeyOrder(t *testing.T) {
 	for i, ch := range changes {
 		require.Equal(t, cdc.OpRead, ch.Op)
 		require.True(t, ch.Version.Snapshot, "a backfilled row is a snapshot read")
+		require.NotZero(t, ch.Version.TS, "its version carries the read's time")
+		require.Equal(t, src.Progress().Source, ch.Version.Source, "and the database read")
 		require.Equal(t, w.table(), ch.Table)
+		require.Equal(t, fmt.Sprint(i+1), ch.DocKey)
+		require.Equal(t, map[string]any{"id": ch.After["id"]}, ch.Key)
 		require.Equal(t, fmt.Sprint(i+1), fmt.Sprint(ch.After["id"]), "keyset order")
 		require.Equal(t, cdc.KindPostgres, ch.Version.Kind)
 		require.Len(t, ch.Version.Parts, 1)
@@ -105,11 +109,12 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 		if i < 2 { // the third page is read but never acknowledged: a crash
 			require.NoError(t, b.Ack(ctx))
 			for _, m := range b.Records {
-				first = append(first, string(m.Key))
+				first = append(first, m.Change.DocKey)
 			}
 		}
 	}
 	src.Close()
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14"}, first, "two pages acknowledged")
 	c, ok, err := cp.Load(ctx, w.table())
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -183,13 +188,12 @@ func TestSourceStraddlingWriter(t *testing.T) {
 	go func() {
 		b, err := src.Fetch(ctx)
 		var out []cdc.Change
-		dec := cdc.NewDecoder(cdc.DecoderConfig{})
 		for _, m := range b.Records {
-			ch, derr := dec.Decode(m)
-			if derr != nil {
-				err = derr
+			if m.Change == nil {
+				err = fmt.Errorf("message without a change: %v", m.Err)
+				continue
 			}
-			out = append(out, ch)
+			out = append(out, *m.Change)
 		}
 		done <- result{out, err}
 	}()
@@ -279,4 +283,76 @@ func TestSourceRate(t *testing.T) {
 	start := time.Now()
 	require.Len(t, fetchAll(t, src), 40)
 	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "--rate must slow the reads down")
+}
+
+// TestSourceVersionsTakeTheMovesEpoch: beside a Debezium connector whose
+// database moved (source.moves), the rows' versions are of the epoch the
+// decoder gives the connector's events of the same time, so they order
+// against them; another source's moves do not count.
+func TestSourceVersionsTakeTheMovesEpoch(t *testing.T) {
+	w := newWorld(t)
+	w.seed(3)
+	ctx := context.Background()
+	var db string
+	require.NoError(t, w.src.QueryRow(ctx, "SELECT current_database()").Scan(&db))
+	source := "dbz:shop/" + db
+	cfg := w.config(10)
+	cfg.DebeziumServer = "shop"
+	cfg.Moves = []cdc.SourceMove{
+		{Source: source, At: time.Now().Add(-time.Hour)},
+		{Source: source, At: time.Now().Add(-time.Minute)},
+		{Source: source, At: time.Now().Add(time.Hour)}, // not yet
+		{Source: "dbz:other/" + db, At: time.Now().Add(-time.Hour)},
+	}
+	src, err := backfill.Open(ctx, cfg, nil)
+	require.NoError(t, err)
+	defer src.Close()
+	changes := fetchAll(t, src)
+	require.Len(t, changes, 3)
+	for _, ch := range changes {
+		require.Equal(t, source, ch.Version.Source)
+		require.Equal(t, uint32(2), ch.Version.Epoch)
+	}
+	// The connector's event of the row, decoded with the same moves, at
+	// the same time and position: the backfill's copy sorts just before it.
+	dec := cdc.NewDecoder(cdc.DecoderConfig{Moves: cfg.Moves})
+	ev, err := dec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "shop." + w.table(), Key: []byte(`{"id":1}`), Value: fmt.Appendf(nil,
+		`{"op":"u","after":{"id":1},"source":{"connector":"postgresql","name":"shop","db":%q,"schema":%q,"table":"articles","lsn":%d,"ts_ms":%d}}`,
+		db, w.srcName, changes[0].Version.Parts[0], changes[0].Version.TS)}})
+	require.NoError(t, err)
+	require.Equal(t, ev.Version.Epoch, changes[0].Version.Epoch)
+	require.Equal(t, -1, changes[0].Version.Compare(ev.Version))
+}
+
+// TestSourceRowWithoutADocumentID: a row whose tables[].id column is null
+// or empty is no document; it goes over as the reason, for the pipeline to
+// stop on (a backfill keeps no dead letters), instead of being dropped.
+func TestSourceRowWithoutADocumentID(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	_, err := w.src.Exec(ctx, "CREATE TABLE "+w.srcName+".slugs (id int PRIMARY KEY, slug text); INSERT INTO "+w.srcName+".slugs VALUES (1, 'a'), (2, ''), (3, 'c')")
+	require.NoError(t, err)
+	cfg := w.config(10)
+	cfg.Tables = []backfill.Table{{Name: w.srcName + ".slugs", ID: []string{"slug"}}}
+	src, err := backfill.Open(ctx, cfg, nil)
+	require.NoError(t, err)
+	defer src.Close()
+	b, err := src.Fetch(ctx)
+	require.NoError(t, err)
+	require.Len(t, b.Records, 3)
+	var keys []string
+	var failed []error
+	for _, m := range b.Records {
+		if m.Change != nil {
+			keys = append(keys, m.Change.DocKey)
+			continue
+		}
+		failed = append(failed, m.Err)
+	}
+	require.Equal(t, []string{"a", "c"}, keys)
+	require.Len(t, failed, 1)
+	var de *cdc.DecodeError
+	require.ErrorAs(t, failed[0], &de)
+	require.Contains(t, de.Error(), "no document key")
+	require.Equal(t, "ragsync-backfill."+w.srcName+".slugs", de.Coord.Topic)
 }

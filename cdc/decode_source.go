@@ -118,12 +118,6 @@ var errNoVersion = errors.New("no version")
 // never compared by position (see Version). Empty when the event names
 // neither (an abridged or flattened source block): an unknown source.
 func debeziumSource(src map[string]any) string {
-	if id, ok := src["ragsync_source"].(string); ok && id != "" {
-		// A row the backfill read renders its database's own identity
-		// (cdc.PostgresSource), so its versions order against the Postgres
-		// source's and the backfill's own.
-		return id
-	}
 	name, _ := src["name"].(string)
 	db, _ := src["db"].(string)
 	if name == "" && db == "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // BackfillConfig is the backfill section of ragsync.yaml.
@@ -40,10 +41,12 @@ func (c Config) BackfillSource(tables []string, where string, resume, needURL bo
 	// positions of the one database order against each other and the
 	// reconcile covers the documents the connector wrote.
 	bc.DebeziumServer = c.sourceDebeziumServer()
-	ids := map[string][]string{}
-	for _, t := range c.Tables {
-		ids[t.Match] = t.ID
-	}
+	// The versions name the move epochs serve's decoder gives the same
+	// source, and each table's document ids are its tables[] entry's, the
+	// exact match else the first pattern that selects it, as serve keys
+	// the table's changes.
+	dc := c.DecoderConfig()
+	bc.Moves = dc.Moves
 	if len(tables) == 0 {
 		for _, t := range c.Tables {
 			if !isPattern(t.Match) {
@@ -52,7 +55,8 @@ func (c Config) BackfillSource(tables []string, where string, resume, needURL bo
 		}
 	}
 	for _, name := range tables {
-		bc.Tables = append(bc.Tables, backfill.Table{Name: name, ID: ids[name], Where: where})
+		t, _ := cdc.LookupTable(dc.Tables, name)
+		bc.Tables = append(bc.Tables, backfill.Table{Name: name, ID: t.ID, Where: where})
 	}
 	var errs []error
 	check := bc

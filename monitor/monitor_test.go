@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,21 +15,10 @@ import (
 	"github.com/ragsync/ragsync/monitor"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(
-			// Library goroutines that end shortly after Close.
-			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-		); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run if a goroutine outlives the tests. Nothing is
+// ignored: every pool and Redis client a test opens is closed by its
+// cleanup, and their background goroutines end with Close.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestWindowsSurviveRestart: the drift windows and the query window are
 // persisted, so a new Monitor (a restart) continues where the old one

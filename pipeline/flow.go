@@ -38,6 +38,11 @@ type flow struct {
 	// seq numbers batches in fetch order; oldest is the seq of the oldest
 	// batch not acknowledged (0: none), for the stall check.
 	seq, oldest uint64
+	// acking is the oldest batch taken from its lane to be acknowledged
+	// and not acknowledged yet (nil: none): until its acknowledgement
+	// returns it is still the oldest batch in flight, so a source whose
+	// acknowledgement keeps failing is a stall like any other.
+	acking *tracked
 
 	// room is signalled when work finishes (the fetcher may be waiting for
 	// room), ackable when a batch may have become acknowledgeable.
@@ -332,6 +337,12 @@ func (f *flow) takeAckable() []*tracked {
 		}
 	}
 	if len(out) > 0 {
+		f.acking = out[0]
+		for _, t := range out[1:] {
+			if t.seq < f.acking.seq {
+				f.acking = t
+			}
+		}
 		f.oldest = 0
 		for _, l := range f.lanes {
 			if s := l.batches[0].seq; f.oldest == 0 || s < f.oldest {
@@ -347,12 +358,23 @@ func (f *flow) takeAckable() []*tracked {
 func (f *flow) oldestFetched() (time.Time, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.acking != nil {
+		return f.acking.fetched, f.acking.seq
+	}
 	for _, l := range f.lanes {
 		if l.batches[0].seq == f.oldest {
 			return l.batches[0].fetched, f.oldest
 		}
 	}
 	return time.Time{}, 0
+}
+
+// acknowledged notes that the batches taken by takeAckable are
+// acknowledged.
+func (f *flow) acknowledged() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acking = nil
 }
 
 // inFlight reports the bytes and documents in flight, for the gauges.

@@ -52,6 +52,7 @@ func (f *flow) ackReady(ctx context.Context, retry bool) error {
 			}
 			p.metrics.batchSecs.Observe(p.now().Sub(t.fetched).Seconds())
 		}
+		f.acknowledged()
 		if _, after := f.oldestFetched(); after != before {
 			// The oldest batch moved on: retries and failures noted so far
 			// belonged to it, and the stall check starts over.

@@ -48,7 +48,8 @@ func SetupTracing(ctx context.Context, logger *slog.Logger, version string) (fun
 	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "ragsync"),
 		attribute.String("service.version", version)), resource.WithFromEnv())
 	if err != nil {
-		return nil, err
+		_ = exp.Shutdown(ctx) // nothing was exported yet; end its client
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w (write key=value pairs separated by commas, or unset them)", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)

@@ -52,6 +52,28 @@ func TestChangeHoldsTimeOnce(t *testing.T) {
 	}
 }
 
+// TestNoJSONHandOver: no Debezium envelope is built from a row or a stored
+// document to be decoded again; sources hand over changes. Only what plays
+// a Debezium producer may write one: the demo, the benchmarks' event
+// generators and the tests' helper.
+func TestNoJSONHandOver(t *testing.T) {
+	src := goSources(t, "..", false)
+	envelope := regexp.MustCompile(`"op":[ \t]*("|[a-z])`)
+	bad := matches(src, envelope, "../examples/", "../bench/", "../internal/debeziumtest/")
+	require.Empty(t, bad, "these build a Debezium envelope: hand the pipeline a cdc.Change instead")
+	require.NotEmpty(t, matches(src, envelope), "the check sees the envelopes it allows")
+}
+
+// TestOneRowReader: Postgres' text output is decoded into values in one
+// place for table rows (cdc/pgsnap: the initial load, the backfill and the
+// re-read of a row) and one for the replication stream.
+func TestOneRowReader(t *testing.T) {
+	src := goSources(t, "..", false)
+	calls := regexp.MustCompile(`\bPostgresValue\(`)
+	bad := matches(src, calls, "../cdc/pgsnap/", "../cdc/pgrepl/stream.go", "../cdc/postgres_value.go")
+	require.Empty(t, bad, "these decode Postgres values their own way: read rows through cdc/pgsnap")
+}
+
 // TestApplyStaysSmall: the function that applies one document, and every
 // function of the files that apply and write changes, stay small enough
 // to read: at most 80 lines for the one that applies a document, and a
@@ -124,7 +146,7 @@ func goSources(t *testing.T, dir string, tests bool) map[string]string {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+		if d.IsDir() && path != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || (!tests && strings.HasSuffix(path, "_test.go")) {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/ragsync/ragsync/backfill"
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/pgrepl"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/pipeline"
@@ -292,10 +294,32 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	cfg := b.config()
 	cfg.Tables = []cdc.TableConfig{{Match: tbl}}
 	cfg.InitialLoad = true
+	cfg.DLQPath = t.TempDir() + "/dlq.jsonl"
+	cfg.State = pgrepl.NewMemoryState() // the restart below knows the load is done
 	s := b.source(t, cfg)
-	loaded := b.fetch(t, s, len(rows), true)
+	loadBatch, err := s.Fetch(t.Context())
+	require.NoError(t, err)
+	require.Len(t, loadBatch.Records, len(rows), "one batch holds the load")
+	var loaded []cdc.Change
+	for _, m := range loadBatch.Records {
+		loaded = append(loaded, *m.Change)
+	}
+	require.NoError(t, loadBatch.Ack(t.Context()))
 	b.r.Exec(t, fmt.Sprintf("UPDATE %s SET id = id", tbl))
 	streamed := b.fetch(t, s, len(rows), true)
+	s.Close()
+
+	// The re-read of a row by its document id (what a dead letter's
+	// replay, or an unchanged TOAST value, reads): the loaded changes,
+	// dead-lettered and replayed, come back read again at the next start.
+	dl := file.NewDeadLetters(cfg.DLQPath, "test")
+	for _, m := range loadBatch.Records {
+		require.NoError(t, dl.Put(t.Context(), m, fmt.Errorf("embed: down")))
+	}
+	n, err := pgrepl.DeadLetterFile(cfg.DLQPath).Replay(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, len(rows), n)
+	reread := b.fetch(t, b.source(t, cfg), len(rows), true)
 	asMessages := func(chs []cdc.Change) []cdc.Record {
 		out := make([]cdc.Record, len(chs))
 		for i := range chs {
@@ -319,6 +343,41 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	bf.Close()
 	require.Len(t, backfilled, len(rows))
 
+	// One row, one change: whichever reader read it, the same document
+	// id, key columns and values.
+	byKey := func(name string, chs []cdc.Change) map[string]cdc.Change {
+		out := map[string]cdc.Change{}
+		for _, ch := range chs {
+			out[ch.DocKey] = ch
+		}
+		require.Len(t, out, len(rows), name)
+		return out
+	}
+	var bfChanges []cdc.Change
+	for _, m := range backfilled {
+		require.NotNil(t, m.Change, "the backfill hands over changes")
+		require.Nil(t, m.Value, "not bytes to decode again")
+		bfChanges = append(bfChanges, *m.Change)
+	}
+	byLoad := byKey("initial load", loaded)
+	for name, chs := range map[string][]cdc.Change{"backfill": bfChanges, "re-read": reread, "stream": streamed} {
+		for k, got := range byKey(name, chs) {
+			want, ok := byLoad[k]
+			require.True(t, ok, "%s: document %s not loaded", name, k)
+			require.Equal(t, want.Table, got.Table, "%s: document %s", name, k)
+			require.Equal(t, want.Key, got.Key, "%s: document %s", name, k)
+			require.Equal(t, want.After, got.After, "%s: document %s", name, k)
+			docKey, key, ok := cdc.RowKey([]string{"id"}, got.After)
+			require.True(t, ok)
+			require.Equal(t, k, docKey, "%s: the document id is the row's", name)
+			require.Equal(t, want.Key, key, name)
+		}
+	}
+	for _, ch := range reread {
+		require.Equal(t, cdc.OpUpdate, ch.Op, "the row is read again as it is now")
+		require.Equal(t, loaded[0].Version, ch.Version, "at the dead letter's version")
+	}
+
 	// Debezium's events of the rows.
 	var events []cdc.Record
 	for _, r := range rows {
@@ -330,7 +389,7 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	want := documents(t, pp, "debezium", tables, events)
 	require.Len(t, want, len(rows))
 	for name, msgs := range map[string][]cdc.Record{
-		"initial load": asMessages(loaded), "stream": asMessages(streamed), "backfill": backfilled,
+		"initial load": asMessages(loaded), "stream": asMessages(streamed), "backfill": backfilled, "reread": asMessages(reread),
 	} {
 		got := documents(t, pp, strings.ReplaceAll(name, " ", "_"), tables, msgs)
 		require.Len(t, got, len(rows), name)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/pgsnap"
 )
 
 // loadPlan is an initial load ready to run: a read-only transaction on the
@@ -31,15 +32,9 @@ func (l *loadPlan) close() {
 // planLoad opens the load's transaction: on the slot's exported snapshot
 // when snapshot is set, else on a fresh one.
 func (s *Source) planLoad(ctx context.Context, conn *pgx.Conn, snapshot string, at pglogrepl.LSN, rec LoadRecord) (*loadPlan, error) {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := pgsnap.Begin(ctx, conn, snapshot)
 	if err != nil {
-		return nil, fmt.Errorf("initial load: begin: %w", err)
-	}
-	if snapshot != "" {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapshot)); err != nil {
-			_ = tx.Rollback(ctx)
-			return nil, fmt.Errorf("initial load: import snapshot %s: %w", snapshot, err)
-		}
+		return nil, fmt.Errorf("initial load: %w", err)
 	}
 	return &loadPlan{conn: conn, tx: tx, at: at, rec: rec}, nil
 }
@@ -135,56 +130,25 @@ func mergeNames(a, b []string) []string {
 	return out
 }
 
-// loadTable reads one table in text format, so values decode exactly as
+// loadTable reads one table (cdc/pgsnap), so values decode exactly as
 // pgoutput's do: by primary key pages after the key after (nil: from the
 // start) when the table has one, else through a cursor, whole.
 func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after []string, msgs *[]cdc.Record) (int, error) {
-	name := t.sql()
-	keys := t.pk
-	var rel *relation
+	tb := t.reader()
 	n, keyless := 0, 0
-	// page reads one page and queues its rows; it returns the row count
-	// and the last row's key text.
-	page := func(sql string, args [][]byte) (int, []string, error) {
-		rr := l.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
-		if rel == nil {
-			rel = &relation{schema: t.schema, table: t.table, name: t.name, matched: true, ids: t.ids}
-			for _, fd := range rr.FieldDescriptions() {
-				rel.cols = append(rel.cols, column{name: fd.Name, oid: fd.DataTypeOID})
-			}
-		}
-		got := 0
-		var last []string
+	// queue hands the rows over as changes.
+	queue := func(rows []pgsnap.Row) {
 		ts := time.UnixMilli(time.Now().UnixMilli()).UTC()
-		for rr.NextRow() {
-			got++
-			row := make(map[string]any, len(rel.cols))
-			last = make([]string, len(keys)) // in key order, for the next page's WHERE
-			for i, raw := range rr.Values() {
-				c := rel.cols[i]
-				if raw == nil {
-					row[c.name] = nil
-					continue
-				}
-				if k := slices.Index(keys, c.name); k >= 0 {
-					last[k] = string(raw)
-				}
-				row[c.name] = cdc.PostgresValue(c.oid, string(raw))
-			}
-			docKey, key := rowKey(t.ids, row)
-			if docKey == "" {
+		v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true, Source: s.source}
+		for _, r := range rows {
+			if r.DocKey == "" {
 				keyless++
 				continue
 			}
-			v := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{uint64(l.at), 0}, TS: uint64(max(ts.UnixMilli(), 0)), Snapshot: true, Source: s.source}
-			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: docKey, Key: key, After: row, Version: v,
+			ch := cdc.Change{Op: cdc.OpRead, Table: t.name, DocKey: r.DocKey, Key: r.Key, After: r.After, Version: v,
 				Coord: cdc.Coord{Topic: s.cfg.Slot + "." + t.schema + "." + t.table, Offset: int64(l.at)}}
 			*msgs = append(*msgs, message(ch, ts))
 		}
-		if _, err := rr.Close(); err != nil {
-			return got, nil, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
-		}
-		return got, last, nil
 	}
 	flush := func(progress *LoadRecord) bool {
 		for len(*msgs) >= s.cfg.BatchSize || (progress != nil && len(*msgs) > 0) {
@@ -207,57 +171,45 @@ func (s *Source) loadTable(ctx context.Context, l *loadPlan, t *tableInfo, after
 			s.log.Warn("initial load: rows without a document id were not loaded (a tables[].id column is null)", "table", t.name, "rows", keyless, "id", strings.Join(t.ids, ","))
 		}
 	}()
+	conn := l.conn.PgConn()
+	name := t.sql()
 
-	if len(keys) == 0 {
-		if _, err := l.tx.Exec(ctx, "DECLARE ragsync_load NO SCROLL CURSOR FOR SELECT * FROM "+name); err != nil {
+	if len(tb.Keys) == 0 {
+		cur, err := tb.Open(ctx, conn)
+		if err != nil {
 			return 0, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
 		}
 		for {
-			got, _, err := page("FETCH 1000 FROM ragsync_load", nil)
-			n += got
+			rows, err := cur.Next(ctx, 1000)
+			n += len(rows)
 			if err != nil {
-				return n, err
+				return n, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
 			}
+			queue(rows)
 			if !flush(nil) {
 				return n, ctx.Err()
 			}
-			if got == 0 {
+			if len(rows) == 0 {
 				break
 			}
 		}
-		if _, err := l.tx.Exec(ctx, "CLOSE ragsync_load"); err != nil {
+		if err := cur.Close(ctx); err != nil {
 			return n, fmt.Errorf("read %s: %w", name, err)
 		}
 		return n, nil
 	}
 
-	cols := make([]string, len(keys))
-	params := make([]string, len(keys))
-	for i, k := range keys {
-		cols[i] = pgx.Identifier{k}.Sanitize()
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	order := strings.Join(cols, ", ")
 	for {
-		// The key's text goes back as untyped parameters: the server reads
-		// them as the columns' types, whatever those are.
-		sql := fmt.Sprintf("SELECT * FROM %s ORDER BY %s LIMIT %d", name, order, s.cfg.BatchSize)
-		var args [][]byte
-		if after != nil {
-			sql = fmt.Sprintf("SELECT * FROM %s WHERE (%s) > (%s) ORDER BY %s LIMIT %d", name, order, strings.Join(params, ", "), order, s.cfg.BatchSize)
-			for _, a := range after {
-				args = append(args, []byte(a))
-			}
-		}
-		got, last, err := page(sql, args)
-		n += got
+		rows, err := tb.Page(ctx, conn, after, s.cfg.BatchSize)
+		n += len(rows)
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("read %s: %w", name, s.classifyLoad(err, t))
 		}
-		if got == 0 {
+		if len(rows) == 0 {
 			return n, nil
 		}
-		after = slices.Clone(last)
+		queue(rows)
+		after = rows[len(rows)-1].KeyText
 		p := l.rec
 		p.Table, p.Key = t.name, after
 		if !flush(&p) {
@@ -328,4 +280,10 @@ func (s *Source) reconcile(ctx context.Context, l *loadPlan, tables []string, ms
 		n += len(gone)
 	}
 	return n, nil
+}
+
+// reader is how the table's rows are read (the initial load, a re-read):
+// in primary-key pages, with document ids from its id columns.
+func (t *tableInfo) reader() pgsnap.Table {
+	return pgsnap.Table{Schema: t.schema, Name: t.table, Keys: t.pk, IDs: t.ids}
 }

@@ -9,13 +9,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/cdc/pgsnap"
 )
 
 // ReplayPath is the file `ragsync dlq replay` moves the dead letters of
@@ -109,52 +108,18 @@ func (s *Source) reread(ctx context.Context, conn *pgx.Conn, ch cdc.Change) (cdc
 		// over as it was, for the pipeline to count or skip.
 		return ch, nil
 	}
-	where := make([]string, len(t.ids))
-	args := make([][]byte, len(t.ids))
-	for i, c := range t.ids {
-		v, ok := ch.Key[c]
-		if !ok {
-			return ch, nil // keyed by other columns when it was written
-		}
-		where[i] = fmt.Sprintf("%s = $%d", pgx.Identifier{c}.Sanitize(), i+1)
-		args[i] = []byte(paramText(v))
+	row, found, err := t.reader().Get(ctx, conn.PgConn(), ch.Key)
+	if errors.Is(err, pgsnap.ErrKeyColumns) {
+		return ch, nil // keyed by other columns when it was written
 	}
-	rr := conn.PgConn().ExecParams(ctx, fmt.Sprintf("SELECT * FROM %s WHERE %s", t.sql(), strings.Join(where, " AND ")), args, nil, nil, nil)
-	fds := rr.FieldDescriptions()
-	var row map[string]any
-	for rr.NextRow() {
-		row = make(map[string]any, len(fds))
-		for i, raw := range rr.Values() {
-			if raw == nil {
-				row[fds[i].Name] = nil
-				continue
-			}
-			row[fds[i].Name] = cdc.PostgresValue(fds[i].DataTypeOID, string(raw))
-		}
-	}
-	if _, err := rr.Close(); err != nil {
+	if err != nil {
 		return ch, fmt.Errorf("read %s again: %w", t.sql(), s.classifyLoad(err, t))
 	}
 	out := cdc.Change{Table: ch.Table, DocKey: ch.DocKey, Key: ch.Key, Version: ch.Version, TxID: ch.TxID, Coord: ch.Coord}
-	if row == nil {
+	if !found {
 		out.Op, out.Before = cdc.OpDelete, ch.Before
 		return out, nil
 	}
-	out.Op, out.After = cdc.OpUpdate, row
+	out.Op, out.After = cdc.OpUpdate, row.After
 	return out, nil
-}
-
-// paramText renders a key value as the text Postgres reads back as the
-// column's type.
-func paramText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case json.Number:
-		return v.String()
-	case bool:
-		return strconv.FormatBool(v)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }
