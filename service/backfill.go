@@ -235,7 +235,7 @@ func finishBulk(ctx context.Context, ix *Index, logger *slog.Logger) error {
 	}
 	err := ix.Store.Finish(context.WithoutCancel(ctx), sink.BuildOptions{})
 	if err != nil {
-		logger.Error("build HNSW index failed; serve builds it at start", "error", err)
+		logger.Error("finishing the bulk load failed (writing its last rows or building the HNSW index); serve builds a missing HNSW index at start", "error", err)
 	}
 	return err
 }
