@@ -62,8 +62,8 @@ type Identity struct {
 }
 
 // OpenIndex is the one way to open an index. cfg.Index is an index or an
-// alias (an alias opens its target, Identity.Alias naming it); cfg.Mode
-// says what the handle may do:
+// alias (an alias opens its target, Identity.Alias naming it; with
+// cfg.Physical it is an index only); cfg.Mode says what the handle may do:
 //
 //   - Read opens an existing index, creating nothing and needing USAGE
 //     and SELECT only. The identity (model, dimensions, full text) is the
@@ -80,8 +80,9 @@ type Identity struct {
 //     and cfg.Create is false: beside them an unknown name is far more
 //     often a typo than a new index, so it is an *UnknownIndexError.
 //
-// The handle implements the pipeline's whole write contract in every mode
-// (Read refusing the writes).
+// Bulk on an index that holds documents opens it in Write mode (Store.Mode
+// says which). The handle implements the pipeline's whole write contract
+// in every mode, Read refusing the writes.
 func OpenIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	switch cfg.Mode {
