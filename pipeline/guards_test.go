@@ -153,11 +153,12 @@ func TestRevokeMidRunStops(t *testing.T) {
 		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+role)
 	})
 	// The role owns the schema's tables, as an application role would
-	// (sink.New creates the index's HNSW index); REVOKE then takes away
-	// even the owner's own privileges.
+	// (opening the index resolves its name among the aliases and creates
+	// its HNSW index); REVOKE then takes away even the owner's own
+	// privileges.
 	_, err = admin.Exec(ctx, "GRANT USAGE, CREATE ON SCHEMA "+schema+" TO "+role)
 	require.NoError(t, err)
-	for _, table := range []string{"documents", "chunks", "embedding_cache", "indexes", "truncations"} {
+	for _, table := range []string{"documents", "chunks", "embedding_cache", "indexes", "aliases", "truncations"} {
 		_, err := admin.Exec(ctx, "ALTER TABLE "+schema+"."+table+" OWNER TO "+role)
 		require.NoError(t, err)
 	}
