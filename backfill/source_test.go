@@ -144,7 +144,7 @@ func TestSourceResumesAfterTheLastAcknowledgedPage(t *testing.T) {
 }
 
 // ensureIndex registers index name, which the checkpoints' foreign key
-// needs (serve and backfill do it through sink.New).
+// needs (serve and backfill do it through sink.OpenIndex).
 func ensureIndex(w *world, name string) error {
 	_, err := w.ix.Exec(context.Background(), "INSERT INTO indexes (name, model, dimensions) VALUES ($1, 'hashing', 64) ON CONFLICT DO NOTHING", name)
 	return err
