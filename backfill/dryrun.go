@@ -12,14 +12,9 @@ import (
 )
 
 // store is the part of the sink a dry run reads: the fence, the cache and
-// the stored chunks for reuse. Writes never reach it.
+// the stored chunks for reuse (in one Lookup). Writes never reach it.
 type store interface {
-	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
-	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
-	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
-	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
-	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 }
@@ -112,40 +107,12 @@ func (d *DryRun) Truncate(context.Context, string, cdc.Version, time.Time) (int,
 	return 0, nil
 }
 
-// Vectors answers from the real cache plus the hashes this dry run would
-// have embedded already.
-func (d *DryRun) Vectors(ctx context.Context, hashes []string) (map[string][]float32, error) {
-	got := map[string][]float32{}
-	if d.st != nil {
-		var err error
-		if got, err = d.st.Vectors(ctx, hashes); err != nil {
-			return nil, err
-		}
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, h := range hashes {
-		if _, ok := got[h]; !ok && d.known[h] {
-			got[h] = make([]float32, d.dims)
-		}
-	}
-	return got, nil
-}
-
 // Document reads the stored document: the fence applies as in a real run.
 func (d *DryRun) Document(ctx context.Context, id string) (sink.StoredDocument, bool, error) {
 	if d.st == nil {
 		return sink.StoredDocument{}, false, nil
 	}
 	return d.st.Document(ctx, id)
-}
-
-// StoredChunks reads the stored chunks, for near-duplicate reuse.
-func (d *DryRun) StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error) {
-	if d.st == nil {
-		return nil, nil
-	}
-	return d.st.StoredChunks(ctx, id)
 }
 
 // Cost is the estimate's price at pricePerMillion per million tokens.

@@ -302,3 +302,25 @@ func TestShadowEmbedsEachDistinctTextOnce(t *testing.T) {
 	require.Less(t, len(distinct), len(chunks), "the document repeats chunks")
 	require.EqualValues(t, len(distinct), b.shadowEmb.texts.Load())
 }
+
+// TestShadowAheadPaysNothing: a shadow that already holds a later version
+// of a document (written there by a reindex pass, say) skips an older
+// change of it without embedding anything, and keeps its own version;
+// the primary applies the change.
+func TestShadowAheadPaysNothing(t *testing.T) {
+	b := setupShadow(t)
+	later := cdc.Version{Kind: cdc.KindPostgres, Parts: []uint64{50, 0}}
+	_, err := b.shad.Upsert(t.Context(), sink.Document{Table: "public.docs", Key: "1", Version: later,
+		Chunks: []sink.Chunk{{Position: 0, Hash: "later-0", Text: "later text", Tokens: 2, Vector: make([]float32, 16)}}})
+	require.NoError(t, err)
+	b.run(t, [][]cdc.Record{{event("c", 1, 10, paraA)}}, b.shad)
+	require.Zero(t, b.shadowEmb.texts.Load(), "nothing embedded for a change the shadow is past")
+	d, ok, err := b.shad.Document(t.Context(), "public.docs/1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, later, d.Version, "the shadow keeps its later version")
+	p, ok, err := b.primary.Document(t.Context(), "public.docs/1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Negative(t, p.Version.Compare(later), "the primary applied the change, at its own version")
+}

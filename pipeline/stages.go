@@ -68,17 +68,14 @@ type Observer interface {
 // Truncate), and calls Flush before any source position is acknowledged.
 // A per-document-transaction index (sink's write mode) has nothing to
 // flush; a buffering one (sink's bulk mode) makes its buffered rows durable
-// there. Document, StoredChunks, Cached and Vectors read what Lookup reads
-// in one, for the paths that need part of it (a change whose unchanged
-// TOAST columns need the stored row before chunking, the repayment of
-// reuse debt).
+// there. Document reads the stored row first for a change whose unchanged
+// TOAST columns need it before chunking; Cached asks about the pieces a
+// refinement cut anew.
 type Index interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
 	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
-	Vectors(ctx context.Context, hashes []string) (map[string][]float32, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
-	StoredChunks(ctx context.Context, id string) ([]sink.StoredChunk, error)
 	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)

@@ -91,20 +91,20 @@ func (p *Pipeline) embedMissing(ctx context.Context, t Target, doc *sink.Documen
 	return saved, nil
 }
 
-// texts are the distinct texts a document needs embedded, in first
+// needed is the distinct texts a document needs embedded, in first
 // appearance order, with their token counts and hashes.
-type texts struct {
+type needed struct {
 	texts  []string
 	tokens []int
 	hashes []string
 	at     map[string]int // hash → index in texts
 }
 
-func (n texts) has(hash string) bool { _, ok := n.at[hash]; return ok }
+func (n needed) has(hash string) bool { _, ok := n.at[hash]; return ok }
 
 // neededTexts is the distinct texts of chunks[i] for i in missing.
-func neededTexts(chunks []sink.Chunk, missing []int) texts {
-	n := texts{at: make(map[string]int, len(missing))}
+func neededTexts(chunks []sink.Chunk, missing []int) needed {
+	n := needed{at: make(map[string]int, len(missing))}
 	for _, i := range missing {
 		c := chunks[i]
 		if n.has(c.Hash) {
@@ -139,7 +139,7 @@ func countReused(chunks []sink.Chunk) int {
 // round trip and one transaction fewer per document. Its price is that a
 // crash between the embedding and the commit re-embeds at most one slice;
 // a failed transaction caches them (keepVectors).
-func (p *Pipeline) embedSlices(ctx context.Context, t Target, need texts, primary bool) ([][]float32, error) {
+func (p *Pipeline) embedSlices(ctx context.Context, t Target, need needed, primary bool) ([][]float32, error) {
 	label := "embedded"
 	if !primary {
 		label = "shadow_embedded"
