@@ -67,6 +67,10 @@ func New(cfg Config) (*Chunker, error) {
 	return c, nil
 }
 
+// Fingerprint is the fingerprint of the chunker's settings (see
+// Config.Fingerprint).
+func (c *Chunker) Fingerprint() string { return c.cfg.Fingerprint() }
+
 // Split returns the chunks of text in document order. Whitespace-only text
 // gives no chunks. Concatenating the chunk texts gives text back except for
 // the whitespace between chunks, and every chunk has at most MaxTokens

@@ -87,3 +87,17 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Fingerprint names the strategy and parameters that decide where chunks
+// are cut, e.g. "content-defined/512/128/1024" ("+r64" when updates refine
+// changed chunks at 64 tokens). It is stable across runs and versions for
+// the same settings; two equal fingerprints cut the same text into the
+// same chunks. Call it on the result of WithDefaults. Each chunk row
+// records it, so an index cut with several settings shows the mix.
+func (c Config) Fingerprint() string {
+	f := fmt.Sprintf("%s/%d/%d/%d", c.Strategy, c.TargetTokens, c.MinTokens, c.MaxTokens)
+	if c.RefineTargetTokens > 0 {
+		f += fmt.Sprintf("+r%d", c.RefineTargetTokens)
+	}
+	return f
+}

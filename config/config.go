@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -109,7 +110,13 @@ type TableConfig struct {
 	ID       []string `yaml:"id"`
 	Text     string   `yaml:"text"`
 	Metadata []string `yaml:"metadata"`
-	Tenant   string   `yaml:"tenant"`
+	// Fields are declared metadata fields, each a template over the row
+	// like Text ("{{category}}/{{kind}}", or a constant), rendered into
+	// the document's metadata beside the Metadata columns: filterable by
+	// query --filter and the front door, and updated without re-embedding
+	// when the text is unchanged.
+	Fields map[string]string `yaml:"fields"`
+	Tenant string            `yaml:"tenant"`
 }
 
 type ChunkerConfig struct {
@@ -412,6 +419,9 @@ func setValue(v reflect.Value, s string) error {
 
 var IndexName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
 
+// fieldName is what a declared metadata field may be called.
+var fieldName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,62}$`)
+
 // validate reports every problem at once, each naming the field and the fix.
 func (c Config) Validate(needSource bool) error {
 	var errs []error
@@ -436,6 +446,16 @@ func (c Config) Validate(needSource bool) error {
 		}
 		if t.Text != "" && !strings.Contains(t.Text, "{{") {
 			add("tables[%d].text: the template names no column; write e.g. \"# {{title}}\\n\\n{{body}}\"", i)
+		}
+		for _, name := range slices.Sorted(maps.Keys(t.Fields)) {
+			switch {
+			case !fieldName.MatchString(name):
+				add("tables[%d].fields.%s: a field name is letters, digits and _ starting with a letter (it is a metadata key filters name)", i, name)
+			case slices.Contains(t.Metadata, name):
+				add("tables[%d].fields.%s: the name is also in tables[%d].metadata, and both would write the same metadata key; rename the field", i, name, i)
+			case strings.Contains(t.Fields[name], "\n"):
+				add("tables[%d].fields.%s: a field template is one line; write e.g. \"{{category}}\"", i, name)
+			}
 		}
 	}
 	if c.IndexPoll < 0 {
@@ -528,7 +548,7 @@ func (c Config) DecoderConfig() cdc.DecoderConfig {
 func (c Config) PipelineTables() []pipeline.TableConfig {
 	var ts []pipeline.TableConfig
 	for _, t := range c.Tables {
-		ts = append(ts, pipeline.TableConfig{Match: t.Match, Text: t.Text, Metadata: t.Metadata, Tenant: t.Tenant, ID: t.ID})
+		ts = append(ts, pipeline.TableConfig{Match: t.Match, Text: t.Text, Metadata: t.Metadata, Fields: t.Fields, Tenant: t.Tenant, ID: t.ID})
 	}
 	return ts
 }

@@ -24,6 +24,10 @@ type TableConfig struct {
 	Text string
 	// Metadata lists the columns copied into the document's jsonb metadata.
 	Metadata []string
+	// Fields are declared metadata fields: name → a one-line template over
+	// the row, rendered like Text, stored in the document's metadata
+	// beside the Metadata columns.
+	Fields map[string]string
 	// Tenant is the column holding the document's tenant. Optional.
 	Tenant string
 	// ID lists the document id columns; only used here to keep them out of
@@ -135,11 +139,19 @@ func (t TableConfig) render(row map[string]any) string {
 	return strings.Join(parts, "\n\n")
 }
 
+// metadata is the document's metadata: the Metadata columns' values, and
+// each declared field rendered (a field whose template's columns are all
+// empty is left out, as a template line is).
 func (t TableConfig) metadata(row map[string]any) map[string]any {
-	md := make(map[string]any, len(t.Metadata))
+	md := make(map[string]any, len(t.Metadata)+len(t.Fields))
 	for _, c := range t.Metadata {
 		if v, ok := row[c]; ok {
 			md[c] = v
+		}
+	}
+	for name, tmpl := range t.Fields {
+		if v := (TableConfig{Text: tmpl}).render(row); v != "" {
+			md[name] = v
 		}
 	}
 	return md

@@ -29,6 +29,11 @@ type Source interface {
 type Splitter interface {
 	Split(text string) []chunker.Chunk
 	Refine(chunks []chunker.Chunk, keep func(hash string) bool) []chunker.Chunk
+	// Fingerprint names the settings that decide the cuts (see
+	// chunker.Config.Fingerprint): every chunk row records it, and a
+	// document's stored render hash covers it, so a change of settings
+	// re-chunks a document whose text is unchanged.
+	Fingerprint() string
 }
 
 // Embedder computes one vector per text, in order. EmbedCounted is Embed

@@ -62,6 +62,12 @@ type Config struct {
 	// the pool's connections (at least 1), leaving the rest to the reads
 	// before a write and to queries.
 	Groups int
+	// Chunker is the fingerprint of the writer's chunker settings
+	// (chunker.Config.Fingerprint). A writer records it on the index, and
+	// one that finds another recorded reports the change (see
+	// Store.ChunkerChange). Empty: not recorded (a reader, or a writer
+	// that does not chunk).
+	Chunker string
 	// Logger receives start-up messages. Defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (ragsync_sink_edit_similarity).

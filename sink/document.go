@@ -80,6 +80,23 @@ type Document struct {
 	EditSimilarity int
 	EditMethod     string
 
+	// RenderHash is a hash of the chunker fingerprint and the rendered
+	// text (the pipeline's), stored on the document row: an update with
+	// the same hash cuts the same chunks. Empty: not known (never matches).
+	RenderHash string
+	// MetadataOnly says the text is unchanged: RenderHash equals the
+	// stored one, and Chunks is empty. Upsert then writes the document row
+	// alone (version, metadata, tenant, row), fenced by the version like
+	// any write, provided that under the row lock the stored row is live
+	// and its render hash still equals RenderHash; otherwise it writes
+	// nothing and returns Outcome.TextChanged, and the caller writes the
+	// whole document. No chunk row and no vector is touched.
+	MetadataOnly bool
+	// Provenance is recorded on every chunk row this write inserts (kept
+	// and moved chunks keep the provenance of the change that wrote them).
+	// The source, position and commit time come from Version.
+	Provenance Provenance
+
 	// StoredKeys, when set, are the vector keys (Chunk.VectorHash, else
 	// Hash) of the chunks the caller read as this document's stored ones
 	// before the write (Lookup.Chunks). Upsert does not probe the cache
@@ -90,8 +107,22 @@ type Document struct {
 	StoredKeys []string
 }
 
-// Outcome says what a write did. Exactly one of Applied, Stale and
-// Duplicate is true after a successful call; the counts are chunk rows and
+// Provenance is what a write records on the chunk rows it inserts, beside
+// the source, position and commit time of its Version. The model and the
+// dimensions are the index's.
+type Provenance struct {
+	// ModelVersion is the model name the provider reported for the vectors
+	// this write embedded; empty: unknown. A chunk whose vector came from
+	// the embedding cache records the cache entry's instead.
+	ModelVersion string
+	// Chunker is the chunker fingerprint (chunker.Config.Fingerprint).
+	Chunker string
+	// TraceID is the change's trace id (32 hex digits); empty: none.
+	TraceID string
+}
+
+// Outcome says what a write did. Exactly one of Applied, Stale,
+// Duplicate and TextChanged is true after a successful call; the counts are chunk rows and
 // are zero unless Applied.
 type Outcome struct {
 	// Applied: the change was newer than what was stored and is written.
@@ -105,6 +136,14 @@ type Outcome struct {
 	Moved     int // chunks whose content moved to another position
 	Unchanged int // chunks left untouched
 	Removed   int // chunks whose content vanished, deleted
+
+	// TextChanged: a MetadataOnly write found, under the row lock, that
+	// the stored document is absent, deleted or rendered from another
+	// text; nothing was written and none of Applied, Stale and Duplicate
+	// is set. The caller writes the whole document instead.
+	TextChanged bool
+	// MetadataOnly: the write was applied as a metadata-only update.
+	MetadataOnly bool
 
 	edited bool // an update whose edit magnitude was recorded
 }
