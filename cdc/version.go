@@ -206,6 +206,16 @@ func (v Version) time() uint64 {
 // IsZero reports whether v carries no ordering information.
 func (v Version) IsZero() bool { return v.Kind == "" && len(v.Parts) == 0 }
 
+// Position is the version's place in its source without the commit time,
+// the source or the epoch: the kind and the position parts as String
+// writes them ("pg:00000000016b3f40.0000000000000232"); "" for a zero version.
+func (v Version) Position() string {
+	if v.IsZero() {
+		return ""
+	}
+	return Version{Kind: v.Kind, Parts: v.Parts}.String()
+}
+
 // String renders v as the sink stores it:
 // "pg:00000000016b3f40.0000000000000232;ts=1700000000000;snapshot;src=pg:7316%2F…;epoch=1",
 // the ";ts=", ";snapshot", ";src=" and ";epoch=" parts only when set (the
