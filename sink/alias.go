@@ -325,7 +325,7 @@ func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous st
 	if _, err := tx.Exec(ctx, "DROP VIEW IF EXISTS "+view); err != nil {
 		return Alias{}, err
 	}
-	if _, err := tx.Exec(ctx, viewSQL(view, c.tChunks, c.tDocs, index, dims)); err != nil {
+	if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, c.schema, index, dims)); err != nil {
 		return Alias{}, err
 	}
 	return a, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -53,6 +54,31 @@ type Hit struct {
 	// near-duplicate text that is not yet repaid (reuse debt): words the
 	// edit brought are not in it until the repayment replaces it.
 	Reused bool
+
+	// The chunk's provenance: where its text and vector came from. An
+	// empty string or a zero time is unknown: the row was written before
+	// ragsync recorded provenance, which cannot be proven afterwards.
+
+	// Model and Dimensions are the index's: every chunk of an index holds
+	// a vector of that model (the embedding cache and the HNSW index are
+	// keyed by them), so they are always known.
+	Model      string
+	Dimensions int
+	// ModelVersion is the model name the embedding provider reported when
+	// it computed the vector (it may name a dated snapshot of Model).
+	ModelVersion string
+	// Chunker is the fingerprint of the chunker settings that cut the
+	// chunk (chunker.Config.Fingerprint, e.g. "content-defined/512/128/1024").
+	Chunker string
+	// Source is the change source ("pg:<system id>/<database>" or
+	// "dbz:<server>/<database>"), SourcePosition the change's place in it
+	// ("pg:00000000016b3f40.0000000000000232", cdc.Version.Position) and
+	// CommittedAt its commit time in the source.
+	Source, SourcePosition string
+	CommittedAt            time.Time
+	// TraceID is the trace id of the change that wrote the chunk (32 hex
+	// digits).
+	TraceID string
 }
 
 func (q Query) withDefaults() (Query, error) {
@@ -127,7 +153,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 			return err
 		}
 		var err error
-		hits, err = collectHits(ctx, tx, sql, args)
+		hits, err = s.collectHits(ctx, tx, sql, args)
 		return err
 	})
 	if err != nil {
@@ -141,7 +167,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
 	filters, args := q.filters([]any{pgvector.NewVector(vec)})
 	dist := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
-	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL" +
+	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL, " + provenanceCols +
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters +
 		// K inline: with a cached statement Postgres may switch to a generic
@@ -172,26 +198,48 @@ func (s *Store) SearchText(ctx context.Context, text string, q Query) ([]Hit, er
 	// plainto_tsquery ANDs the words; a question rarely has all of them in
 	// one chunk, so the ANDs become ORs and ts_rank rewards chunks that
 	// match more of them.
-	sql := "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, ts_rank(c.tsv, tq.q), d.metadata, c.debt_since IS NOT NULL" +
+	sql := "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, ts_rank(c.tsv, tq.q), d.metadata, c.debt_since IS NOT NULL, " + provenanceCols +
 		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id," +
 		" (SELECT to_tsquery('simple', replace(plainto_tsquery('simple', $1)::text, ' & ', ' | ')) AS q) tq" +
 		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL AND c.tsv @@ tq.q" + filters +
 		" ORDER BY 6 DESC, c.doc_id, c.position LIMIT " + strconv.Itoa(q.K)
-	hits, err := collectHits(ctx, s.pool, sql, args)
+	hits, err := s.collectHits(ctx, s.pool, sql, args)
 	if err != nil {
 		return nil, fmt.Errorf("search text %s: %w", s.cfg.Index, queryInputError(hintMigrate(err, s.cfg.Schema)))
 	}
 	return hits, nil
 }
 
-func collectHits(ctx context.Context, q querier, sql string, args []any) ([]Hit, error) {
+// provenanceCols are the chunk's provenance columns, as collectHits scans
+// them after the hit's own. They are read from the chunk row the query
+// already returns: no join is added, and the model and dimensions come
+// from the Store (they are the index's).
+const provenanceCols = "c.model_version, c.chunker, c.source, c.source_position, c.committed_at, c.trace_id"
+
+func (s *Store) collectHits(ctx context.Context, q querier, sql string, args []any) ([]Hit, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Hit, error) {
-		var h Hit
-		err := r.Scan(&h.DocID, &h.Table, &h.Key, &h.Position, &h.Text, &h.Score, &h.Metadata, &h.Reused)
+		h := Hit{Model: s.cfg.Model, Dimensions: s.cfg.Dimensions}
+		// NULL (a row written before provenance was recorded) scans as
+		// the zero value: unknown.
+		var version, chunker, source, position, trace *string
+		var committed *time.Time
+		err := r.Scan(&h.DocID, &h.Table, &h.Key, &h.Position, &h.Text, &h.Score, &h.Metadata, &h.Reused,
+			&version, &chunker, &source, &position, &committed, &trace)
+		h.ModelVersion, h.Chunker, h.Source, h.SourcePosition, h.TraceID = deref(version), deref(chunker), deref(source), deref(position), deref(trace)
+		if committed != nil {
+			h.CommittedAt = *committed
+		}
 		return h, err
 	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

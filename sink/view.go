@@ -3,6 +3,8 @@ package sink
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -40,30 +42,87 @@ func lockDDL(ctx context.Context, tx pgx.Tx, schema string) error {
 	return nil
 }
 
-// ensureIndexView creates index's view if it is missing, under lockDDL.
+// ensureIndexView creates index's view if it is missing, under lockDDL,
+// and brings an existing one up to the current definition: a view created
+// by an older release lacks the columns appended since (the provenance
+// ones), and is replaced in place. The aliases that point to index have
+// their views brought up the same way, since an application reads an
+// alias's view. CREATE OR REPLACE keeps the view's privileges and
+// whatever depends on it, and can only append columns, which is why new
+// columns always go last.
 func ensureIndexView(ctx context.Context, tx pgx.Tx, schema, index string, dims int) error {
-	view := pgx.Identifier{schema, IndexView(index)}.Sanitize()
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", view).Scan(&exists); err != nil {
-		return err
+	views := []string{IndexView(index)}
+	rows, err := tx.Query(ctx, "SELECT name FROM "+pgx.Identifier{schema, "aliases"}.Sanitize()+" WHERE index_name = $1 ORDER BY name", index)
+	if err != nil {
+		return fmt.Errorf("list the aliases of %s: %w", index, err)
 	}
-	if exists {
-		return nil
+	aliases, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list the aliases of %s: %w", index, err)
 	}
-	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	if _, err := tx.Exec(ctx, viewSQL(view, q("chunks"), q("documents"), index, dims)); err != nil {
-		return fmt.Errorf("create view %s: %w", view, err)
+	for _, a := range aliases {
+		views = append(views, AliasView(a))
+	}
+	for i, name := range views {
+		view := pgx.Identifier{schema, name}.Sanitize()
+		var cols []string
+		if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT array_agg(attname::text) FROM pg_attribute"+
+			" WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}')", view).Scan(&cols); err != nil {
+			return fmt.Errorf("read the columns of view %s: %w", view, err)
+		}
+		switch {
+		case len(cols) == 0 && i > 0:
+			// An alias whose view is gone (dropped by hand): the next
+			// promote creates it; nothing to upgrade here.
+			continue
+		case len(cols) == 0:
+			if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, schema, index, dims)); err != nil {
+				return fmt.Errorf("create view %s: %w", view, err)
+			}
+		case !hasAll(cols, viewColumns):
+			if _, err := tx.Exec(ctx, viewSQL("CREATE OR REPLACE VIEW", view, schema, index, dims)); err != nil {
+				return fmt.Errorf("add the columns %s to view %s: %w (if the view was changed by hand, drop it and start again: ragsync creates it)",
+					strings.Join(missing(cols, viewColumns), ", "), view, err)
+			}
+		}
 	}
 	return nil
 }
 
-// viewSQL is the CREATE VIEW of either kind: index's live chunks, with
-// embedding cast to vector(dims) and the index name as a literal, exactly
-// the HNSW index's expression and predicate (see hnswDDL, indexLit). index
-// is a validated index name (no quoting needed in the literal).
-func viewSQL(view, chunks, docs, index string, dims int) string {
-	return fmt.Sprintf("CREATE VIEW %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, d.source_table, d.doc_key,"+
-		" c.embedding::vector(%d) AS embedding"+
+// viewColumns are the columns of the view, in order: CREATE OR REPLACE
+// VIEW only appends columns, so a new one goes at the end. model and
+// dimensions are the index's (every chunk of an index has its model's
+// vector); the provenance columns after them are NULL on rows written
+// before ragsync recorded provenance: unknown.
+var viewColumns = []string{"id", "doc_id", "position", "text", "metadata", "tenant", "source_table", "doc_key", "embedding",
+	"model", "dimensions", "model_version", "chunker", "source", "source_position", "committed_at", "trace_id"}
+
+func hasAll(have, want []string) bool { return len(missing(have, want)) == 0 }
+
+func missing(have, want []string) []string {
+	var out []string
+	for _, c := range want {
+		if !slices.Contains(have, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// viewSQL is the create statement (verb: CREATE VIEW or CREATE OR REPLACE
+// VIEW) of either kind of view: index's live chunks, with embedding cast
+// to vector(dims) and the index name as a literal, exactly the HNSW
+// index's expression and predicate (see hnswDDL, indexLit). index is a
+// validated index name (no quoting needed in the literal). The model is
+// read from the index's catalog row by an uncorrelated subquery, which
+// Postgres runs once per query, so the view's plan (the HNSW scan) is the
+// one without it.
+func viewSQL(verb, view, schema, index string, dims int) string {
+	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
+	return fmt.Sprintf("%s %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, d.source_table, d.doc_key,"+
+		" c.embedding::vector(%d) AS embedding,"+
+		" (SELECT i.model FROM %s i WHERE i.name = '%s') AS model, %d AS dimensions,"+
+		" c.model_version, c.chunker, c.source, c.source_position, c.committed_at, c.trace_id"+
 		" FROM %s c JOIN %s d ON d.index_name = c.index_name AND d.id = c.doc_id"+
-		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", view, dims, chunks, docs, index)
+		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", verb, view, dims, q("indexes"), index, dims, q("chunks"), q("documents"), index)
 }
