@@ -101,6 +101,9 @@ func (p *hitParser) hit() (h Hit, ok bool) {
 		case "score":
 			bit = 32
 			h.Score, ok = p.float()
+		case "provenance":
+			bit = 64
+			h.Provenance, ok = p.provenance()
 		default: // metadata (a map) and anything unexpected
 			return h, false
 		}
@@ -113,6 +116,82 @@ func (p *hitParser) hit() (h Hit, ok bool) {
 		}
 		return h, p.byte('}')
 	}
+}
+
+// provenance reads the provenance object as Provenance.MarshalJSON writes
+// it, or null: each key at most once, each value a string or null
+// (dimensions an integer or null). encoding/json leaves a field it reads
+// null at its zero value, and so does this; committed_at is parsed by
+// time.Time's own UnmarshalJSON, from the same bytes encoding/json would
+// hand it.
+func (p *hitParser) provenance() (v Provenance, ok bool) {
+	if p.null() {
+		return v, true
+	}
+	if !p.byte('{') {
+		return v, false
+	}
+	var seen uint8
+	for first := true; ; first = false {
+		if p.byte('}') && first {
+			return v, true
+		}
+		key, ok := p.str()
+		if !ok || !p.byte(':') {
+			return v, false
+		}
+		var bit uint8
+		var s *string
+		switch key {
+		case "model":
+			bit, s = 1, &v.Model
+		case "model_version":
+			bit, s = 2, &v.ModelVersion
+		case "chunker":
+			bit, s = 4, &v.Chunker
+		case "source":
+			bit, s = 8, &v.Source
+		case "source_position":
+			bit, s = 16, &v.SourcePosition
+		case "trace_id":
+			bit, s = 32, &v.TraceID
+		case "dimensions":
+			bit = 64
+			if !p.null() {
+				v.Dimensions, ok = p.int()
+			}
+		case "committed_at":
+			bit = 128
+			if !p.null() {
+				start := p.i
+				if _, ok = p.str(); ok {
+					ok = v.CommittedAt.UnmarshalJSON([]byte(p.s[start:p.i])) == nil
+				}
+			}
+		default:
+			return v, false
+		}
+		if s != nil && !p.null() {
+			*s, ok = p.str()
+		}
+		if !ok || seen&bit != 0 {
+			return v, false
+		}
+		seen |= bit
+		if p.byte(',') {
+			continue
+		}
+		return v, p.byte('}')
+	}
+}
+
+// null skips a JSON null.
+func (p *hitParser) null() bool {
+	if strings.HasPrefix(p.s[p.i:], "null") {
+		p.i += 4
+		return true
+	}
+	return false
 }
 
 // str reads a string without escapes, control characters or invalid UTF-8

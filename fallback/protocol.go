@@ -85,6 +85,59 @@ type Hit struct {
 	Text     string         `json:"text"`
 	Score    float64        `json:"score"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Provenance is where the chunk came from. A reply cached by a
+	// release before provenance carries none: every value unknown.
+	Provenance Provenance `json:"provenance"`
+}
+
+// Provenance is where a hit's chunk came from: the index's model and
+// dimensions, the model version the provider reported for its vector, the
+// chunker settings that cut it, and the change that wrote it (its source,
+// position in the source, commit time and trace id). An empty string or a
+// zero value is unknown, written as JSON null: the chunk was written
+// before ragsync recorded provenance, which cannot be proven afterwards.
+type Provenance struct {
+	Model          string    `json:"model"`
+	ModelVersion   string    `json:"model_version"`
+	Dimensions     int       `json:"dimensions"`
+	Chunker        string    `json:"chunker"`
+	Source         string    `json:"source"`
+	SourcePosition string    `json:"source_position"`
+	CommittedAt    time.Time `json:"committed_at"`
+	TraceID        string    `json:"trace_id"`
+}
+
+// provenanceJSON is Provenance as written: nil (null) for unknown.
+type provenanceJSON struct {
+	Model          *string    `json:"model"`
+	ModelVersion   *string    `json:"model_version"`
+	Dimensions     *int       `json:"dimensions"`
+	Chunker        *string    `json:"chunker"`
+	Source         *string    `json:"source"`
+	SourcePosition *string    `json:"source_position"`
+	CommittedAt    *time.Time `json:"committed_at"`
+	TraceID        *string    `json:"trace_id"`
+}
+
+// MarshalJSON writes every field, unknown ones as null, so a reader can
+// tell "unknown" from a value (decoding null leaves the zero value).
+func (p Provenance) MarshalJSON() ([]byte, error) {
+	str := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	j := provenanceJSON{Model: str(p.Model), ModelVersion: str(p.ModelVersion), Chunker: str(p.Chunker),
+		Source: str(p.Source), SourcePosition: str(p.SourcePosition), TraceID: str(p.TraceID)}
+	if p.Dimensions != 0 {
+		j.Dimensions = &p.Dimensions
+	}
+	if !p.CommittedAt.IsZero() {
+		t := p.CommittedAt.UTC()
+		j.CommittedAt = &t
+	}
+	return json.Marshal(j)
 }
 
 // Result is one reply.
@@ -404,7 +457,8 @@ func encodeHits(hits []sinkHit, k int) []byte {
 		if len(out) == k {
 			break
 		}
-		out = append(out, Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata})
+		out = append(out, Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata,
+			Provenance: ProvenanceOf(h)})
 	}
 	b, err := json.Marshal(out)
 	if err != nil {

@@ -8,3 +8,10 @@ type (
 	sinkQuery = sink.Query
 	sinkHit   = sink.Hit
 )
+
+// ProvenanceOf is the provenance of a search hit as the front door and
+// ragsync query --json write it.
+func ProvenanceOf(h sink.Hit) Provenance {
+	return Provenance{Model: h.Model, ModelVersion: h.ModelVersion, Dimensions: h.Dimensions, Chunker: h.Chunker,
+		Source: h.Source, SourcePosition: h.SourcePosition, CommittedAt: h.CommittedAt, TraceID: h.TraceID}
+}

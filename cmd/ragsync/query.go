@@ -36,6 +36,13 @@ and text. Deleted documents never appear. With --json, a hit whose vector is
 reused from a near-duplicate text and not yet repaid carries
 "vector_reused": true (serve repays it within reuse.repay_window).
 
+With --json, each hit carries its chunk's "provenance": the index's model
+and dimensions, the model_version the embedding provider reported for its
+vector, the chunker settings that cut it, and the change that wrote it
+(source, source_position, committed_at, trace_id). A null value is unknown:
+the chunk was written before ragsync recorded provenance, which cannot be
+proven afterwards. model and dimensions are always known.
+
 On an index that holds documents of tenants (tables[].tenant), a query
 must name one with --tenant, or ask for every tenant's documents on
 purpose with --all-tenants; without either it is refused, so that no
@@ -114,7 +121,10 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	}
 	hits := make([]sink.Hit, len(res.Hits))
 	for i, h := range res.Hits {
-		hits[i] = sink.Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata}
+		p := h.Provenance
+		hits[i] = sink.Hit{DocID: h.DocID, Table: h.Table, Key: h.Key, Position: h.Position, Text: h.Text, Score: h.Score, Metadata: h.Metadata,
+			Model: p.Model, Dimensions: p.Dimensions, ModelVersion: p.ModelVersion, Chunker: p.Chunker,
+			Source: p.Source, SourcePosition: p.SourcePosition, CommittedAt: p.CommittedAt, TraceID: p.TraceID}
 	}
 	if !asJSON {
 		line := fmt.Sprintf("status %s, source %s, cached %t", res.Status, res.Source, res.Cached)
@@ -126,8 +136,6 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 	return printHits(cmd, hits, asJSON)
 }
 
-// hitJSON is one line of query --json: the front door protocol's result
-// fields (doc_id, table, key, position, text, score, metadata) plus rank.
 // checkFilters refuses, before sending, the --filter keys the front door
 // would refuse, naming the setting that allows them.
 func checkFilters(filter map[string]any, allowed []string) error {
@@ -145,6 +153,9 @@ func checkFilters(filter map[string]any, allowed []string) error {
 		strings.Join(refused, ", "), strings.Join(allowed, ", "), strings.Join(refused, ", "))
 }
 
+// hitJSON is one line of query --json: the front door protocol's result
+// fields (doc_id, table, key, position, text, score, metadata, provenance)
+// plus rank.
 type hitJSON struct {
 	Rank     int            `json:"rank"`
 	DocID    string         `json:"doc_id"`
@@ -157,6 +168,8 @@ type hitJSON struct {
 	// VectorReused marks a hit whose vector is reused from a
 	// near-duplicate text and not yet repaid (see reuse.repay_window).
 	VectorReused bool `json:"vector_reused,omitempty"`
+	// Provenance is where the chunk came from; unknown values are null.
+	Provenance fallback.Provenance `json:"provenance"`
 }
 
 // score is a hit's score in JSON: null when it is not a finite number (a
@@ -177,7 +190,7 @@ func printHits(cmd *cobra.Command, hits []sink.Hit, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for i, h := range hits {
-			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, score(h.Score), h.Text, h.Metadata, h.Reused}); err != nil {
+			if err := enc.Encode(hitJSON{i + 1, h.DocID, h.Table, h.Key, h.Position, score(h.Score), h.Text, h.Metadata, h.Reused, fallback.ProvenanceOf(h)}); err != nil {
 				return err
 			}
 		}
