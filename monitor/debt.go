@@ -59,5 +59,5 @@ func (m *Monitor) checkDebt(ctx context.Context, now time.Time) (*DebtStatus, []
 		Exceeded: st.OldestAgeSeconds > st.WindowSeconds,
 		Details: map[string]float64{"vectors": float64(st.Vectors), "tokens": float64(st.Tokens),
 			"past_window_vectors": float64(sum.DueVectors), "repaid_tokens": st.RepaidTokens}}
-	return st, []tagged{{TagFidelity, sig}}, nil
+	return st, []tagged{{tag: TagFidelity, sig: sig}}, nil
 }

@@ -65,6 +65,10 @@ type Measurement struct {
 	Kind        string
 	Tokens      int
 	Cosine, L2  float64
+	// ModelVersion, Chunker and TraceID are the stored chunk's provenance;
+	// empty: unknown (written before provenance was recorded), and always
+	// for a canary, which is no stored chunk.
+	ModelVersion, Chunker, TraceID string
 }
 
 // aggregate computes the summary of ms against the cosine bound and the

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +55,102 @@ type Event struct {
 	Metrics  MetricsSnapshot `json:"metrics"`
 	Logs     []LogLine       `json:"logs"`
 	TraceIDs []string        `json:"trace_ids"`
+	// SampleProvenance is the provenance of the stored chunks the signal
+	// re-embedded (fidelity's uniform_share_over_bound); absent on every
+	// other signal.
+	SampleProvenance *SampleProvenance `json:"sample_provenance,omitempty"`
+}
+
+// SampleProvenance says what wrote the stored chunks a fidelity check
+// measured: which model versions embedded them and which chunker settings
+// cut them, and the chunks measured past the cosine bound, each with the
+// trace of the change that wrote it. Beside the event's model_version (what
+// the provider answers now), it tells a model changed behind the same name
+// from vectors embedded by a version that was already different. An
+// unknown value is null: the chunk was written before ragsync recorded
+// provenance.
+type SampleProvenance struct {
+	// ModelVersions and Chunkers count the measured chunks by their
+	// recorded model version and chunker fingerprint, most first.
+	ModelVersions []ProvenanceCount `json:"model_versions"`
+	Chunkers      []ProvenanceCount `json:"chunkers"`
+	// PastBound names the measured chunks past the cosine bound, farthest
+	// first, at most five.
+	PastBound []MeasuredChunk `json:"past_bound"`
+}
+
+// ProvenanceCount is how many measured chunks carry one value (null:
+// unknown).
+type ProvenanceCount struct {
+	Value  *string `json:"value"`
+	Chunks int     `json:"chunks"`
+}
+
+// MeasuredChunk is one measured chunk and its provenance (null: unknown).
+type MeasuredChunk struct {
+	ChunkID      int64   `json:"chunk_id"`
+	Kind         string  `json:"kind"`
+	Cosine       float64 `json:"cosine"`
+	ModelVersion *string `json:"model_version"`
+	Chunker      *string `json:"chunker"`
+	TraceID      *string `json:"trace_id"`
+}
+
+// maxPastBound is how many chunks past the bound an event names.
+const maxPastBound = 5
+
+// sampleProvenance summarises the provenance of the measured chunks ms;
+// nil when there are none.
+func sampleProvenance(ms []Measurement, bound float64) *SampleProvenance {
+	if len(ms) == 0 {
+		return nil
+	}
+	sp := &SampleProvenance{PastBound: []MeasuredChunk{}}
+	versions, chunkers := map[string]int{}, map[string]int{}
+	var past []Measurement
+	for _, m := range ms {
+		versions[m.ModelVersion]++
+		chunkers[m.Chunker]++
+		if m.Cosine > bound {
+			past = append(past, m)
+		}
+	}
+	sp.ModelVersions, sp.Chunkers = counts(versions), counts(chunkers)
+	slices.SortStableFunc(past, func(a, b Measurement) int { return cmp.Compare(b.Cosine, a.Cosine) })
+	for _, m := range past[:min(len(past), maxPastBound)] {
+		sp.PastBound = append(sp.PastBound, MeasuredChunk{ChunkID: m.ChunkID, Kind: m.Kind, Cosine: m.Cosine,
+			ModelVersion: known(m.ModelVersion), Chunker: known(m.Chunker), TraceID: known(m.TraceID)})
+	}
+	return sp
+}
+
+// counts orders a tally most first, then by value (unknown last).
+func counts(tally map[string]int) []ProvenanceCount {
+	out := make([]ProvenanceCount, 0, len(tally))
+	for v, n := range tally {
+		out = append(out, ProvenanceCount{Value: known(v), Chunks: n})
+	}
+	slices.SortFunc(out, func(a, b ProvenanceCount) int {
+		if c := cmp.Compare(b.Chunks, a.Chunks); c != 0 {
+			return c
+		}
+		switch {
+		case a.Value == nil:
+			return 1
+		case b.Value == nil:
+			return -1
+		}
+		return cmp.Compare(*a.Value, *b.Value)
+	})
+	return out
+}
+
+// known is s, or nil (JSON null) for "": unknown.
+func known(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // Signal is one measured score against its threshold.

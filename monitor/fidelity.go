@@ -158,7 +158,7 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 		}
 		a := aggregate(KindCanary, ms, m.cfg.CosineBound, l2Bound)
 		aggs = append(aggs, a)
-		sigs = append(sigs, tagged{TagFidelity, Signal{Method: "canary_p50_cosine", Score: a.P50, Threshold: m.cfg.CosineBound,
+		sigs = append(sigs, tagged{tag: TagFidelity, sig: Signal{Method: "canary_p50_cosine", Score: a.P50, Threshold: m.cfg.CosineBound,
 			Exceeded: a.P50 > m.cfg.CosineBound, Details: aggDetails(a, l2Bound)}})
 	} else if len(cs) > 0 {
 		m.logger.WarnContext(ctx, "canary check skipped: monitor.max_tokens_per_hour is spent; raise it or lower monitor.sample_size",
@@ -202,7 +202,8 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			spent := 0
 			for i, p := range take {
 				ms[i] = Measurement{ChunkID: p.id, ContentHash: p.hash, Kind: p.kind, Tokens: p.tokens,
-					Cosine: CosineDistance(p.vec, vecs[i]), L2: L2(p.vec, vecs[i])}
+					Cosine: CosineDistance(p.vec, vecs[i]), L2: L2(p.vec, vecs[i]),
+					ModelVersion: p.modelVersion, Chunker: p.chunker, TraceID: p.traceID}
 				spent += p.tokens
 			}
 			m.metrics.tokens.WithLabelValues("sample").Add(float64(spent))
@@ -230,8 +231,9 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			if u := aggs[len(aggs)-1]; u.Kind == KindUniform && u.N > 0 {
 				score = u.ShareOver
 			}
-			sigs = append(sigs, tagged{TagFidelity, Signal{Method: "uniform_share_over_bound", Score: score,
-				Threshold: m.cfg.MaxShareOverBound, Exceeded: score > m.cfg.MaxShareOverBound, Details: det}})
+			sigs = append(sigs, tagged{tag: TagFidelity, sig: Signal{Method: "uniform_share_over_bound", Score: score,
+				Threshold: m.cfg.MaxShareOverBound, Exceeded: score > m.cfg.MaxShareOverBound, Details: det},
+				sample: sampleProvenance(ms, m.cfg.CosineBound)})
 		}
 	}
 	for _, a := range aggs {

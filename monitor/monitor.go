@@ -252,13 +252,13 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 			st.Lag = &ls
 			snap.LagRecords = ls.TotalRecords
 			snap.LagSeconds = max(snap.LagSeconds, ls.MaxSeconds)
-			sigs = append(sigs, tagged{TagLag, Signal{Method: "recommended_replicas", Score: float64(ls.Recommended),
+			sigs = append(sigs, tagged{tag: TagLag, sig: Signal{Method: "recommended_replicas", Score: float64(ls.Recommended),
 				Threshold: float64(ls.Replicas), Exceeded: ls.Recommended > ls.Replicas,
 				Details: map[string]float64{"lag_records": float64(ls.TotalRecords), "predicted_records_15m": ls.Predicted,
 					"slope_per_second": ls.SlopePerSecond, "max_seconds": ls.MaxSeconds}}})
 		}
 	}
-	sigs = append(sigs, tagged{TagErrors, Signal{Method: "dead_letters_per_second", Score: snap.ErrorRate,
+	sigs = append(sigs, tagged{tag: TagErrors, sig: Signal{Method: "dead_letters_per_second", Score: snap.ErrorRate,
 		Exceeded: snap.ErrorRate > 0, Details: map[string]float64{"retries_per_second": snap.RetryRate, "dead_letters": snap.DeadLetters}}})
 
 	st.Events = m.events(now, sigs, snap)
@@ -282,6 +282,9 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 type tagged struct {
 	tag string
 	sig Signal
+	// sample is the provenance of the stored chunks the signal measured;
+	// nil for a signal that measured none.
+	sample *SampleProvenance
 }
 
 // events turns signals into fused events and sets their gauges.
@@ -318,7 +321,7 @@ func (m *Monitor) events(now time.Time, sigs []tagged, snap MetricsSnapshot) []E
 		out = append(out, Event{
 			Schema: EventSchema, ID: newEventID(), Time: now, Index: m.deps.Index, Model: m.emb.Model(),
 			ModelVersion: version, SemanticTag: s.tag, Signal: s.sig, Changed: seen && prev != s.sig.Exceeded || !seen && s.sig.Exceeded,
-			Metrics: snap, Logs: nonNil(logs), TraceIDs: nonNil(traces),
+			Metrics: snap, Logs: nonNil(logs), TraceIDs: nonNil(traces), SampleProvenance: s.sample,
 		})
 	}
 	return out
@@ -355,9 +358,9 @@ func driftSignals(tag string, r DriftResult) []tagged {
 		det["ks_d_"+name] = r.KSD[i]
 	}
 	return []tagged{
-		{tag, Signal{Method: "psi_max", Score: r.PSIMax, Threshold: PSIMajor, Exceeded: r.Alarm, Details: det}},
-		{tag, Signal{Method: "ks_p_bonferroni", Score: r.KSPCorrected, Threshold: KSAlpha}},
-		{tag, Signal{Method: "centroid_cosine", Score: r.CentroidCosine}},
+		{tag: tag, sig: Signal{Method: "psi_max", Score: r.PSIMax, Threshold: PSIMajor, Exceeded: r.Alarm, Details: det}},
+		{tag: tag, sig: Signal{Method: "ks_p_bonferroni", Score: r.KSPCorrected, Threshold: KSAlpha}},
+		{tag: tag, sig: Signal{Method: "centroid_cosine", Score: r.CentroidCosine}},
 	}
 }
 
@@ -370,8 +373,8 @@ func corpusSignals(r DriftResult) []tagged {
 	det := map[string]float64{"reference_n": float64(r.RefN), "current_n": float64(r.CurN),
 		"ks_p_corrected": r.KSPCorrected, "centroid_euclidean": r.CentroidEuclidean}
 	return []tagged{
-		{TagQueryDrift, Signal{Method: "corpus_psi_max", Score: r.PSIMax, Threshold: PSIMajor, Details: det}},
-		{TagQueryDrift, Signal{Method: "corpus_centroid_cosine", Score: r.CentroidCosine}},
+		{tag: TagQueryDrift, sig: Signal{Method: "corpus_psi_max", Score: r.PSIMax, Threshold: PSIMajor, Details: det}},
+		{tag: TagQueryDrift, sig: Signal{Method: "corpus_centroid_cosine", Score: r.CentroidCosine}},
 	}
 }
 

@@ -69,6 +69,8 @@ type sampled struct {
 	tokens int
 	vec    []float32
 	kind   string
+	// The chunk's provenance: "" is unknown.
+	modelVersion, chunker, traceID string
 }
 
 // Sample kinds, the label of every fidelity aggregate.
@@ -110,7 +112,8 @@ func (s *store) sampleChunks(ctx context.Context, rng *rand.Rand, nReused, nCach
 				continue
 			}
 			seen[c.ID] = true
-			out = append(out, sampled{id: c.ID, hash: c.Hash, text: c.Text, tokens: c.Tokens, vec: c.Vector, kind: kind})
+			out = append(out, sampled{id: c.ID, hash: c.Hash, text: c.Text, tokens: c.Tokens, vec: c.Vector, kind: kind,
+				modelVersion: c.ModelVersion, chunker: c.Chunker, traceID: c.TraceID})
 		}
 		return nil
 	}

@@ -90,6 +90,9 @@ type SampledChunk struct {
 	Text   string
 	Tokens int
 	Vector []float32
+	// ModelVersion, Chunker and TraceID are the chunk's provenance (see
+	// Hit); empty: unknown, written before provenance was recorded.
+	ModelVersion, Chunker, TraceID string
 }
 
 // ChunkIDRange is the lowest and highest chunk id of the index (0, 0 when
@@ -102,7 +105,7 @@ func (m *MonitorState) ChunkIDRange(ctx context.Context) (lo, hi int64, err erro
 	return lo, hi, nil
 }
 
-const sampleCols = "c.id, c.content_hash, c.text, c.tokens, c.embedding"
+const sampleCols = "c.id, c.content_hash, c.text, c.tokens, c.embedding, c.model_version, c.chunker, c.trace_id"
 
 func (m *MonitorState) sample(ctx context.Context, what, sql string, args ...any) ([]SampledChunk, error) {
 	rows, err := m.pool.Query(ctx, sql, args...)
@@ -112,8 +115,10 @@ func (m *MonitorState) sample(ctx context.Context, what, sql string, args ...any
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SampledChunk, error) {
 		var c SampledChunk
 		var v pgvector.Vector
-		err := r.Scan(&c.ID, &c.Hash, &c.Text, &c.Tokens, &v)
+		var version, chunker, trace *string
+		err := r.Scan(&c.ID, &c.Hash, &c.Text, &c.Tokens, &v, &version, &chunker, &trace)
 		c.Vector = v.Slice()
+		c.ModelVersion, c.Chunker, c.TraceID = deref(version), deref(chunker), deref(trace)
 		return c, err
 	})
 	if err != nil {
