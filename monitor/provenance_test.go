@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -134,6 +135,9 @@ func TestSampleProvenanceCountsKnownAndUnknown(t *testing.T) {
 	str := func(s string) *string { return &s }
 	require.ElementsMatch(t, []monitor.ProvenanceCount{{Value: str("embed-1-2026-01-01"), Chunks: 1}, {Value: nil, Chunks: 1}}, sp.ModelVersions)
 	require.ElementsMatch(t, []monitor.ProvenanceCount{{Value: str("content-defined/512/128/1024"), Chunks: 1}, {Value: nil, Chunks: 1}}, sp.Chunkers)
+	var text strings.Builder
+	require.NoError(t, st.Write(&text, false))
+	require.Contains(t, text.String(), "sampled chunks: model version embed-1-2026-01-01 ×1, unknown ×1; chunker content-defined/512/128/1024 ×1, unknown ×1\n")
 	traces := map[string]bool{}
 	for _, c := range sp.PastBound {
 		if c.TraceID != nil {

@@ -69,10 +69,34 @@ func (st Status) Write(w io.Writer, asJSON bool) error {
 	if st.Sample != nil {
 		fmt.Fprintln(w, st.Sample.String())
 	}
+	for _, e := range st.Events {
+		if sp := e.SampleProvenance; sp != nil {
+			fmt.Fprintln(w, sp.String())
+		}
+	}
 	if len(st.Fidelity) > 0 {
 		return WriteAggregates(w, st.Fidelity)
 	}
 	return nil
+}
+
+// String is the one line that says what wrote the measured chunks, e.g.
+// "sampled chunks: model version embed-1-2026 ×30, unknown ×2; chunker
+// content-defined/512/128/1024 ×32" (unknown: written before provenance
+// was recorded).
+func (sp SampleProvenance) String() string {
+	list := func(cs []ProvenanceCount) string {
+		parts := make([]string, len(cs))
+		for i, c := range cs {
+			v := "unknown"
+			if c.Value != nil {
+				v = *c.Value
+			}
+			parts[i] = fmt.Sprintf("%s ×%d", v, c.Chunks)
+		}
+		return strings.Join(parts, ", ")
+	}
+	return "sampled chunks: model version " + list(sp.ModelVersions) + "; chunker " + list(sp.Chunkers)
 }
 
 // WriteAggregates prints the fidelity sample's aggregates as a table.
