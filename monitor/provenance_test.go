@@ -24,10 +24,6 @@ func (b *bundle) upsertWithProvenance(t *testing.T, key, text string, p sink.Pro
 		Provenance: p, Chunks: []sink.Chunk{{Position: 0, Hash: chunker.Hash(text), Text: text, Tokens: chunker.CountTokens(text), Vector: vecs[0]}}}
 	_, err = b.st.Upsert(t.Context(), d)
 	require.NoError(t, err)
-	// TEMPORARY until the write path records provenance (main).
-	_, err = b.pool.Exec(t.Context(), "UPDATE "+b.schema+".chunks SET model_version = nullif($2, ''), chunker = nullif($3, ''), trace_id = nullif($4, '')"+
-		" WHERE doc_id = $1", "public.docs/"+key, p.ModelVersion, p.Chunker, p.TraceID)
-	require.NoError(t, err)
 }
 
 // chunkProvenance is what the index records for chunk id: model version,

@@ -17,17 +17,13 @@ import (
 // provenanceDoc writes document key with provenance on its chunks, as the
 // pipeline writes it: the model version, chunker and trace id of the
 // write, the source, position and commit time of its version.
-func provenanceDoc(t *testing.T, s *sink.Store, b *testBundle, key string, hashes ...string) sink.Document {
+func provenanceDoc(t *testing.T, s *sink.Store, key string, hashes ...string) sink.Document {
 	t.Helper()
 	d := doc(key, 1, chunks(hashes...))
 	d.Version.Source = "pg:7316999/appdb"
 	d.Provenance = sink.Provenance{ModelVersion: "test-model-2026-01-01", Chunker: "content-defined/512/128/1024",
 		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"}
 	_, err := s.Upsert(context.Background(), d)
-	require.NoError(t, err)
-	// TEMPORARY until the write path records provenance (main).
-	_, err = b.pool.Exec(context.Background(), "UPDATE "+b.schema+".chunks SET model_version = $2, chunker = $3, source = $4, source_position = $5, committed_at = $6, trace_id = $7 WHERE doc_id = $1",
-		"public.articles/"+key, d.Provenance.ModelVersion, d.Provenance.Chunker, d.Version.Source, d.Version.Position(), docTime, d.Provenance.TraceID)
 	require.NoError(t, err)
 	return d
 }
@@ -49,8 +45,8 @@ func TestHitProvenance(t *testing.T) {
 	t.Parallel()
 	s, b := setup(t)
 	ctx := context.Background()
-	d := provenanceDoc(t, s, b, "new", "p1")
-	provenanceDoc(t, s, b, "old", "p2")
+	d := provenanceDoc(t, s, "new", "p1")
+	provenanceDoc(t, s, "old", "p2")
 	forgetProvenance(t, b, "old")
 
 	want := map[string]sink.Hit{
@@ -127,8 +123,8 @@ func TestViewUpgradeAddsProvenanceColumns(t *testing.T) {
 	ctx := context.Background()
 	require.Equal(t, newViewColumns, viewColumns(t, b, "articles_index"), "a new index's view has the provenance columns")
 
-	d := provenanceDoc(t, s, b, "new", "p1")
-	provenanceDoc(t, s, b, "old", "p2")
+	d := provenanceDoc(t, s, "new", "p1")
+	provenanceDoc(t, s, "old", "p2")
 	forgetProvenance(t, b, "old")
 	_, err := sink.NewCatalog(b.pool, b.schema).Promote(ctx, "docs", "articles", false)
 	require.NoError(t, err)
