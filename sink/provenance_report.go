@@ -3,8 +3,8 @@ package sink
 import (
 	"context"
 	"errors"
-	"strings"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
