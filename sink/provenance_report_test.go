@@ -189,19 +189,18 @@ func TestLeftoversCountWhatIsLeft(t *testing.T) {
 	require.Empty(t, l.ModelVersion, "one model version: nothing is older")
 	require.Equal(t, []sink.ChunkGroup{{Index: "articles", ModelVersion: "test-model-v1", Chunker: chunkerB, Chunks: 10}}, stripped(l.Groups))
 
-	// Document 1 was cut with A; document 2 before chunkers were recorded;
-	// document 3's vectors before model versions were; document 4's by a
-	// newer model version, which the provider last reported into the
-	// cache. Documents 1 and 2 were written before render hashes were. The
-	// chunks of document 5 (deleted) are newest, by an older version, and
-	// count for nothing.
-	exec("UPDATE chunks SET chunker = $1 WHERE doc_id = 'public.articles/1'", chunkerA)
+	// Document 1 was cut with A, by a newer model version, the one the
+	// provider last reported into the cache; document 2 before chunkers
+	// were recorded; document 3's vectors before model versions were.
+	// Documents 1 and 2 were written before render hashes were. Document
+	// 4's chunks are the newest live ones, by the older version; those of
+	// document 5 (deleted) are newer still, and count for nothing.
+	exec("UPDATE chunks SET chunker = $1, model_version = 'test-model-v2' WHERE doc_id = 'public.articles/1'", chunkerA)
 	exec("UPDATE chunks SET chunker = NULL WHERE doc_id = 'public.articles/2'")
 	exec("UPDATE chunks SET model_version = NULL WHERE doc_id = 'public.articles/3'")
-	exec("UPDATE chunks SET model_version = 'test-model-v2' WHERE doc_id = 'public.articles/4'")
 	exec("UPDATE chunks SET model_version = 'test-model-v0', chunker = NULL WHERE doc_id = 'public.articles/5'")
 	exec("UPDATE embedding_cache SET created_at = now() - interval '1 hour'")
-	exec("UPDATE embedding_cache SET model_version = 'test-model-v2', created_at = now() WHERE content_hash = 'a4'")
+	exec("UPDATE embedding_cache SET model_version = 'test-model-v2', created_at = now() WHERE content_hash = 'a1'")
 	exec("UPDATE documents SET render_hash = NULL WHERE id IN ('public.articles/1', 'public.articles/2', 'public.articles/5')")
 	_, err = st.Delete(ctx, "public.articles", "5", ver(2), docTime)
 	require.NoError(t, err)
@@ -212,15 +211,13 @@ func TestLeftoversCountWhatIsLeft(t *testing.T) {
 	require.Equal(t, int64(2), l.UnknownChunker)
 	require.Equal(t, int64(2), l.UnknownModelVersion)
 	require.Equal(t, int64(4), l.Unknown)
-	require.Equal(t, "test-model-v2", l.ModelVersion)
-	require.Equal(t, int64(4), l.OldModelVersion, "documents 1 and 2 (v1); 3 is unknown, 4 the newest, 5 deleted")
+	require.Equal(t, "test-model-v2", l.ModelVersion, "the cache's newest, not the newest chunk's")
+	require.Equal(t, int64(4), l.OldModelVersion, "documents 2 and 4 (v1); 3 is unknown, 1 the newest, 5 deleted")
 	require.Equal(t, int64(2), l.NoRenderHash)
 
 	// Without a cache entry recording one of them (purged), the version of
 	// the most recently inserted live chunk.
 	exec("UPDATE embedding_cache SET model_version = NULL")
-	exec("UPDATE chunks SET model_version = 'test-model-v1' WHERE doc_id = 'public.articles/4'")
-	exec("UPDATE chunks SET model_version = 'test-model-v2' WHERE doc_id = 'public.articles/1'")
 	l, err = cat.Leftovers(ctx, "articles")
 	require.NoError(t, err)
 	require.Equal(t, "test-model-v1", l.ModelVersion)
