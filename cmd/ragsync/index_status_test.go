@@ -163,3 +163,34 @@ func TestIndexStatusListsTheLeftovers(t *testing.T) {
 	_, err = runCLI(t, "", e.args("index", "status", "artciles")...)
 	require.ErrorContains(t, err, `"artciles"`)
 }
+
+// Every writer that cuts records its chunker settings: backfill on the
+// index, reindex on the index it builds, serve on its index and on the
+// shadows it dual-writes, each change reported.
+func TestWritersRecordTheirChunker(t *testing.T) {
+	w := newPGWorld(t)
+	ctx := context.Background()
+	fp := func(target int) string { return chunker.Config{TargetTokens: target}.WithDefaults().Fingerprint() }
+	recorded := func(index string) string {
+		t.Helper()
+		var s string
+		require.NoError(t, w.r.Conn.QueryRow(ctx, "SELECT coalesce(chunker, '') FROM "+w.schema+".indexes WHERE name = $1", index).Scan(&s))
+		return s
+	}
+	w.r.Exec(t, "INSERT INTO "+w.r.Schema+".articles VALUES (1, 'one', 'Tide pools hold anemones.')")
+	out, err := runCLI(t, "", "backfill", "--config", w.cfg, "--progress", "none", "--set", "chunker.target_tokens=300")
+	require.NoError(t, err, out)
+	require.Equal(t, fp(300), recorded("articles"))
+
+	out, err = runCLI(t, "", "reindex", "--config", w.cfg, "--to", "articles_v2", "--set", "chunker.target_tokens=256")
+	require.NoError(t, err, out)
+	require.Equal(t, fp(256), recorded("articles_v2"))
+	require.Equal(t, fp(300), recorded("articles"), "reindex only reads the live index")
+
+	out, err = runCLI(t, "", "serve", "--once", "--config", w.cfg, "--set", "chunker.target_tokens=200")
+	require.NoError(t, err, out)
+	require.Equal(t, fp(200), recorded("articles"))
+	require.Equal(t, fp(200), recorded("articles_v2"), "the shadow serve dual-writes")
+	require.Contains(t, out, "from="+fp(300)+" to="+fp(200))
+	require.Contains(t, out, "from="+fp(256)+" to="+fp(200))
+}
