@@ -107,7 +107,7 @@ func leftovers(l sink.Leftovers, index string) []leftover {
 	}
 	reembed := "a re-cut keeps their vectors (the embedding cache holds them); ragsync fidelity check --sample N measures whether the stored vectors still match the model, and ragsync repair re-embeds those past monitor.cosine_bound"
 	if l.UnknownModelVersion > 0 {
-		out = append(out, leftover{l.UnknownModelVersion, "chunks embedded by an unknown model version (written before the version was recorded)", reembed})
+		out = append(out, leftover{l.UnknownModelVersion, "chunks embedded by an unknown model version (written before versions were recorded, or by a provider that reports none)", reembed})
 	}
 	if l.OldModelVersion > 0 {
 		out = append(out, leftover{l.OldModelVersion, fmt.Sprintf("chunks embedded by another model version than the newest seen (%s)", l.ModelVersion), reembed})
@@ -131,8 +131,10 @@ what is left to do, each with the command that finishes it:
 
   - chunks cut with other chunker settings than the recorded ones, or with
     unknown settings (written before the settings were recorded);
-  - chunks embedded by an unknown model version, or by another model
-    version than the newest seen, when the chunks carry several;
+  - chunks embedded by an unknown model version (written before versions
+    were recorded, or by a provider that reports none), or by another model
+    version than the newest seen, when the chunks carry several (the newest
+    is the one the provider reported for the newest embedding-cache entry);
   - documents without a render hash (written before it was recorded): the
     next update of each re-cuts it once, even when its text is unchanged.
 
