@@ -15,6 +15,7 @@ import (
 // the stored chunks for reuse (in one Lookup). Writes never reach it.
 type store interface {
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
+	Fence(ctx context.Context, id string) (sink.StoredDocument, bool, error)
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 }
@@ -115,6 +116,14 @@ func (d *DryRun) Document(ctx context.Context, id string) (sink.StoredDocument, 
 	return d.st.Document(ctx, id)
 }
 
+// Fence is the store's Fence; without a store, no document is known.
+func (d *DryRun) Fence(ctx context.Context, id string) (sink.StoredDocument, bool, error) {
+	if d.st == nil {
+		return sink.StoredDocument{}, false, nil
+	}
+	return d.st.Fence(ctx, id)
+}
+
 // Cost is the estimate's price at pricePerMillion per million tokens.
 func (e Estimate) Cost(pricePerMillion float64) float64 {
 	return float64(e.Tokens) / 1e6 * pricePerMillion
@@ -135,7 +144,7 @@ func (e Estimate) Duration(requestsPerMinute, tokensPerMinute int) time.Duration
 
 // CacheVectors writes nothing; the hashes count as cached from here on, as
 // a real run's would be.
-func (d *DryRun) CacheVectors(_ context.Context, hashes, _ []string, _ [][]float32) error {
+func (d *DryRun) CacheVectors(_ context.Context, hashes, _ []string, _ [][]float32, _ string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, h := range hashes {
@@ -190,3 +199,6 @@ func (d *DryRun) addKnown(into map[string]bool, hashes []string) {
 
 // Flush has nothing to make durable: a dry run writes nothing.
 func (d *DryRun) Flush(context.Context) error { return nil }
+
+// ReportedModel is "": a dry run calls no provider.
+func (d *DryRun) ReportedModel() string { return "" }

@@ -166,3 +166,5 @@ func TestWorstTracesAge(t *testing.T) {
 	require.Equal(t, []string{hex(40)}, check())
 	require.Equal(t, []string{}, check(), "nothing recorded, nothing named")
 }
+
+func (e slowPoisonEmbedder) ReportedModel() string { return "" }

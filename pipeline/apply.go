@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
@@ -30,8 +31,9 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 	}
 }
 
-// upsert renders the change's row, cuts it in chunks and writes the
-// document to the target, then to every shadow, each through write.
+// upsert renders the change's row and writes the document to the target,
+// then to every shadow: as a metadata-only update when its text is the one
+// the target holds (see prepare), else cut in chunks, each through write.
 func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	op := string(ch.Op)
 	tbl, ok := p.table(ch.Table)
@@ -39,11 +41,16 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 		p.count(op, "unmatched_table")
 		return nil
 	}
-	doc, pre, err := p.prepare(ctx, ch, tbl)
-	if err != nil || pre == nil {
+	pr, err := p.prepare(ctx, ch, tbl)
+	if err != nil || pr.pre == nil {
 		return err
 	}
-	out, saved, err := p.write(ctx, p.st.Target, &doc, pre, true)
+	if pr.doc.MetadataOnly {
+		if done, err := p.upsertMetadata(ctx, ch, &pr); done || err != nil || pr.pre == nil {
+			return err
+		}
+	}
+	out, saved, err := p.write(ctx, p.st.Target, &pr.doc, pr.pre, true)
 	if err != nil {
 		return err
 	}
@@ -53,17 +60,54 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	}
 	// Applied or Duplicate (a replay after a shadow's transient failure):
 	// the shadows get the same document.
-	return p.shadowUpsert(ctx, doc)
+	return p.shadowUpsert(ctx, pr)
+}
+
+// prepared is a change ready to write: the document (chunked, unless it is
+// a metadata-only update), its text, and what the target holds of it. A
+// nil pre is a stale change, counted.
+type prepared struct {
+	doc  sink.Document
+	text string
+	pre  *sink.Lookup
+}
+
+// upsertMetadata writes a metadata-only update to the target (the
+// Observer told, as for any write), then to the shadows. done is false
+// when the target's text changed since prepare read it (another writer):
+// pr is then chunked and looked up for the usual write.
+func (p *Pipeline) upsertMetadata(ctx context.Context, ch cdc.Change, pr *prepared) (done bool, err error) {
+	start := time.Now()
+	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
+	sctx, wait := sink.TrackConnWait(sctx)
+	out, err := p.upsertIn(sctx, p.st.Target, pr.doc, true)
+	endSpan(span, err)
+	if err != nil {
+		return true, fmt.Errorf("upsert %s: %w", pr.doc.ID, err)
+	}
+	if out.TextChanged {
+		return false, p.chunk(ctx, ch, pr)
+	}
+	p.metrics.observeTx(start, wait)
+	p.countUpsert(ch, out, savedChunks{})
+	if out.Stale {
+		return true, nil
+	}
+	return true, p.shadowUpsert(ctx, *pr)
 }
 
 // prepare builds the document a change writes: its row (unchanged-TOAST
-// columns filled from the stored one), its text and chunks, and what the
-// target holds of it, read in one round trip once it is chunked. A nil
-// Lookup with a nil error is a stale change, counted: the target holds a
-// later version. The fence is read before paying for embeddings; the sink
-// fences again inside its transaction, which is what makes concurrent
-// writers safe.
-func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) (sink.Document, *sink.Lookup, error) {
+// columns filled from the stored one), its text, and what the target holds
+// of it. The stored render hash decides: equal to the text's (same text,
+// same chunker), the document is a metadata-only update and is not
+// chunked; else it is chunked and its stored chunks and cached hashes are
+// read (Lookup). An update reads its fence first (Fence, one small read),
+// so unchanged text costs no chunking; a create or a snapshot read, which
+// is rarely of a document the index holds, reads everything in one round
+// trip once chunked. The fence is read before paying for embeddings; the
+// sink fences again inside its transaction, which is what makes
+// concurrent writers safe.
+func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) (prepared, error) {
 	id, ix := DocID(ch), p.st.Target.Index
 	// A row with unchanged-TOAST columns needs the stored row before it
 	// can be rendered: its fence is read then, with it.
@@ -73,42 +117,93 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 	if early {
 		var err error
 		if stored, found, err = ix.Document(ctx, id); err != nil {
-			return sink.Document{}, nil, fmt.Errorf("read %s: %w", id, err)
+			return prepared{}, fmt.Errorf("read %s: %w", id, err)
 		}
 		if stale, err := p.fenced(ch, id, stored, found); stale || err != nil {
-			return sink.Document{}, nil, err
+			return prepared{}, err
 		}
 	}
 	row, err := p.row(ch, id, stored, found)
 	if err != nil {
-		return sink.Document{}, nil, err
+		return prepared{}, err
 	}
 	text, err := p.render(ctx, tbl, ch.Table, id, row)
 	if err != nil {
-		return sink.Document{}, nil, p.refuse(ctx, ch, id, early, err)
+		return prepared{}, p.refuse(ctx, ch, id, early, err)
 	}
+	pr := prepared{text: text, doc: p.document(ctx, ch, tbl, row, text)}
+	if !early && ch.Op == cdc.OpUpdate {
+		if stored, found, err = ix.Fence(ctx, id); err != nil {
+			return prepared{}, fmt.Errorf("read %s: %w", id, err)
+		}
+		if stale, err := p.fenced(ch, id, stored, found); stale || err != nil {
+			return prepared{}, err
+		}
+		early = true
+	}
+	if early && sameText(stored, found, pr.doc.RenderHash) {
+		pr.doc.MetadataOnly, pr.pre = true, &sink.Lookup{Doc: stored, Found: true}
+		return pr, nil
+	}
+	return pr, p.chunk(ctx, ch, &pr)
+}
+
+// sameText says whether the stored document is live and rendered from the
+// text (and chunker) whose render hash is hash.
+func sameText(stored sink.StoredDocument, found bool, hash string) bool {
+	return found && !stored.Deleted && stored.RenderHash != "" && stored.RenderHash == hash
+}
+
+// document is the change's document before chunking: identity, version,
+// metadata, tenant, row, render hash and the provenance its chunk rows
+// record (the model version is the embedder's, set by write).
+func (p *Pipeline) document(ctx context.Context, ch cdc.Change, tbl TableConfig, row map[string]any, text string) sink.Document {
+	return sink.Document{
+		ID: DocID(ch), Table: ch.Table, Key: ch.DocKey, Version: ch.Version, SourceTS: ch.Version.Time(),
+		Metadata: tbl.metadata(row), Tenant: tbl.tenant(row), Row: row,
+		RenderHash: renderHash(p.fingerprint, text),
+		Provenance: sink.Provenance{Chunker: p.fingerprint, TraceID: traceID(ctx)},
+	}
+}
+
+// chunk cuts pr's text in chunks and reads what the target holds of them:
+// the stored chunks and cached hashes in one round trip (Lookup). A stale
+// change leaves pr.pre nil. A change found to be a metadata-only update
+// after all (a create or snapshot read of a document whose text the index
+// holds) is written as one, its chunks dropped.
+func (p *Pipeline) chunk(ctx context.Context, ch cdc.Change, pr *prepared) error {
+	id, ix := pr.doc.ID, p.st.Target.Index
 	_, span := tracer().Start(ctx, "ragsync.chunk")
-	chunks := p.st.Splitter.Split(text)
+	chunks := p.st.Splitter.Split(pr.text)
 	span.End()
 	l, err := ix.Lookup(ctx, id, chunkHashes(chunks))
 	if err != nil {
-		return sink.Document{}, nil, fmt.Errorf("read %s: %w", id, err)
+		return fmt.Errorf("read %s: %w", id, err)
 	}
 	if stale, err := p.fenced(ch, id, l.Doc, l.Found); stale || err != nil {
-		return sink.Document{}, nil, err
+		pr.pre = nil
+		return err
 	}
+	if !pr.doc.MetadataOnly && sameText(l.Doc, l.Found, pr.doc.RenderHash) {
+		pr.doc.MetadataOnly, pr.pre = true, &l
+		return nil
+	}
+	pr.doc.MetadataOnly = false
 	if chunks, err = p.refine(ctx, chunks, &l); err != nil {
-		return sink.Document{}, nil, fmt.Errorf("read %s: %w", id, err)
+		return fmt.Errorf("read %s: %w", id, err)
 	}
-	doc := sink.Document{
-		ID: id, Table: ch.Table, Key: ch.DocKey, Version: ch.Version, SourceTS: ch.Version.Time(),
-		Metadata: tbl.metadata(row), Tenant: tbl.tenant(row), Row: row,
-		Chunks: make([]sink.Chunk, len(chunks)),
-	}
+	pr.doc.Chunks, pr.pre = sinkChunks(chunks), &l
+	return nil
+}
+
+// sinkChunks are the chunker's chunks as a document carries them, without
+// vectors.
+func sinkChunks(chunks []chunker.Chunk) []sink.Chunk {
+	out := make([]sink.Chunk, len(chunks))
 	for i, c := range chunks {
-		doc.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
+		out[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 	}
-	return doc, &l, nil
+	return out
 }
 
 // fenced reports whether the stored version of id is later than the
@@ -188,6 +283,11 @@ func (p *Pipeline) countUpsert(ch cdc.Change, out sink.Outcome, saved savedChunk
 		p.metrics.lag.WithLabelValues(ch.Table).Set(p.now().Sub(ch.Version.Time()).Seconds())
 	}
 	p.countOutcome(string(ch.Op), out)
+	if out.MetadataOnly {
+		// Its text was unchanged: nothing chunked, embedded or written
+		// but the document row.
+		p.stats.add("metadata_only", 1)
+	}
 	if out.Applied {
 		// Only a write that happened used its cached or reused vectors; a
 		// stale or duplicate change (a replay) saved nothing.

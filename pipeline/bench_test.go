@@ -136,3 +136,5 @@ func BenchmarkLargeDocument(b *testing.B) {
 		}
 	}
 }
+
+func (e leanEmbedder) ReportedModel() string { return "" }

@@ -58,3 +58,5 @@ func TestEmbedderGetsChunkerCounts(t *testing.T) {
 		require.Equal(t, chunker.CountTokens(text), n, "%q", text)
 	}
 }
+
+func (e *tokenEmbedder) ReportedModel() string { return "" }

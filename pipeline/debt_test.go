@@ -433,3 +433,9 @@ func TestRepayerLearnsFromMonitorSamples(t *testing.T) {
 	_, n := pred.Slope()
 	require.EqualValues(t, 1, n, "the sample is learnt once")
 }
+
+func (k *killingEmbedder) ReportedModel() string { return "" }
+
+func (e *barrierEmbedder) ReportedModel() string { return "" }
+
+func (e blockingEmbedder) ReportedModel() string { return "" }

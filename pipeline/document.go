@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -200,3 +202,14 @@ func tableFor(tables []TableConfig, table string) (TableConfig, bool) {
 // DocID is the document id the sink stores: the source table and the key
 // within it, so two tables with overlapping keys never collide.
 func DocID(c cdc.Change) string { return sink.DocID(c.Table, c.DocKey) }
+
+// renderHash is the render hash of text cut by the chunker whose
+// fingerprint is fingerprint (sink.Document.RenderHash): equal hashes mean
+// equal chunks. 128 bits of SHA-256, hex.
+func renderHash(fingerprint, text string) string {
+	h := sha256.New()
+	h.Write([]byte(fingerprint))
+	h.Write([]byte{0})
+	h.Write([]byte(text))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

@@ -354,3 +354,7 @@ func TestSourceDecodedMessagesNeedNoPipelineDecoder(t *testing.T) {
 	var de *cdc.DecodeError
 	require.ErrorAs(t, dlq.causes[0], &de, "the reason is the decoder's")
 }
+
+func (e *heldEmbedder) ReportedModel() string { return "" }
+
+func (u unlockedEmbedder) ReportedModel() string { return "" }

@@ -53,7 +53,13 @@ func (ll liveLane) EmbedCounted(ctx context.Context, texts []string, tokens []in
 	return ll.l.e.EmbedCounted(ctx, texts, tokens)
 }
 
+// ReportedModel is the wrapped embedder's.
+func (ll liveLane) ReportedModel() string { return ll.l.e.ReportedModel() }
+
 type backgroundLane struct{ l *Lanes }
+
+// ReportedModel is the wrapped embedder's.
+func (bl backgroundLane) ReportedModel() string { return bl.l.e.ReportedModel() }
 
 func (bl backgroundLane) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	if err := bl.l.wait(ctx); err != nil {

@@ -215,6 +215,9 @@ type Stages struct {
 type Pipeline struct {
 	cfg     Config
 	st      Stages
+	// fingerprint is the Splitter's, read once: every chunk row and
+	// render hash records it.
+	fingerprint string
 	log     *slog.Logger
 	metrics *metrics
 	stats   Stats
@@ -271,6 +274,7 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 		now:   time.Now,
 		guard: newDLQGuard(cfg.DeadLetterWindow, cfg.DeadLetterMaxRatio),
 	}
+	p.fingerprint = st.Splitter.Fingerprint()
 	p.shadows = slices.Clone(st.Shadows)
 	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
 	return p, nil

@@ -358,3 +358,7 @@ func TestSlowDocumentDoesNotHoldOthers(t *testing.T) {
 	}
 	require.EqualValues(t, 1, src.acked.Load())
 }
+
+func (e *countingEmbedder) ReportedModel() string { return "" }
+
+func (e *gatedEmbedder) ReportedModel() string { return "" }

@@ -78,13 +78,24 @@ func (p *Pipeline) shadowed(ctx context.Context, id string, fn func(Target) erro
 }
 
 // shadowUpsert writes the primary's rendered document (same chunks, same
-// version) to every shadow, through the write path the primary took.
-func (p *Pipeline) shadowUpsert(ctx context.Context, doc sink.Document) error {
+// version; a metadata-only update as such) to every shadow, through the
+// write path the primary took.
+func (p *Pipeline) shadowUpsert(ctx context.Context, pr prepared) error {
+	doc := pr.doc
 	return p.shadowed(ctx, doc.ID, func(t Target) error {
-		d := doc
-		// Vectors and near-duplicate reuse belong to the primary's model.
-		d.Chunks = make([]sink.Chunk, len(doc.Chunks))
-		for i, c := range doc.Chunks {
+		d, chunks := doc, doc.Chunks
+		if d.MetadataOnly {
+			// A shadow that holds the same text takes the metadata alone;
+			// one that does not (it is catching up) gets the text cut.
+			out, err := t.Index.Upsert(ctx, d)
+			if err != nil || !out.TextChanged {
+				return err
+			}
+			d.MetadataOnly, chunks = false, sinkChunks(p.st.Splitter.Split(pr.text))
+		}
+		// Each target gets chunks without vectors: its own plan decides.
+		d.Chunks = make([]sink.Chunk, len(chunks))
+		for i, c := range chunks {
 			d.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
 		}
 		pre, err := t.Index.Lookup(ctx, d.ID, distinctHashes(d.Chunks))

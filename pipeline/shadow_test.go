@@ -324,3 +324,5 @@ func TestShadowAheadPaysNothing(t *testing.T) {
 	require.True(t, ok)
 	require.Negative(t, p.Version.Compare(later), "the primary applied the change, at its own version")
 }
+
+func (e *smallEmbedder) ReportedModel() string { return "" }

@@ -46,6 +46,9 @@ type Splitter interface {
 type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 	EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error)
+	// ReportedModel is the model name the provider gave in its last
+	// answer ("" unknown): the chunks a write embeds record it.
+	ReportedModel() string
 }
 
 // Observer hears of every write the pipeline makes to its Sink (not to
@@ -74,14 +77,18 @@ type Observer interface {
 // A per-document-transaction index (sink's write mode) has nothing to
 // flush; a buffering one (sink's bulk mode) makes its buffered rows durable
 // there. Document reads the stored row first for a change whose unchanged
-// TOAST columns need it before chunking; Cached asks about the pieces a
-// refinement cut anew.
+// TOAST columns need it before chunking; Fence reads an update's fence and
+// render hash before chunking, so an update whose text is unchanged is
+// written as a metadata-only Upsert without chunking; Cached asks about the
+// chunks of an update whose text changed after all, and about the pieces
+// a refinement cut anew.
 type Index interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)
 	Truncate(ctx context.Context, table string, v cdc.Version, ts time.Time) (int, error)
 	Document(ctx context.Context, id string) (sink.StoredDocument, bool, error)
-	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error
+	Fence(ctx context.Context, id string) (sink.StoredDocument, bool, error)
+	CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32, modelVersion string) error
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 	Flush(ctx context.Context) error

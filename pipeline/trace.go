@@ -83,3 +83,12 @@ func withTraceHeader(ctx context.Context, m cdc.Record) cdc.Record {
 	m.Headers = append(slices.Clone(m.Headers), cdc.Header{Key: HeaderTraceID, Value: []byte(sc.TraceID().String())})
 	return m
 }
+
+// traceID is the trace id of the change ctx applies (32 hex digits), ""
+// when it has none: the chunk rows its write inserts record it.
+func traceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

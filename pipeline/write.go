@@ -25,6 +25,9 @@ func (p *Pipeline) write(ctx context.Context, t Target, doc *sink.Document, pre 
 	if err != nil {
 		return sink.Outcome{}, savedChunks{}, stageError{StageEmbedder, fmt.Errorf("embed %s: %w", doc.ID, err)}
 	}
+	// The vectors this write embedded are the model's the provider named
+	// in its last answer (a vector taken from the cache records its own).
+	doc.Provenance.ModelVersion = t.Embedder.ReportedModel()
 	start := time.Now()
 	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
 	sctx, wait := sink.TrackConnWait(sctx)
@@ -164,7 +167,7 @@ func (p *Pipeline) embedSlices(ctx context.Context, t Target, need needed, prima
 		}
 		p.metrics.chunks.WithLabelValues(label).Add(float64(hi - lo))
 		if sliced {
-			if err := t.Index.CacheVectors(ctx, need.hashes[lo:hi], need.texts[lo:hi], got); err != nil {
+			if err := t.Index.CacheVectors(ctx, need.hashes[lo:hi], need.texts[lo:hi], got, t.Embedder.ReportedModel()); err != nil {
 				return nil, err
 			}
 			continue
@@ -188,7 +191,7 @@ func (p *Pipeline) keepVectors(ctx context.Context, t Target, doc sink.Document)
 		}
 	}
 	if len(hashes) > 0 {
-		_ = t.Index.CacheVectors(ctx, hashes, texts, vecs)
+		_ = t.Index.CacheVectors(ctx, hashes, texts, vecs, doc.Provenance.ModelVersion)
 	}
 }
 

@@ -93,13 +93,19 @@ func NewPipeline(cfg PipelineConfig, st Stages, pred *pipeline.Predictor, reg pr
 // plain client, which must not linger. The offline embedder has nothing to
 // share. stop closes the Coalescer once the pipeline has stopped. reg, when
 // not nil, receives the coalescer's metrics. keep, when not nil, receives
-// every answer as it arrives (embedder.CoalesceConfig.Keep).
-func PipelineEmbedder(ec embedder.Config, emb embedder.Client, reg prometheus.Registerer, keep func(context.Context, []string, [][]float32) error) (embedder.Client, func(), error) {
+// every answer as it arrives (embedder.CoalesceConfig.Keep) with the model
+// the provider reported for it.
+func PipelineEmbedder(ec embedder.Config, emb embedder.Client, reg prometheus.Registerer, keep func(context.Context, []string, [][]float32, string) error) (embedder.Client, func(), error) {
 	if ec.Provider != embedder.ProviderOpenAI {
 		return emb, func() {}, nil
 	}
 	cc := ec.Coalesce()
-	cc.Keep = keep
+	if keep != nil {
+		// Kept with the model the provider named in the answer just read.
+		cc.Keep = func(ctx context.Context, texts []string, vecs [][]float32) error {
+			return keep(ctx, texts, vecs, emb.ReportedModel())
+		}
+	}
 	co := embedder.NewCoalescer(emb, cc)
 	if reg != nil {
 		if err := embedder.RegisterCoalescerMetrics(reg, co); err != nil {

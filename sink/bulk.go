@@ -27,6 +27,9 @@ type bulkLoad struct {
 	mu   sync.Mutex
 	buf  []Document
 	vecs map[string][]float32 // buffered vectors by cache key, so in-run repeats are not re-embedded
+	// models is the reported model version of buffered vectors, by cache
+	// key (absent: unknown).
+	models map[string]string
 	// pending is the newest buffered version of each document not yet
 	// flushed, which the reads see.
 	pending map[string]Document
@@ -66,7 +69,7 @@ func (s *Store) beginBulk(ctx context.Context) (*bulkLoad, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin bulk load: drop HNSW index: %w", err)
 	}
-	return &bulkLoad{s: s, vecs: map[string][]float32{}, pending: map[string]Document{}}, nil
+	return &bulkLoad{s: s, vecs: map[string][]float32{}, models: map[string]string{}, pending: map[string]Document{}}, nil
 }
 
 // upsert writes d's new vectors to the embedding cache at once, as the
@@ -75,6 +78,11 @@ func (s *Store) beginBulk(ctx context.Context) (*bulkLoad, error) {
 // resume: the re-read page finds its vectors in the cache, so a kill costs
 // at most the embedding requests in flight.
 func (b *bulkLoad) upsert(ctx context.Context, d Document) (Outcome, error) {
+	if d.MetadataOnly {
+		// A buffered load writes whole documents (COPY), never a row in
+		// place: the caller writes the document the usual way.
+		return Outcome{TextChanged: true}, nil
+	}
 	var hashes, texts []string
 	var vecs [][]float32
 	cached := make(map[string]bool, len(d.Chunks))
@@ -84,7 +92,7 @@ func (b *bulkLoad) upsert(ctx context.Context, d Document) (Outcome, error) {
 			hashes, texts, vecs = append(hashes, c.Hash), append(texts, c.Text), append(vecs, c.Vector)
 		}
 	}
-	if err := b.s.CacheVectors(ctx, hashes, texts, vecs); err != nil {
+	if err := b.s.CacheVectors(ctx, hashes, texts, vecs, d.Provenance.ModelVersion); err != nil {
 		return Outcome{}, fmt.Errorf("upsert %s: %w", d.ID, err)
 	}
 	b.mu.Lock()
@@ -96,6 +104,9 @@ func (b *bulkLoad) upsert(ctx context.Context, d Document) (Outcome, error) {
 	for _, c := range d.Chunks {
 		if c.Vector != nil {
 			b.vecs[c.vectorKey()] = c.Vector
+			if m := d.Provenance.ModelVersion; m != "" {
+				b.models[c.vectorKey()] = m
+			}
 		}
 	}
 	return Outcome{Applied: true, Inserted: len(d.Chunks)}, nil
@@ -147,12 +158,12 @@ func storedDocument(d Document) StoredDocument {
 		hashes[i] = c.Hash
 	}
 	return StoredDocument{ID: d.ID, Table: d.Table, Key: d.Key, Version: d.Version, SourceTS: d.SourceTS,
-		Metadata: d.Metadata, Tenant: d.Tenant, Row: d.Row, Hashes: hashes}
+		Metadata: d.Metadata, Tenant: d.Tenant, Row: d.Row, Hashes: hashes, RenderHash: d.RenderHash}
 }
 
 // fence is buffered document d as Lookup reads it (see Lookup.Doc).
 func fence(d Document) StoredDocument {
-	return StoredDocument{ID: d.ID, Table: d.Table, Key: d.Key, Version: d.Version, SourceTS: d.SourceTS}
+	return StoredDocument{ID: d.ID, Table: d.Table, Key: d.Key, Version: d.Version, SourceTS: d.SourceTS, RenderHash: d.RenderHash}
 }
 
 // storedChunks are buffered document d's chunks as StoredChunks reads
@@ -189,10 +200,14 @@ func (b *bulkLoad) Flush(ctx context.Context) error {
 	docs := b.buf
 	b.buf = nil
 	vecs := map[string][]float32{}
+	models := map[string]string{}
 	for _, d := range docs {
 		for _, c := range d.Chunks {
 			if v, ok := b.vecs[c.vectorKey()]; ok {
 				vecs[c.vectorKey()] = v
+			}
+			if m, ok := b.models[c.vectorKey()]; ok {
+				models[c.vectorKey()] = m
 			}
 		}
 	}
@@ -210,7 +225,7 @@ func (b *bulkLoad) Flush(ctx context.Context) error {
 	var conflicts []Document
 	err := pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
 		conflicts = conflicts[:0]
-		return b.write(ctx, tx, latest, vecs, &conflicts)
+		return b.write(ctx, tx, latest, buffered{vecs, models}, &conflicts)
 	})
 	if err != nil {
 		b.mu.Lock()
@@ -243,8 +258,15 @@ func (b *bulkLoad) Flush(ctx context.Context) error {
 	return nil
 }
 
-func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, vecs map[string][]float32, conflicts *[]Document) error {
-	s := b.s
+// buffered is a flush's copy of the buffered vectors its documents use,
+// with their reported model versions.
+type buffered struct {
+	vecs   map[string][]float32
+	models map[string]string
+}
+
+func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Document, bv buffered, conflicts *[]Document) error {
+	s, vecs := b.s, bv.vecs
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE ragsync_bulk_docs (LIKE "+s.tDocs+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 		return err
 	}
@@ -254,11 +276,11 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 	}
 	slices.Sort(ids)
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ragsync_bulk_docs"},
-		[]string{"index_name", "id", "source_table", "doc_key", "version", "source_ts", "metadata", "tenant", "row"},
+		[]string{"index_name", "id", "source_table", "doc_key", "version", "source_ts", "metadata", "tenant", "row", "render_hash"},
 		pgx.CopyFromSlice(len(ids), func(i int) ([]any, error) {
 			d := docs[ids[i]]
 			s.sawTenant(d.Tenant)
-			return []any{s.cfg.Index, d.ID, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS), jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row)}, nil
+			return []any{s.cfg.Index, d.ID, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS), jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.RenderHash)}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("copy documents: %w", err)
@@ -288,7 +310,7 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 			}
 		}
 	}
-	cached, err := s.vectors(ctx, tx, need)
+	cached, cachedModels, err := s.vectorsWithModels(ctx, tx, need)
 	if err != nil {
 		return err
 	}
@@ -296,6 +318,7 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 		docID string
 		c     Chunk
 		vec   []float32
+		prov  chunkProv
 	}
 	var chunkRows []row
 	newCache := map[string]Chunk{}
@@ -305,17 +328,23 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 			*conflicts = append(*conflicts, d)
 			continue
 		}
+		pv := provOf(d)
 		for _, c := range d.Chunks {
 			v := c.Vector
+			cp := pv
 			if v == nil {
+				// The vector's model version is its cache entry's, or
+				// that of the buffered document that brought it.
+				model := bv.models[c.vectorKey()]
 				if v = vecs[c.vectorKey()]; v == nil {
-					v = cached[c.vectorKey()]
+					v, model = cached[c.vectorKey()], cachedModels[c.vectorKey()]
 				}
+				cp.model = reported(model)
 			}
 			if v == nil {
 				return fmt.Errorf("%s chunk %d: %w", id, c.Position, ErrMissingVector)
 			}
-			chunkRows = append(chunkRows, row{id, c, v})
+			chunkRows = append(chunkRows, row{id, c, v, cp})
 			if c.Vector != nil {
 				if _, ok := newCache[c.vectorKey()]; !ok {
 					newCache[c.vectorKey()] = c
@@ -330,23 +359,27 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 	into := pgx.Identifier{s.cfg.Schema, "chunks"}
 	if !s.cfg.SkipFullText {
 		if _, err := tx.Exec(ctx, "CREATE TEMP TABLE ragsync_bulk_chunks (index_name text, doc_id text, position int,"+
-			" content_hash text, vector_hash text, text text, tokens int, embedding vector) ON COMMIT DROP"); err != nil {
+			" content_hash text, vector_hash text, text text, tokens int, embedding vector,"+
+			" model_version text, chunker text, source text, source_position text, committed_at timestamptz, trace_id text) ON COMMIT DROP"); err != nil {
 			return fmt.Errorf("copy chunks: %w", err)
 		}
 		into = pgx.Identifier{"ragsync_bulk_chunks"}
 	}
 	_, err = tx.CopyFrom(ctx, into,
-		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", "embedding"},
+		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", "embedding",
+			"model_version", "chunker", "source", "source_position", "committed_at", "trace_id"},
 		pgx.CopyFromSlice(len(chunkRows), func(i int) ([]any, error) {
 			r := chunkRows[i]
-			return []any{s.cfg.Index, r.docID, int32(r.c.Position), r.c.Hash, r.c.vectorKey(), r.c.Text, int32(r.c.Tokens), pgvector.NewVector(r.vec)}, nil
+			p := r.prov
+			return []any{s.cfg.Index, r.docID, int32(r.c.Position), r.c.Hash, r.c.vectorKey(), r.c.Text, int32(r.c.Tokens), pgvector.NewVector(r.vec),
+				p.model, p.chunker, p.source, p.position, p.committed, p.trace}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("copy chunks: %w", err)
 	}
 	if !s.cfg.SkipFullText {
-		_, err := tx.Exec(ctx, "INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
-			" SELECT index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, to_tsvector('simple'::regconfig, text) FROM ragsync_bulk_chunks")
+		_, err := tx.Exec(ctx, "INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", tsv)"+
+			" SELECT index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", to_tsvector('simple'::regconfig, text) FROM ragsync_bulk_chunks")
 		if err != nil {
 			return fmt.Errorf("insert chunks: %w", err)
 		}
@@ -356,7 +389,7 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 	}
 	entries := make([]cacheEntry, 0, len(newCache))
 	for k, c := range newCache {
-		e := cacheEntry{hash: k, vec: c.Vector}
+		e := cacheEntry{hash: k, vec: c.Vector, model: reported(bv.models[k])}
 		if k == c.Hash {
 			e.text = &c.Text
 		}

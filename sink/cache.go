@@ -20,6 +20,8 @@ type cacheEntry struct {
 	hash string
 	vec  []float32
 	text *string
+	// model is the model name the provider reported for vec; nil: unknown.
+	model *string
 }
 
 // cacheWrite is the one statement every path writes the embedding cache
@@ -35,7 +37,8 @@ type cacheEntry struct {
 //     the next document with that text does not copy the vector the
 //     repair just replaced;
 //   - an existing entry without an origin text (cached before texts were
-//     kept) gains the text;
+//     kept) gains the text; the reported model version stays the entry's
+//     own, since its vector does (a replacement brings its own);
 //   - an existing entry's last use is recorded, at most once per
 //     cacheTouchEvery like every read's, so a write of a vector that is
 //     cached already writes no new row version.
@@ -50,19 +53,28 @@ func (s *Store) cacheWrite(entries []cacheEntry, replace bool) (string, []any) {
 	entries = slices.CompactFunc(entries, func(a, b cacheEntry) bool { return a.hash == b.hash })
 	keys := make([]string, len(entries))
 	vecs := make([]pgvector.Vector, len(entries))
-	texts := make([]*string, len(entries))
+	texts, models := make([]*string, len(entries)), make([]*string, len(entries))
 	for i, e := range entries {
-		keys[i], vecs[i], texts[i] = e.hash, pgvector.NewVector(e.vec), e.text
+		keys[i], vecs[i], texts[i], models[i] = e.hash, pgvector.NewVector(e.vec), e.text, e.model
 	}
-	args := []any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, cacheTouchEvery.Seconds()}
+	args := []any{s.cfg.Model, s.cfg.Dimensions, keys, vecs, texts, models, cacheTouchEvery.Seconds()}
 	if replace {
-		args = args[:5] // a replacement records its use whatever the last one
+		args = args[:6] // a replacement records its use whatever the last one
 	}
-	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t FROM unnest($3::text[], $4::vector[], $5::text[]) WITH ORDINALITY AS u(h, e, t, n) ORDER BY u.n", "$6", replace), args
+	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t, u.m FROM unnest($3::text[], $4::vector[], $5::text[], $6::text[]) WITH ORDINALITY AS u(h, e, t, m, n) ORDER BY u.n", "$7", replace), args
+}
+
+// reported is a reported model version as the cache and chunk columns
+// hold it: NULL when unknown.
+func reported(model string) *string {
+	if model == "" {
+		return nil
+	}
+	return &model
 }
 
 // cacheInsert is cacheWrite's statement over rows (content_hash, embedding,
-// text) that the query rows yields once per key, in key order; model,
+// text, model_version) that the query rows yields once per key, in key order; model,
 // dimensions and touchSecs (cacheTouchEvery in seconds) are parameter
 // references. Upsert feeds it the rows its chunk insert returns, so a new
 // vector travels to Postgres once (see queuePlan).
@@ -70,9 +82,9 @@ func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string, replace b
 	conflict := " ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET last_used_at = now(), text = coalesce(c.text, excluded.text)" +
 		" WHERE (c.text IS NULL AND excluded.text IS NOT NULL) OR c.last_used_at < now() - make_interval(secs => " + touchSecs + ")"
 	if replace {
-		conflict = " ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET embedding = excluded.embedding, text = coalesce(excluded.text, c.text), last_used_at = now()"
+		conflict = " ON CONFLICT (model, dimensions, content_hash) DO UPDATE SET embedding = excluded.embedding, text = coalesce(excluded.text, c.text), model_version = excluded.model_version, last_used_at = now()"
 	}
-	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text)" +
+	return "INSERT INTO " + s.tCache + " AS c (model, dimensions, content_hash, embedding, text, model_version)" +
 		" SELECT " + model + ", " + dimensions + ", r.* FROM (" + rows + ") r" + conflict
 }
 
@@ -81,9 +93,11 @@ func (s *Store) cacheInsert(model, dimensions, rows, touchSecs string, replace b
 // dimensions, in its own short transaction. The pipeline calls it for each
 // slice of a large document as the vectors arrive, so they are kept even if
 // the document's own transaction never commits, and a later Upsert of chunks
-// with nil vectors takes them from here. A hash cached already keeps its
-// vector (see cacheWrite for the policy every cache writer shares).
-func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32) error {
+// with nil vectors takes them from here. modelVersion is the model name the
+// provider reported for them ("" unknown), which chunks copied from these
+// entries record. A hash cached already keeps its vector (see cacheWrite
+// for the policy every cache writer shares).
+func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [][]float32, modelVersion string) error {
 	if err := s.writable(); err != nil {
 		return fmt.Errorf("cache vectors: %w", err)
 	}
@@ -98,7 +112,7 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 		if len(vecs[i]) != s.cfg.Dimensions {
 			return fmt.Errorf("cache vectors: vector of %s has %d dimensions, want %d: %w", hashes[i], len(vecs[i]), s.cfg.Dimensions, ErrInvalidDocument)
 		}
-		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i]}
+		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i], model: reported(modelVersion)}
 	}
 	sql, args := s.cacheWrite(entries, false)
 	if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
@@ -112,12 +126,12 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 // a chunk of that text. It is for a writer that sees embedded texts without
 // their chunks, such as a request coalescer keeping every answer as it
 // arrives (see embedder.CoalesceConfig.Keep).
-func (s *Store) CacheTexts(ctx context.Context, texts []string, vecs [][]float32) error {
+func (s *Store) CacheTexts(ctx context.Context, texts []string, vecs [][]float32, modelVersion string) error {
 	hashes := make([]string, len(texts))
 	for i, t := range texts {
 		hashes[i] = chunker.Hash(t)
 	}
-	return s.CacheVectors(ctx, hashes, texts, vecs)
+	return s.CacheVectors(ctx, hashes, texts, vecs, modelVersion)
 }
 
 // Cached reports which of hashes have a vector in the embedding cache for

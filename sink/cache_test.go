@@ -44,7 +44,7 @@ func TestCacheWritersShareOnePolicy(t *testing.T) {
 			return err
 		},
 		"CacheVectors": func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error {
-			return s.CacheVectors(ctx, []string{hash}, []string{"text of " + hash}, [][]float32{vec})
+			return s.CacheVectors(ctx, []string{hash}, []string{"text of " + hash}, [][]float32{vec}, "")
 		},
 		"Bulk": func(ctx context.Context, s *sink.Store, b *testBundle, hash string, vec []float32) error {
 			bulk, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Bulk, Schema: b.schema, Index: "articles", Model: "test-model", Dimensions: dims})
@@ -82,7 +82,7 @@ func TestCacheWritersShareOnePolicy(t *testing.T) {
 			var xmin1, xmin2 string
 			q := fmt.Sprintf("SELECT xmin::text FROM %s.embedding_cache WHERE content_hash = 'k'", b.schema)
 			require.NoError(t, b.pool.QueryRow(ctx, q).Scan(&xmin1))
-			require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"other text"}, [][]float32{vecFor("third")}))
+			require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"other text"}, [][]float32{vecFor("third")}, ""))
 			require.NoError(t, b.pool.QueryRow(ctx, q).Scan(&xmin2))
 			require.Equal(t, xmin1, xmin2, "a write that changes nothing writes no new row version")
 			require.Equal(t, "text of k", *readCacheRow(t, b, "k").text, "the first origin text stays")
@@ -114,7 +114,7 @@ func TestRewriteReplacesTheCachedVector(t *testing.T) {
 	require.Equal(t, vecFor("fresh"), v.Slice())
 
 	// An ordinary write of the same text afterwards keeps the fresh vector.
-	require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"text of k"}, [][]float32{vecFor("later")}))
+	require.NoError(t, s.CacheVectors(ctx, []string{"k"}, []string{"text of k"}, [][]float32{vecFor("later")}, ""))
 	require.Equal(t, vecFor("fresh"), readCacheRow(t, b, "k").vec)
 }
 

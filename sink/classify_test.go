@@ -64,7 +64,7 @@ func TestDroppedTableIsFatal(t *testing.T) {
 func TestCacheVectors(t *testing.T) {
 	s, _ := setup(t)
 	ctx := context.Background()
-	require.NoError(t, s.CacheVectors(ctx, []string{"h2", "h1", "h2"}, []string{"t2", "t1", "t2"}, [][]float32{vecFor("h2"), vecFor("h1"), vecFor("h2")}))
+	require.NoError(t, s.CacheVectors(ctx, []string{"h2", "h1", "h2"}, []string{"t2", "t1", "t2"}, [][]float32{vecFor("h2"), vecFor("h1"), vecFor("h2")}, ""))
 	got, err := s.Vectors(ctx, []string{"h1", "h2"})
 	require.NoError(t, err)
 	require.Equal(t, vecFor("h1"), got["h1"])
@@ -80,8 +80,8 @@ func TestCacheVectors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, out.Inserted)
 
-	err = s.CacheVectors(ctx, []string{"h3"}, []string{"t3"}, [][]float32{{1, 2}})
+	err = s.CacheVectors(ctx, []string{"h3"}, []string{"t3"}, [][]float32{{1, 2}}, "")
 	require.ErrorIs(t, err, sink.ErrInvalidDocument, "wrong dimensions are refused")
-	err = s.CacheVectors(ctx, []string{"h3"}, nil, [][]float32{vecFor("h3")})
+	err = s.CacheVectors(ctx, []string{"h3"}, nil, [][]float32{vecFor("h3")}, "")
 	require.ErrorIs(t, err, sink.ErrInvalidDocument, "mismatched lengths are refused")
 }

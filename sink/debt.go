@@ -138,12 +138,16 @@ type Rewrite struct {
 	Hash    string
 	Text    string
 	Vector  []float32
+	// ModelVersion is the model name the provider reported for Vector
+	// ("" unknown); the chunk row records it with the vector.
+	ModelVersion string
 }
 
 // RewriteVectors gives each chunk the vector of its own text, in one
 // transaction: the chunk row's embedding is replaced and its debt cleared
 // (vector_hash becomes its content hash), the cache entry of its text is
-// replaced by the fresh vector, and the monitor's last measurement of the
+// replaced by the fresh vector (and the chunk records its reported model
+// version), and the monitor's last measurement of the
 // chunk is dropped. A chunk whose content changed since it was read, or
 // that is gone, keeps what the pipeline gave it. With onlyDebt, a chunk
 // whose debt is already cleared is left alone too, so a repayment that
@@ -163,7 +167,7 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 	entries := make([]cacheEntry, 0, len(rws))
 	for i := range rws {
 		if r := &rws[i]; r.Vector != nil {
-			entries = append(entries, cacheEntry{hash: r.Hash, vec: r.Vector, text: &r.Text})
+			entries = append(entries, cacheEntry{hash: r.Hash, vec: r.Vector, text: &r.Text, model: reported(r.ModelVersion)})
 		}
 	}
 	if len(entries) > 0 {
@@ -171,7 +175,7 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 		b.Queue(sql, args...)
 	}
 	for _, r := range rws {
-		b.Queue("UPDATE "+s.tChunks+" c SET embedding = e.embedding, vector_hash = c.content_hash,"+
+		b.Queue("UPDATE "+s.tChunks+" c SET embedding = e.embedding, vector_hash = c.content_hash, model_version = e.model_version,"+
 			" debt_since = NULL, debt_distance = NULL, debt_new_words = false"+
 			" FROM "+s.tCache+" e WHERE c.id = $1 AND c.content_hash = $2 AND c.index_name = $3"+
 			" AND ($4 OR c.debt_since IS NOT NULL)"+

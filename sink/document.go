@@ -170,6 +170,8 @@ func (s *Store) checkDocument(id string, d Document) error {
 		return bad("id %q is not table/key %q", id, DocID(d.Table, d.Key))
 	case d.Version.IsZero():
 		return bad("version is zero: every change needs a source version for fencing")
+	case d.MetadataOnly && (d.RenderHash == "" || len(d.Chunks) > 0):
+		return bad("a metadata-only write needs the render hash it was decided by, and no chunks")
 	}
 	if d.EditMethod != "" && (d.EditSimilarity < 0 || d.EditSimilarity > 100) {
 		return bad("edit similarity %d is outside 0..100", d.EditSimilarity)

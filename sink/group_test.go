@@ -227,7 +227,7 @@ func TestLookupsInOneRoundTripAnswerAsAlone(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Delete(ctx, "public.articles", "gone", ver(2), docTime)
 	require.NoError(t, err)
-	require.NoError(t, s.CacheVectors(ctx, []string{"other"}, []string{"text of other"}, [][]float32{vecFor("other")}))
+	require.NoError(t, s.CacheVectors(ctx, []string{"other"}, []string{"text of other"}, [][]float32{vecFor("other")}, ""))
 
 	type ask struct {
 		key    string

@@ -12,7 +12,7 @@ import (
 // Lookup is what the pipeline reads of a document before embedding it.
 type Lookup struct {
 	// Doc is the stored document's identity and fence: ID, Table, Key,
-	// Version, SourceTS, Deleted and DeletedAt. Its metadata, tenant, row
+	// Version, SourceTS, Deleted, DeletedAt and RenderHash. Its metadata, tenant, row
 	// and chunk hashes are not read (Document reads them): deciding what
 	// to embed needs none of them, and the row is as large as the
 	// document. Found is false if the index never saw it.
@@ -107,9 +107,31 @@ func (s *Store) lookupAlone(ctx context.Context, id string, hashes []string) (Lo
 	return l, nil
 }
 
+// Fence reads what fences a change against document id, with its render
+// hash: Lookup.Doc alone, in one small read (no chunk, no row). The
+// pipeline reads it before chunking an update, so an update whose text is
+// unchanged pays for no chunking and no chunk read. In Bulk mode a buffered
+// version newer than the stored one is what Fence sees.
+func (s *Store) Fence(ctx context.Context, id string) (StoredDocument, bool, error) {
+	var pending Document
+	var buffered bool
+	b := s.bulk.Load()
+	if b != nil {
+		pending, buffered = b.buffered(id)
+	}
+	d, found, err := scanFence(s.pool.QueryRow(ctx, s.fenceSQL(), s.cfg.Index, id), id)
+	if err != nil {
+		return StoredDocument{}, false, fmt.Errorf("read %s: %w", id, classify(err, s.cfg.Schema))
+	}
+	if buffered && newer(pending, d, found) {
+		return fence(pending), true, nil
+	}
+	return d, found, nil
+}
+
 // fenceSQL reads what Lookup keeps of a document (see Lookup.Doc).
 func (s *Store) fenceSQL() string {
-	return "SELECT source_table, doc_key, version, source_ts, deleted_at FROM " + s.tDocs +
+	return "SELECT source_table, doc_key, version, source_ts, deleted_at, coalesce(render_hash, '') FROM " + s.tDocs +
 		" WHERE index_name = $1 AND id = $2"
 }
 
@@ -121,7 +143,7 @@ func scanFence(row pgx.Row, id string) (StoredDocument, bool, error) {
 		version             string
 		sourceTS, deletedAt *time.Time
 	)
-	err := row.Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt)
+	err := row.Scan(&d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.RenderHash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredDocument{}, false, nil
 	}

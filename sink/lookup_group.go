@@ -77,8 +77,8 @@ func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Looku
 	hashes = slices.Compact(hashes)
 
 	b := &pgx.Batch{}
-	b.Queue("SELECT d.id, d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at FROM unnest($2::text[]) AS u(id)"+
-		" CROSS JOIN LATERAL (SELECT id, source_table, doc_key, version, source_ts, deleted_at FROM "+s.tDocs+
+	b.Queue("SELECT d.id, d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at, coalesce(d.render_hash, '') FROM unnest($2::text[]) AS u(id)"+
+		" CROSS JOIN LATERAL (SELECT id, source_table, doc_key, version, source_ts, deleted_at, render_hash FROM "+s.tDocs+
 		" WHERE index_name = $1 AND id = u.id) d", s.cfg.Index, ids)
 	b.Queue("SELECT u.id, x.* FROM unnest($2::text[]) AS u(id) CROSS JOIN LATERAL ("+
 		s.storedChunksSQLFor("u.id")+") x ORDER BY 1, 2", s.cfg.Index, ids, s.cfg.Model, s.cfg.Dimensions)
@@ -98,7 +98,7 @@ func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Looku
 		var d StoredDocument
 		var version string
 		var sourceTS, deletedAt *time.Time
-		if err := rows.Scan(&id, &d.Table, &d.Key, &version, &sourceTS, &deletedAt); err != nil {
+		if err := rows.Scan(&id, &d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.RenderHash); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read documents: %w", err)
 		}

@@ -26,6 +26,9 @@ type StoredDocument struct {
 	// Hashes are the content hashes of the stored chunks in position
 	// order (also kept while the document is deleted).
 	Hashes []string
+	// RenderHash is the stored render hash (Document.RenderHash); empty
+	// when the row has none (written before render hashes were kept).
+	RenderHash string
 }
 
 // Stats counts what the index holds.
@@ -107,24 +110,36 @@ func (s *Store) touchCacheArgs(hashes []string) []any {
 // entry of the model: 84 ms per call at 34,000 entries, growing with the
 // cache, where the probes take well under a millisecond at any size.
 func (s *Store) vectors(ctx context.Context, q querier, hashes []string) (map[string][]float32, error) {
-	rows, err := q.Query(ctx, "SELECT x.content_hash, x.embedding FROM unnest($3::text[]) AS h(hash)"+
-		" CROSS JOIN LATERAL (SELECT content_hash, embedding FROM "+s.tCache+
+	out, _, err := s.vectorsWithModels(ctx, q, hashes)
+	return out, err
+}
+
+// vectorsWithModels is vectors with the model version the provider
+// reported for each (absent: unknown).
+func (s *Store) vectorsWithModels(ctx context.Context, q querier, hashes []string) (map[string][]float32, map[string]string, error) {
+	rows, err := q.Query(ctx, "SELECT x.content_hash, x.embedding, x.model_version FROM unnest($3::text[]) AS h(hash)"+
+		" CROSS JOIN LATERAL (SELECT content_hash, embedding, model_version FROM "+s.tCache+
 		" WHERE model = $1 AND dimensions = $2 AND content_hash = h.hash LIMIT 1) x",
 		s.cfg.Model, s.cfg.Dimensions, hashes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	out := make(map[string][]float32, len(hashes))
+	models := map[string]string{}
 	for rows.Next() {
 		var h string
 		var v pgvector.Vector
-		if err := rows.Scan(&h, &v); err != nil {
-			return nil, err
+		var m *string
+		if err := rows.Scan(&h, &v, &m); err != nil {
+			return nil, nil, err
 		}
 		out[h] = v.Slice()
+		if m != nil {
+			models[h] = *m
+		}
 	}
-	return out, rows.Err()
+	return out, models, rows.Err()
 }
 
 // Document returns the stored state of document id (see DocID), deleted or
@@ -160,7 +175,7 @@ func scanDocument(row pgx.Row) (StoredDocument, bool, error) {
 		deletedAt *time.Time
 		tenant    *string
 	)
-	err := row.Scan(&d.ID, &d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes)
+	err := row.Scan(&d.ID, &d.Table, &d.Key, &version, &sourceTS, &deletedAt, &d.Metadata, &tenant, &d.Row, &d.Hashes, &d.RenderHash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredDocument{}, false, nil
 	}
@@ -182,7 +197,8 @@ func scanDocument(row pgx.Row) (StoredDocument, bool, error) {
 func (s *Store) documentsSQL() string {
 	return "SELECT d.id, d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at," +
 		" d.metadata, d.tenant, d.row," +
-		" array(SELECT c.content_hash FROM " + s.tChunks + " c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)" +
+		" array(SELECT c.content_hash FROM " + s.tChunks + " c WHERE c.index_name = d.index_name AND c.doc_id = d.id ORDER BY c.position)," +
+		" coalesce(d.render_hash, '')" +
 		" FROM " + s.tDocs + " d WHERE d.index_name = $1"
 }
 

@@ -19,6 +19,8 @@ type docState struct {
 	found   bool
 	version cdc.Version
 	deleted bool
+	// renderHash is the stored render hash ("" when NULL).
+	renderHash string
 }
 
 // Upsert applies d as the new state of its document in one transaction.
@@ -158,6 +160,14 @@ func (s *Store) decide(ctx context.Context, conn batcher, id string, d Document,
 		}
 		stored = rd.chunks
 	}
+	if d.MetadataOnly {
+		// The text the caller compared may have changed since (another
+		// writer of this document): only what the lock shows decides.
+		if !rd.doc.found || rd.doc.deleted || rd.doc.renderHash != d.RenderHash {
+			return nil, Outcome{TextChanged: true}, nil
+		}
+		return &write{id: id, d: d, found: true}, Outcome{}, nil
+	}
 	w := &write{id: id, d: d, found: rd.doc.found, plan: planChunks(stored, d.Chunks)}
 	if err := s.checkVectors(ctx, conn, w.plan.inserts, rd); err != nil {
 		return nil, Outcome{}, err
@@ -168,16 +178,23 @@ func (s *Store) decide(ctx context.Context, conn batcher, id string, d Document,
 // queue queues the document row's write and the chunk plan's, and returns
 // the chunks that carry their vectors for queueGiven.
 func (w *write) queue(s *Store, b *pgx.Batch) []docChunk {
+	if w.d.MetadataOnly {
+		s.queueMetadata(b, w.id, w.d)
+		return nil
+	}
 	if w.found {
 		s.queueUpdateDoc(b, w.id, w.d)
 	} else {
 		s.queueInsertDoc(b, w.id, w.d)
 	}
-	return docChunks(w.id, s.queuePlan(b, w.id, w.plan))
+	return docChunks(w.id, w.d, s.queuePlan(b, w.id, w.d, w.plan))
 }
 
 // outcome is what the write did once committed.
 func (w *write) outcome() Outcome {
+	if w.d.MetadataOnly {
+		return Outcome{Applied: true, MetadataOnly: true}
+	}
 	return Outcome{
 		edited:    w.found && w.d.EditMethod != "",
 		Applied:   true,
@@ -249,7 +266,10 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 
 // queuedRead is what scanRead needs to know of the statements queueRead
 // queued.
-type queuedRead struct{ need, unprobed []string }
+type queuedRead struct {
+	need, unprobed []string
+	metadataOnly   bool // no chunk read was queued
+}
 
 // queueRead queues readForUpsert's reads of document id (after BEGIN,
 // which the caller queues). grouped says other documents' rows are locked
@@ -287,7 +307,7 @@ func (s *Store) queueRead(b *pgx.Batch, id string, d Document, grouped bool) que
 		need = kept
 	}
 
-	b.Queue("SELECT version, source_ts, deleted_at IS NOT NULL FROM "+s.tDocs+
+	b.Queue("SELECT version, source_ts, deleted_at IS NOT NULL, coalesce(render_hash, '') FROM "+s.tDocs+
 		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id)
 	// FOR SHARE: a concurrent Truncate of this table waits for us (and
 	// then sees our new row), or we wait for it and see its fence. Only
@@ -298,6 +318,10 @@ func (s *Store) queueRead(b *pgx.Batch, id string, d Document, grouped bool) que
 		" WHERE t.index_name = $1 AND t.source_table = $2"+
 		" AND NOT EXISTS (SELECT 1 FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $3) FOR SHARE OF t"+nowait,
 		s.cfg.Index, d.Table, id)
+	if d.MetadataOnly {
+		// Its chunks stay as they are: neither read nor written.
+		return queuedRead{metadataOnly: true}
+	}
 	b.Queue("SELECT id, position, content_hash, md5(text), coalesce(vector_hash, content_hash) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
 	if len(need) > 0 {
@@ -320,7 +344,7 @@ func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertR
 	rd := upsertRead{unprobed: q.unprobed}
 	var v string
 	var ts *time.Time
-	err := br.QueryRow().Scan(&v, &ts, &rd.doc.deleted)
+	err := br.QueryRow().Scan(&v, &ts, &rd.doc.deleted, &rd.doc.renderHash)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -346,6 +370,9 @@ func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertR
 		// position-less create tied with the truncate arrived after it
 		// and wins (cdc.Version.FencedBy).
 		rd.fenced = d.Version.FencedBy(fv)
+	}
+	if q.metadataOnly {
+		return rd, nil
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -447,10 +474,10 @@ func (s *Store) truncated(ctx context.Context, tx pgx.Tx, table string, v cdc.Ve
 func (s *Store) queueInsertDoc(b *pgx.Batch, id string, d Document) {
 	s.sawTenant(d.Tenant)
 	b.Queue("INSERT INTO "+s.tDocs+
-		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row, fuzzy_hash)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		" (index_name, id, source_table, doc_key, version, source_ts, metadata, tenant, row, fuzzy_hash, render_hash)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
-		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy))
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy), nullString(d.RenderHash))
 }
 
 // queueUpdateDoc rewrites the locked document row.
@@ -458,10 +485,25 @@ func (s *Store) queueUpdateDoc(b *pgx.Batch, id string, d Document) {
 	s.sawTenant(d.Tenant)
 	b.Queue("UPDATE "+s.tDocs+
 		" SET source_table = $3, doc_key = $4, version = $5, source_ts = $6, deleted_at = NULL,"+
-		" metadata = $7, tenant = $8, row = $9, fuzzy_hash = $10, edit_similarity = $11, edit_method = $12, updated_at = now()"+
+		" metadata = $7, tenant = $8, row = $9, fuzzy_hash = $10, edit_similarity = $11, edit_method = $12, render_hash = $13, updated_at = now()"+
 		" WHERE index_name = $1 AND id = $2",
 		s.cfg.Index, id, d.Table, d.Key, d.Version.String(), nullTime(d.SourceTS),
-		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy), editSimilarity(d), nullString(d.EditMethod))
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row), nullString(d.Fuzzy), editSimilarity(d), nullString(d.EditMethod),
+		nullString(d.RenderHash))
+}
+
+// queueMetadata writes a metadata-only update: the live, locked document
+// row's version, metadata, tenant and row, in one statement. Its text, and
+// so its chunks, its fuzzy hash and its edit measurement, are unchanged.
+// Searches read metadata and tenant from the document row, so the chunks
+// answer with the new values from the commit on.
+func (s *Store) queueMetadata(b *pgx.Batch, id string, d Document) {
+	s.sawTenant(d.Tenant)
+	b.Queue("UPDATE "+s.tDocs+
+		" SET version = $3, source_ts = $4, metadata = $5, tenant = $6, row = $7, updated_at = now()"+
+		" WHERE index_name = $1 AND id = $2",
+		s.cfg.Index, id, d.Version.String(), nullTime(d.SourceTS),
+		jsonObject(d.Metadata), nullString(d.Tenant), nullMap(d.Row))
 }
 
 // checkVectors checks that every chunk to insert without a vector has one
@@ -529,7 +571,7 @@ func (s *Store) checkVectors(ctx context.Context, conn batcher, inserts []Chunk,
 // carry their vectors, which it returns for queueGiven. Deletes go first
 // and the unique (doc, position) check is deferred to commit, so moves and
 // inserts may reuse any position within the transaction.
-func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) (given []Chunk) {
+func (s *Store) queuePlan(b *pgx.Batch, id string, d Document, p chunkPlan) (given []Chunk) {
 	if len(p.removes) > 0 {
 		b.Queue("DELETE FROM "+s.tChunks+" WHERE id = ANY($1)", p.removes)
 	}
@@ -565,32 +607,62 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, p chunkPlan) (given []Chunk) 
 			pos[i], toks[i], hashes[i], vhashes[i], texts[i] = int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 			debt.set(i, c)
 		}
+		pv := provOf(d)
 		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv,"+
-			" debt_since, debt_distance, debt_new_words)"+
+			" debt_since, debt_distance, debt_new_words, "+provColumns+")"+
 			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
-			", "+debtColumnsSQL+
+			", "+debtColumnsSQL+", e.model_version, $14, $15, $16, $17, $18"+
 			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $11::timestamptz[], $12::real[], $13::boolean[])"+
 			" AS u(position, content_hash, vector_hash, text, tokens, debt_since, debt_distance, debt_new_words)"+
-			" CROSS JOIN LATERAL (SELECT embedding FROM "+s.tCache+
+			" CROSS JOIN LATERAL (SELECT embedding, model_version FROM "+s.tCache+
 			" WHERE model = $8 AND dimensions = $9 AND content_hash = u.vector_hash LIMIT 1) e",
 			s.cfg.Index, id, pos, hashes, vhashes, texts, toks, s.cfg.Model, s.cfg.Dimensions, !s.cfg.SkipFullText,
-			debt.since, debt.distance, debt.newWords)
+			debt.since, debt.distance, debt.newWords, pv.chunker, pv.source, pv.position, pv.committed, pv.trace)
 	}
 	return given
 }
 
-// docChunk is a chunk with the id of its document.
+// docChunk is a chunk with the id of its document and the provenance its
+// row records.
 type docChunk struct {
-	doc string
+	doc  string
+	prov chunkProv
 	Chunk
 }
 
-func docChunks(id string, cs []Chunk) []docChunk {
+func docChunks(id string, d Document, cs []Chunk) []docChunk {
 	out := make([]docChunk, len(cs))
+	pv := provOf(d)
 	for i, c := range cs {
-		out[i] = docChunk{id, c}
+		out[i] = docChunk{id, pv, c}
 	}
 	return out
+}
+
+// provColumns are the chunk columns a write's provenance fills, in the
+// order chunkProv's values are bound (model_version first).
+const provColumns = "model_version, chunker, source, source_position, committed_at, trace_id"
+
+// chunkProv is the provenance a write records on the chunk rows it
+// inserts, as bound parameters: nil is NULL, read as unknown.
+type chunkProv struct {
+	model, chunker, source, position, trace *string
+	committed                               *time.Time
+}
+
+// provOf is the provenance of document d's write: its Provenance, and the
+// source, position and commit time of its version.
+func provOf(d Document) chunkProv {
+	pv := chunkProv{
+		model: reported(d.Provenance.ModelVersion), chunker: reported(d.Provenance.Chunker),
+		source: reported(d.Version.Source), position: reported(d.Version.Position()),
+		trace: reported(d.Provenance.TraceID),
+	}
+	if d.Version.TS != 0 {
+		t := d.Version.Time()
+		pv.committed = &t
+	}
+	return pv
 }
 
 // queueGiven inserts chunks that carry their vectors, of one document or
@@ -612,17 +684,24 @@ func (s *Store) queueGiven(b *pgx.Batch, given []docChunk) {
 	pos, toks := make([]int32, n), make([]int32, n)
 	docs, hashes, vhashes, texts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	vecs := make([]pgvector.Vector, n)
+	models, chunkers, sources, positions, traces := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	committed := make([]*time.Time, n)
 	for i, c := range given {
 		docs[i], pos[i], toks[i], hashes[i], vhashes[i], texts[i] = c.doc, int32(c.Position), int32(c.Tokens), c.Hash, c.vectorKey(), c.Text
 		vecs[i] = pgvector.NewVector(c.Vector)
+		pv := c.prov
+		models[i], chunkers[i], sources[i], positions[i], traces[i], committed[i] = pv.model, pv.chunker, pv.source, pv.position, pv.trace, pv.committed
 	}
-	b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv)"+
-		" SELECT $1, u.*, "+s.tsvOf("u.text", "$9")+" FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[])"+
-		" AS u(doc_id, position, content_hash, vector_hash, text, tokens, embedding)"+
-		" RETURNING content_hash, embedding, text) "+
-		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text FROM ins ORDER BY content_hash", "$12", false),
+	b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", tsv)"+
+		" SELECT $1, u.*, "+s.tsvOf("u.text", "$9")+
+		" FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[],"+
+		" $13::text[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[])"+
+		" AS u(doc_id, position, content_hash, vector_hash, text, tokens, embedding, model_version, chunker, source, source_position, committed_at, trace_id)"+
+		" RETURNING content_hash, embedding, text, model_version) "+
+		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM ins ORDER BY content_hash", "$12", false),
 		s.cfg.Index, docs, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
-		s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds())
+		s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds(),
+		models, chunkers, sources, positions, committed, traces)
 }
 
 // tsvOf is the SQL of a chunk's tsvector column (migration 00010): the

@@ -364,3 +364,5 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+func (e *bowEmbedder) ReportedModel() string { return "" }

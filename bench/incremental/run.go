@@ -405,3 +405,6 @@ func (s *schemas) dropAll() {
 		}
 	}
 }
+
+// ReportedModel is the wrapped embedder's.
+func (r *recordingEmbedder) ReportedModel() string { return r.e.ReportedModel() }

@@ -382,3 +382,6 @@ func envOr(name, def string) string {
 	}
 	return def
 }
+
+// ReportedModel is the hashing embedder's (it has no provider to report).
+func (p *provider) ReportedModel() string { return p.h.ReportedModel() }

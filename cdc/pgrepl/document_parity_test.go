@@ -405,3 +405,5 @@ func TestOneDocumentForOneRow(t *testing.T) {
 	require.Contains(t, want["3"], `f: 1e+20\n`)
 	require.Contains(t, want["1"], `"tm": "12:34:56.789000"`)
 }
+
+func (e parityEmbedder) ReportedModel() string { return "" }
