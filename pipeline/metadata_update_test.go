@@ -112,7 +112,7 @@ func TestMetadataOnlyUpdateEmbedsAndInsertsNothing(t *testing.T) {
 	const doc = "public.docs/1"
 	ab, ac := paraA+"\n\n"+paraB, paraA+"\n\n"+paraC
 
-	b.run(t, mdEvent("c", 1, 10, ab, "draft"), mdEvent("c", 2, 11, paraC, "draft"))
+	b.run(t, mdEvent("c", 1, 10, ab, "draft"), mdEvent("c", 2, 11, paraB, "draft"))
 	before := b.chunkRows(t, doc)
 	require.NotEmpty(t, before)
 	last, calls, texts := b.lastChunk(t), b.emb.calls.Load(), len(b.emb.embedded())
