@@ -85,6 +85,20 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 }
 
+func TestValidateFields(t *testing.T) {
+	cfg := config.Default()
+	cfg.Tables = []config.TableConfig{{Match: "public.articles", Metadata: []string{"tag"},
+		Fields: map[string]string{"tag": "{{a}}", "bad-name": "x", "two": "{{a}}\n{{b}}", "semantic_tag": "{{category}}"}}}
+	err := cfg.Validate(false)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "tables[0].fields.tag: the name is also in tables[0].metadata")
+	require.ErrorContains(t, err, "tables[0].fields.bad-name: a field name is letters")
+	require.ErrorContains(t, err, "tables[0].fields.two: a field template is one line")
+	require.NotContains(t, err.Error(), "semantic_tag")
+	cfg.Tables[0].Fields = map[string]string{"semantic_tag": "{{category}}", "origin": "cms"}
+	require.NoError(t, cfg.Validate(false))
+}
+
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	cfg := config.Default()
 	cfg.Source.Kind = "ftp"

@@ -326,8 +326,9 @@ func (r *Repayer) repay(ctx context.Context, now time.Time, batch []sink.Debt) (
 			return 0, 0, 0, fmt.Errorf("repay reuse debt: embedder returned %d vectors for %d texts", len(vecs), len(texts))
 		}
 		r.record(now, tokens)
+		model := r.emb.ReportedModel()
 		for j, i := range idx {
-			rws[i].Vector = vecs[j]
+			rws[i].Vector, rws[i].ModelVersion = vecs[j], model
 			d := batch[i]
 			if r.cfg.Predictor != nil && d.OriginText != "" && len(d.Vector) == len(vecs[j]) {
 				sim := chunker.EditSimilarity(d.Text, d.OriginText, 0)

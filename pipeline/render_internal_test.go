@@ -55,3 +55,27 @@ func TestRenderMatchesPerRowMatching(t *testing.T) {
 		require.Equal(t, renderByRegexp(tbl, row), tbl.render(row), "template %q row %v", tbl.Text, row)
 	}
 }
+
+// Declared fields render like the text template and land in the metadata
+// beside the copied columns; a field whose columns are all empty is left
+// out, so a filter never matches a bare separator.
+func TestFieldsRenderIntoMetadata(t *testing.T) {
+	tbl := TableConfig{
+		Metadata: []string{"lang"},
+		Fields:   map[string]string{"semantic_tag": "{{category}}/{{kind}}", "source": "cms", "owner": "{{team}}"},
+	}
+	row := map[string]any{"lang": "en", "category": "billing", "kind": json.Number("7"), "team": ""}
+	require.Equal(t, map[string]any{"lang": "en", "semantic_tag": "billing/7", "source": "cms"}, tbl.metadata(row))
+}
+
+// The render hash changes with the text and with the chunker, and with
+// nothing else: equal hashes promise equal chunks.
+func TestRenderHashCoversTextAndChunker(t *testing.T) {
+	a := renderHash("greedy/512/128/1024", "hello world")
+	require.Equal(t, a, renderHash("greedy/512/128/1024", "hello world"))
+	require.NotEqual(t, a, renderHash("greedy/512/128/1024", "hello world!"))
+	require.NotEqual(t, a, renderHash("greedy/256/128/1024", "hello world"))
+	// The separator keeps the two parts apart.
+	require.NotEqual(t, renderHash("a", "bc"), renderHash("ab", "c"))
+	require.Len(t, a, 32)
+}

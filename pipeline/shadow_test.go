@@ -64,6 +64,7 @@ func (s flakySink) Delete(ctx context.Context, table, key string, v cdc.Version,
 
 type shadowBundle struct {
 	pool          *pgxpool.Pool
+	schema        string
 	primary, shad *sink.Store
 	emb           *countingEmbedder
 	shadowEmb     *smallEmbedder
@@ -77,7 +78,7 @@ func setupShadow(t *testing.T) shadowBundle {
 	require.NoError(t, err)
 	shad, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Create: true, Schema: schema, Index: "docs_v2", Model: "small", Dimensions: 16})
 	require.NoError(t, err)
-	return shadowBundle{pool: pool, primary: primary, shad: shad, emb: &countingEmbedder{}, shadowEmb: &smallEmbedder{}, dlq: &memDLQ{}}
+	return shadowBundle{pool: pool, schema: schema, primary: primary, shad: shad, emb: &countingEmbedder{}, shadowEmb: &smallEmbedder{}, dlq: &memDLQ{}}
 }
 
 func (b shadowBundle) run(t *testing.T, batches [][]cdc.Record, shadowSink pipeline.Index) *pipeline.Pipeline {
