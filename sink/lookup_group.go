@@ -24,9 +24,9 @@ type lookupRequest struct {
 	hashes []string
 	// fenceOnly asks for Lookup.Doc alone (Fence): no chunk is read.
 	fenceOnly bool
-	done   chan struct{}
-	out    Lookup
-	err    error
+	done      chan struct{}
+	out       Lookup
+	err       error
 }
 
 func newLookupGroup(slots, max int) *lookupGroup { return newSharing[*lookupRequest](slots, max, nil) }
