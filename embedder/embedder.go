@@ -23,9 +23,10 @@ type Client interface {
 	// Dimensions is the length of every returned vector.
 	Dimensions() int
 	// ReportedModel is the model name the provider gave in its last
-	// successful answer ("" before the first one, and always for the
-	// offline embedder, which has no provider): the monitor shows it when
-	// a provider serves another model behind the configured name.
+	// successful answer ("" before the first one; the offline embedder
+	// reports its own versioned name): the monitor shows it when a
+	// provider serves another model behind the configured name, and chunk
+	// rows record it.
 	ReportedModel() string
 }
 

@@ -33,8 +33,9 @@ func (h *Hashing) Model() string { return HashingModel }
 // Dimensions returns the vector length.
 func (h *Hashing) Dimensions() int { return h.dims }
 
-// ReportedModel is "": no provider reports a model.
-func (h *Hashing) ReportedModel() string { return "" }
+// ReportedModel is the embedder's versioned name ("hashing-v1"): it is
+// its own provider, and chunk rows record which version embedded them.
+func (h *Hashing) ReportedModel() string { return HashingModel }
 
 // EmbedCounted is Embed; the vectors do not depend on token counts.
 func (h *Hashing) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {

@@ -104,7 +104,8 @@ func (p *Pipeline) upsertMetadata(ctx context.Context, ch cdc.Change, pr *prepar
 // read (Lookup). An update reads its fence first (Fence, one small read),
 // so unchanged text costs no chunking; a create or a snapshot read, which
 // is rarely of a document the index holds, reads everything in one round
-// trip once chunked. The fence is read before paying for embeddings; the
+// trip once chunked, as does an update whose before image renders another
+// text. The fence is read before paying for embeddings; the
 // sink fences again inside its transaction, which is what makes
 // concurrent writers safe.
 func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) (prepared, error) {
@@ -132,7 +133,7 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 		return prepared{}, p.refuse(ctx, ch, id, early, err)
 	}
 	pr := prepared{text: text, doc: p.document(ctx, ch, tbl, row, text)}
-	if !early && ch.Op == cdc.OpUpdate {
+	if !early && ch.Op == cdc.OpUpdate && !textChanged(ch, tbl, text) {
 		if stored, found, err = ix.Fence(ctx, id); err != nil {
 			return prepared{}, fmt.Errorf("read %s: %w", id, err)
 		}
@@ -146,6 +147,15 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 		return pr, nil
 	}
 	return pr, p.chunk(ctx, ch, &pr)
+}
+
+// textChanged says whether the change itself shows its text changed: its
+// before image (REPLICA IDENTITY FULL, MySQL's full row image) renders
+// another text. Such an update skips the fence read and is chunked at
+// once; the one read after chunking still catches a stored text equal to
+// the new one (a replay). Without a before image nothing is known.
+func textChanged(ch cdc.Change, tbl TableConfig, text string) bool {
+	return ch.Before != nil && len(ch.Unavailable) == 0 && tbl.render(ch.Before) != text
 }
 
 // sameText says whether the stored document is live and rendered from the

@@ -213,14 +213,14 @@ type Stages struct {
 
 // Pipeline moves changes from a source to the sink.
 type Pipeline struct {
-	cfg     Config
-	st      Stages
+	cfg Config
+	st  Stages
 	// fingerprint is the Splitter's, read once: every chunk row and
 	// render hash records it.
 	fingerprint string
-	log     *slog.Logger
-	metrics *metrics
-	stats   Stats
+	log         *slog.Logger
+	metrics     *metrics
+	stats       Stats
 	// flow is the running flow (nil when Run is not running); its oldest
 	// unacknowledged batch and batchRetries, the retries since that batch
 	// became the oldest, tell a stall (retrying for long) from a big

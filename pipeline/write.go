@@ -206,8 +206,8 @@ func (p *Pipeline) upsertIn(ctx context.Context, t Target, doc sink.Document, pr
 		return sink.Outcome{}, err
 	}
 	out, err := t.Index.Upsert(ctx, doc)
-	if err != nil || out.Stale {
-		return out, err
+	if err != nil || out.Stale || out.TextChanged {
+		return out, err // nothing was written
 	}
 	return out, o.Upserted(ctx, doc.Tenant, doc.ID)
 }

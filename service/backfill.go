@@ -88,6 +88,8 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	if cfg.Bulk {
 		mode = sink.Bulk
 	}
+	// The index and the shadows record the settings the rows are cut with.
+	cfg.Index.Chunker = cfg.Pipeline.fingerprint()
 	open := func() (*Index, error) { return Open(ctx, cfg.Index, mode, logger, nil) }
 	if cfg.DryRun {
 		open = func() (*Index, error) { return openDryRun(ctx, cfg.Index, logger) }

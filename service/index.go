@@ -35,6 +35,11 @@ type IndexConfig struct {
 	// a typo would apply the source's changes to an empty index the real
 	// one never sees.
 	Create bool
+	// Chunker is the fingerprint of the chunker settings a writer cuts
+	// with (PipelineConfig.fingerprint), recorded on the index and on its
+	// shadows when opened for writing; a change is reported at open (see
+	// sink.Store.ChunkerChange). "" for a command that does not chunk.
+	Chunker string
 }
 
 // Index is an opened index: its handle (Store, which carries the
@@ -119,6 +124,10 @@ func Open(ctx context.Context, cfg IndexConfig, mode sink.Mode, logger *slog.Log
 	return ix, nil
 }
 
+// fingerprint is the fingerprint of the chunker settings the pipeline cuts
+// with, which the writers record on the index (IndexConfig.Chunker).
+func (c PipelineConfig) fingerprint() string { return c.Chunker.WithDefaults().Fingerprint() }
+
 // openOn is Open on pool, whose schema the caller migrated (unless mode is
 // sink.Read). The returned index shares pool: closing it closes pool.
 func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.Mode, logger *slog.Logger, reg prometheus.Registerer) (*Index, error) {
@@ -134,6 +143,7 @@ func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.
 		Create:     cfg.Create,
 		// Full text only where something reads it.
 		SkipFullText: !cfg.FullText,
+		Chunker:      cfg.Chunker,
 		Logger:       logger,
 		Registerer:   reg,
 	}
@@ -150,7 +160,8 @@ func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.
 // switches its full text on or off. Its metrics are not registered: the
 // primary's are.
 func openShadow(ctx context.Context, cfg IndexConfig, primary *Index, x sink.IndexInfo, logger *slog.Logger) (*Index, error) {
-	st, err := openStore(ctx, primary.Pool, sink.Config{Mode: sink.Write, Schema: cfg.Schema, Index: x.Name, Physical: true, KeepFullText: true, Logger: logger}, logger)
+	st, err := openStore(ctx, primary.Pool, sink.Config{Mode: sink.Write, Schema: cfg.Schema, Index: x.Name, Physical: true, KeepFullText: true,
+		Chunker: cfg.Chunker, Logger: logger}, logger)
 	if err != nil {
 		return nil, err
 	}

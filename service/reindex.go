@@ -109,6 +109,7 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	// first pass (--bulk auto), which then builds its HNSW index.
 	target := cfg.Target
 	target.Create = true
+	target.Chunker = cfg.Pipeline.fingerprint()
 	mode := sink.Write
 	if cfg.Bulk {
 		mode = sink.Bulk

@@ -93,6 +93,10 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Recorded on the index: a change of chunker settings since the last
+	// start is logged (a warning naming both, the chunks cut with the
+	// others and what re-cuts them), and ragsync_index_chunks shows the mix.
+	cfg.Index.Chunker = cfg.Pipeline.fingerprint()
 	ix, err := Open(ctx, cfg.Index, sink.Write, logger, reg)
 	if err != nil {
 		return Result{}, err

@@ -119,12 +119,33 @@ func (s *Store) Fence(ctx context.Context, id string) (StoredDocument, bool, err
 	if b != nil {
 		pending, buffered = b.buffered(id)
 	}
-	d, found, err := scanFence(s.pool.QueryRow(ctx, s.fenceSQL(), s.cfg.Index, id), id)
+	var d StoredDocument
+	var found bool
+	var err error
+	if s.lookups != nil {
+		// Concurrent fences and Lookups share round trips.
+		r := &lookupRequest{id: id, fenceOnly: true, done: make(chan struct{})}
+		if !s.lookups.join(ctx, r, r.done, s.lookupBatch) {
+			return StoredDocument{}, false, ctx.Err()
+		}
+		d, found, err = r.out.Doc, r.out.Found, r.err
+	} else {
+		d, found, err = s.fenceAlone(ctx, id)
+	}
 	if err != nil {
-		return StoredDocument{}, false, fmt.Errorf("read %s: %w", id, classify(err, s.cfg.Schema))
+		return StoredDocument{}, false, err
 	}
 	if buffered && newer(pending, d, found) {
 		return fence(pending), true, nil
+	}
+	return d, found, nil
+}
+
+// fenceAlone is Fence in a round trip of its own.
+func (s *Store) fenceAlone(ctx context.Context, id string) (StoredDocument, bool, error) {
+	d, found, err := scanFence(s.pool.QueryRow(ctx, s.fenceSQL(), s.cfg.Index, id), id)
+	if err != nil {
+		return StoredDocument{}, false, fmt.Errorf("read %s: %w", id, classify(err, s.cfg.Schema))
 	}
 	return d, found, nil
 }

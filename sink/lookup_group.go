@@ -22,9 +22,11 @@ type lookupGroup = sharing[*lookupRequest]
 type lookupRequest struct {
 	id     string
 	hashes []string
-	done   chan struct{}
-	out    Lookup
-	err    error
+	// fenceOnly asks for Lookup.Doc alone (Fence): no chunk is read.
+	fenceOnly bool
+	done      chan struct{}
+	out       Lookup
+	err       error
 }
 
 func newLookupGroup(slots, max int) *lookupGroup { return newSharing[*lookupRequest](slots, max, nil) }
@@ -48,6 +50,10 @@ func (s *Store) lookupBatch(ctx context.Context, batch []*lookupRequest) {
 	}()
 	if len(batch) == 1 {
 		r := batch[0]
+		if r.fenceOnly {
+			r.out.Doc, r.out.Found, r.err = s.fenceAlone(ctx, r.id)
+			return
+		}
 		r.out, r.err = s.lookupAlone(ctx, r.id, r.hashes)
 		return
 	}
@@ -66,13 +72,18 @@ func (s *Store) lookupBatch(ctx context.Context, batch []*lookupRequest) {
 // cached, each read once per key (unnest and LATERAL, as the single reads
 // probe, so no plan can scan an index's every row).
 func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Lookup, error) {
-	var ids, hashes []string
+	var ids, chunkIDs, hashes []string
 	for _, r := range batch {
 		ids = append(ids, r.id)
+		if !r.fenceOnly {
+			chunkIDs = append(chunkIDs, r.id)
+		}
 		hashes = append(hashes, r.hashes...)
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids) // a document asked twice is read once
+	slices.Sort(chunkIDs)
+	chunkIDs = slices.Compact(chunkIDs)
 	slices.Sort(hashes)
 	hashes = slices.Compact(hashes)
 
@@ -80,8 +91,10 @@ func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Looku
 	b.Queue("SELECT d.id, d.source_table, d.doc_key, d.version, d.source_ts, d.deleted_at, coalesce(d.render_hash, '') FROM unnest($2::text[]) AS u(id)"+
 		" CROSS JOIN LATERAL (SELECT id, source_table, doc_key, version, source_ts, deleted_at, render_hash FROM "+s.tDocs+
 		" WHERE index_name = $1 AND id = u.id) d", s.cfg.Index, ids)
-	b.Queue("SELECT u.id, x.* FROM unnest($2::text[]) AS u(id) CROSS JOIN LATERAL ("+
-		s.storedChunksSQLFor("u.id")+") x ORDER BY 1, 2", s.cfg.Index, ids, s.cfg.Model, s.cfg.Dimensions)
+	if len(chunkIDs) > 0 {
+		b.Queue("SELECT u.id, x.* FROM unnest($2::text[]) AS u(id) CROSS JOIN LATERAL ("+
+			s.storedChunksSQLFor("u.id")+") x ORDER BY 1, 2", s.cfg.Index, chunkIDs, s.cfg.Model, s.cfg.Dimensions)
+	}
 	if len(hashes) > 0 {
 		b.Queue(s.cachedSQL(), s.cachedArgs(hashes)...)
 	}
@@ -114,22 +127,10 @@ func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Looku
 	}
 
 	chunks := make(map[string][]StoredChunk, len(batch))
-	rows, err = br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("read chunks: %w", err)
-	}
-	var sc storedChunkScan
-	dest := append([]any{&id}, sc.dest()...)
-	for rows.Next() {
-		sc = storedChunkScan{}
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read chunks: %w", err)
+	if len(chunkIDs) > 0 {
+		if err := scanChunksOf(br, chunks); err != nil {
+			return nil, err
 		}
-		chunks[id] = append(chunks[id], sc.chunk())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read chunks: %w", err)
 	}
 
 	cached := make(map[string]bool, len(hashes))
@@ -165,4 +166,28 @@ func (s *Store) lookupMany(ctx context.Context, batch []*lookupRequest) ([]Looku
 		out[i] = l
 	}
 	return out, nil
+}
+
+// scanChunksOf reads the stored chunks lookupMany's chunk statement
+// returns, by document id.
+func scanChunksOf(br pgx.BatchResults, chunks map[string][]StoredChunk) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("read chunks: %w", err)
+	}
+	var id string
+	var sc storedChunkScan
+	dest := append([]any{&id}, sc.dest()...)
+	for rows.Next() {
+		sc = storedChunkScan{}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return fmt.Errorf("read chunks: %w", err)
+		}
+		chunks[id] = append(chunks[id], sc.chunk())
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read chunks: %w", err)
+	}
+	return nil
 }

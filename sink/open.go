@@ -149,9 +149,21 @@ func openWrite(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 	}
 	s.group = newGroupCommit(groups, s.cfg.GroupDocuments)
 	s.lookups = newLookupGroup(groups, s.cfg.GroupDocuments)
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.register(ctx, tx) })
+	// The chunker is recorded under the registration lock register takes,
+	// so of two writers starting with the same new settings one reports
+	// the change.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := s.register(ctx, tx); err != nil {
+			return err
+		}
+		return s.recordChunker(ctx, tx)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, hintMigrate(err, s.cfg.Schema))
+	}
+	s.reportChunkerChange(ctx)
+	if err := registerChunks(s.cfg.Registerer, NewCatalog(pool, s.cfg.Schema)); err != nil {
+		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, err)
 	}
 	s.logger.InfoContext(ctx, "index ready", "model", s.cfg.Model, "dimensions", s.cfg.Dimensions, "schema", s.cfg.Schema)
 	return s, nil

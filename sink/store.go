@@ -42,6 +42,10 @@ type Store struct {
 	// (Bulk mode until Finish), nil otherwise.
 	mode Mode
 	bulk atomic.Pointer[bulkLoad]
+	// chunkerChange is the chunker fingerprint this writer replaced on
+	// the index at open (recordChunker); nil when it found none, or its
+	// own.
+	chunkerChange *chunkerChange
 }
 
 // newStore checks cfg and builds a Store without a pool or any I/O.

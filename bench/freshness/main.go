@@ -20,12 +20,21 @@
 // With -curve it instead raises the rate through each source until the
 // applied rate falls below 0.95 of the offered one, and reports the curve
 // of p99 against rate, the highest rate sustained, and p99 at 80% of it.
+// -metadata measures, through kafka and postgres-pipeline (at 50/s unless
+// -rates says otherwise), each rate twice with rows whose status column the
+// text does not render and a declared field does (fields: semantic_tag:
+// "{{status}}"): text edits as above, then updates of the status alone,
+// timed to the sink's commit and to the new value being filterable (a
+// probe polls the index's view for metadata @> {"semantic_tag": <new>} on
+// the document), with the count of writes that took the metadata-only path.
+//
 // -curve-drain N first drains a Kafka backlog of N changes made the same
 // way (the same documents, sizes, provider and pipeline) and reports the
 // highest rate sustained against that drain rate: what flowing at a fixed
 // rate costs against draining the same work as a backlog.
 //
 //	go run ./bench/freshness -sources kafka,postgres -rates 5,50 -latency 150ms -duration 30s
+//	go run ./bench/freshness -metadata -duration 30s
 //	go run ./bench/freshness -sources kafka -curve -curve-from 25 -curve-factor 1.5 -duration 60s -curve-drain 20000
 package main
 
@@ -49,6 +58,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -85,6 +95,13 @@ type options struct {
 	// timeline prints, per second of source commits, how many changes
 	// were applied and their worst freshness: where a high p99 comes from.
 	timeline bool
+	// metadata: the rows carry a status column the text does not render
+	// and a declared field renders (metadataTables), and each rate is
+	// measured twice, with text edits and with status-only updates (see
+	// runMetadata).
+	metadata bool
+	// probeEvery is how often the metadata leg's probe polls the index.
+	probeEvery time.Duration
 }
 
 func main() {
@@ -106,6 +123,8 @@ func main() {
 	flag.IntVar(&o.groups, "groups", 0, "in-process legs: group transactions writing at once (0: the sink's default, half the pool's connections)")
 	flag.IntVar(&o.groupDocs, "group-documents", 0, "in-process legs: documents per group transaction (0: the sink's default)")
 	flag.BoolVar(&o.timeline, "timeline", false, "after each in-process rate, print per second of source commits the changes applied and their median and worst freshness (where a p99 comes from)")
+	flag.BoolVar(&o.metadata, "metadata", false, "through kafka and postgres-pipeline, measure each rate twice: text edits, then updates of only a column the text does not render that a declared field (semantic_tag: \"{{status}}\") renders, timed to the sink's commit and to the new value being filterable (metadata @> {\"semantic_tag\": …} on the index's view); -rates defaults to 50, -sources to kafka,postgres-pipeline")
+	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "-metadata: how often the probe queries the index for changes not yet filterable (the filterable times are late by up to this much)")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
 	var curve bool
 	var cur curveOptions
@@ -117,6 +136,19 @@ func main() {
 	flag.IntVar(&cur.refine, "curve-refine", 0, "-curve: after the first rate not sustained, halve the gap between it and the last rate sustained this many times")
 	flag.IntVar(&cur.drain, "curve-drain", 0, "-curve through kafka: first drain a backlog of this many changes of the curve's own documents and provider latency, and report the highest rate sustained against that drain rate (like for like)")
 	flag.Parse()
+	if o.metadata {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rates"] {
+			rates = "50"
+		}
+		if !set["sources"] {
+			sources = "kafka,postgres-pipeline"
+		}
+		if curve {
+			fatalf("-metadata: not with -curve")
+		}
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -139,6 +171,9 @@ func main() {
 		if !slices.Contains([]string{"kafka", "postgres", "postgres-pipeline"}, src) {
 			fatalf("-sources: %q is none of kafka, postgres, postgres-pipeline", src)
 		}
+		if o.metadata && src == "postgres" {
+			fatalf("-metadata: measured through kafka and postgres-pipeline only (the probe needs the sink's writes in this process)")
+		}
 		o.sources = append(o.sources, src)
 	}
 	failed := false
@@ -148,6 +183,19 @@ func main() {
 		}
 		for _, src := range o.sources {
 			if err := runCurve(context.Background(), o, src, cur); err != nil {
+				warnf("%s: %v", src, err)
+				failed = true
+			}
+		}
+		if failed {
+			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+		return
+	}
+	if o.metadata {
+		for _, src := range o.sources {
+			if err := runMetadata(context.Background(), o, src); err != nil {
 				warnf("%s: %v", src, err)
 				failed = true
 			}
@@ -206,6 +254,14 @@ type result struct {
 	// counted, as through serve), to set against the raw HNSW insert
 	// limit of make bench-throughput.
 	chunks float64
+	// metadataOnly counts the measured changes written as metadata-only
+	// updates.
+	metadataOnly int
+	// -metadata's probe: of committed status changes (less those a later
+	// change of their document overtook), filterable were found by it,
+	// after f50/f95/f99.
+	committed, filterable int
+	f50, f95, f99         time.Duration
 }
 
 func (r result) String() string {
@@ -227,6 +283,9 @@ type timingSink struct {
 	count int
 	// inserted counts the chunk rows the measured changes inserted.
 	inserted int
+	// metadataOnly counts the measured changes written as metadata-only
+	// updates (no chunk row, no vector touched).
+	metadataOnly int
 }
 
 func (s *timingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
@@ -239,6 +298,9 @@ func (s *timingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome,
 			s.at = append(s.at, d.SourceTS)
 			s.count++
 			s.inserted += out.Inserted
+			if out.MetadataOnly {
+				s.metadataOnly++
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -283,70 +345,117 @@ func text(n int) string {
 	return b.String()
 }
 
-// run measures leg at rate; with drain > 0 it instead drains a backlog
-// of drain changes (see drainBacklog).
-func run(ctx context.Context, o options, leg string, rate float64, drain int) (result, error) {
-	res := result{rate: rate}
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
-	schema := "bench_fresh_" + hex.EncodeToString(rb[:])
-	pool, err := sink.OpenPool(ctx, o.url, schema)
-	if err != nil {
-		return res, err
+// bench is one in-process leg set up: the index's schema, the pipeline
+// reading the source into it through the timing sink, and the functions
+// that commit changes in the source.
+type bench struct {
+	schema string
+	pool   *pgxpool.Pool
+	ts     *timingSink
+	p      *pipeline.Pipeline
+	// commit commits a new text of document id (its status unchanged).
+	commit func(ctx context.Context, id int, body string, now time.Time) error
+	// setStatus commits a new status of document id (its text unchanged)
+	// and returns the time the change counts from: its commit time in the
+	// source as far as this process can tell.
+	setStatus func(ctx context.Context, id int, status string, now time.Time) (time.Time, error)
+	flush     func(ctx context.Context) error
+	// table is the source table's name as documents record it.
+	table string
+}
+
+// metadataTables is how -metadata renders rows: the text is the body
+// alone, and the status column, which the text does not render, is the
+// declared field semantic_tag.
+var metadataTables = []pipeline.TableConfig{{Match: "*.articles", ID: []string{"id"}, Text: "{{body}}",
+	Fields: map[string]string{"semantic_tag": "{{status}}"}}}
+
+// setUp creates an index in a schema of its own and the source of leg, and
+// builds the pipeline between them as serve builds its own; closing undoes
+// it all.
+func setUp(ctx context.Context, o options, leg string) (b *bench, closing func(), err error) {
+	var undo []func()
+	closing = func() {
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
 	}
 	defer func() {
-		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		pool.Close()
+		if err != nil {
+			closing()
+		}
 	}()
-	if err := migrations.Up(ctx, pool, schema, slog.New(slog.DiscardHandler)); err != nil {
-		return res, err
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	b = &bench{schema: "bench_fresh_" + hex.EncodeToString(rb[:])}
+	if b.pool, err = sink.OpenPool(ctx, o.url, b.schema); err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() {
+		_, _ = b.pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
+		b.pool.Close()
+	})
+	if err := migrations.Up(ctx, b.pool, b.schema, slog.New(slog.DiscardHandler)); err != nil {
+		return nil, nil, err
 	}
 	srv, closeSrv := fakeProvider(o)
-	defer closeSrv()
+	undo = append(undo, closeSrv)
 	ecfg := embedder.Config{Provider: embedder.ProviderOpenAI, BaseURL: srv.URL, Model: "text-embedding-3-small", Dimensions: o.dims, APIKey: "bench"}.WithDefaults()
 	client, err := embedder.NewOpenAI(ecfg)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	co := embedder.NewCoalescer(client, ecfg.Coalesce())
-	defer co.Close()
-	st, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true,
+	undo = append(undo, co.Close)
+	st, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "bench", Model: ecfg.Model, Dimensions: o.dims, SkipFullText: true,
 		Groups: o.groups, GroupDocuments: o.groupDocs})
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
 
-	var (
-		src    pipeline.Source
-		commit func(ctx context.Context, id int, body string, now time.Time) error
-	)
-	flush := func(context.Context) error { return nil }
+	var src pipeline.Source
+	b.flush = func(context.Context) error { return nil }
 	if leg == "kafka" {
-		ks, produce, flushKafka, closeKafka, err := kafkaLeg(o)
+		ks, produce, setStatus, flushKafka, closeKafka, err := kafkaLeg(o)
 		if err != nil {
-			return res, err
+			return nil, nil, err
 		}
-		defer closeKafka()
-		src, commit, flush = ks, produce, flushKafka
+		undo = append(undo, closeKafka)
+		src, b.commit, b.setStatus, b.flush, b.table = ks, produce, setStatus, flushKafka, "public.articles"
 	} else {
-		ps, write, closePG, err := postgresLeg(ctx, o)
+		ps, name, write, setStatus, closePG, err := postgresLeg(ctx, o)
 		if err != nil {
-			return res, err
+			return nil, nil, err
 		}
-		defer closePG()
-		src, commit = ps, write
+		undo = append(undo, closePG)
+		src, b.commit, b.setStatus, b.table = ps, write, setStatus, name+".articles"
 	}
 
-	ts := &timingSink{Index: st}
+	b.ts = &timingSink{Index: st}
 	// Built as serve builds its pipeline.
 	pc := service.PipelineConfig{
 		Pipeline: pipeline.Config{Workers: o.workers, MaxInFlightBytes: o.inFlightBytes, MaxInFlightDocuments: o.inFlightDocs},
 		Chunker:  chunker.Config{}.WithDefaults(),
 	}
-	p, err := service.NewPipeline(pc, service.Stages{Source: src, Target: pipeline.Target{Name: "bench", Index: ts, Embedder: co}}, nil, nil, nil)
+	if o.metadata {
+		pc.Pipeline.Tables = metadataTables
+	}
+	if b.p, err = service.NewPipeline(pc, service.Stages{Source: src, Target: pipeline.Target{Name: "bench", Index: b.ts, Embedder: co}}, nil, nil, nil); err != nil {
+		return nil, nil, err
+	}
+	return b, closing, nil
+}
+
+// run measures leg at rate; with drain > 0 it instead drains a backlog
+// of drain changes (see drainBacklog).
+func run(ctx context.Context, o options, leg string, rate float64, drain int) (result, error) {
+	res := result{rate: rate}
+	b, closing, err := setUp(ctx, o, leg)
 	if err != nil {
 		return res, err
 	}
+	defer closing()
+	p, ts, commit, flush := b.p, b.ts, b.commit, b.flush
 	if drain > 0 {
 		return drainBacklog(ctx, o, p, ts, commit, flush, drain)
 	}
@@ -373,6 +482,7 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 	ts.mu.Lock()
 	lat := slices.Clone(ts.lat)
 	inserted := ts.inserted
+	res.metadataOnly = ts.metadataOnly
 	if o.timeline {
 		printTimeline(ts.at, ts.lat)
 	}
@@ -519,49 +629,80 @@ func warnf(format string, args ...any) {
 // kafkaLeg starts an in-process Kafka with the topic and returns the Kafka
 // source, a function that produces a change of document id (committed in
 // the source at now: its ts_ms) as Debezium would, and a closer.
-func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(context.Context) error, func(), error) {
+//
+// Debezium's events carry the whole row, so the leg keeps each document's
+// body and status: a text change carries the status as it was, and a
+// status change (setStatus) the body as it was, as an UPDATE of one column
+// would. The status is left out of rows that never had one.
+func kafkaLeg(o options) (pipeline.Source, func(context.Context, int, string, time.Time) error,
+	func(context.Context, int, string, time.Time) (time.Time, error), func(context.Context) error, func(), error) {
 	const topic = "dbserver1.public.articles"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), topic))
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
 	if err != nil {
 		c.Close()
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	src, err := kafka.NewSource(kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{topic}, Group: "bench"})
 	if err != nil {
 		prod.Close()
 		c.Close()
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
+	var mu sync.Mutex
 	var lsn int64
-	produce := func(ctx context.Context, id int, body string, now time.Time) error {
+	bodies, statuses := map[int]string{}, map[int]string{}
+	send := func(ctx context.Context, id int, now time.Time) {
 		lsn++
+		after := map[string]any{"id": id, "body": bodies[id]}
+		if st, ok := statuses[id]; ok {
+			after["status"] = st
+		}
 		value, _ := json.Marshal(map[string]any{
 			"op": "u",
 			"source": map[string]any{"connector": "postgresql", "schema": "public", "table": "articles",
 				"lsn": lsn, "txId": lsn, "ts_ms": now.UnixMilli()},
-			"after": map[string]any{"id": id, "body": body},
+			"after": after,
 		})
 		prod.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, `{"id":%d}`, id), Value: value}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				warnf("produce: %v", err)
 			}
 		})
+	}
+	produce := func(ctx context.Context, id int, body string, now time.Time) error {
+		mu.Lock()
+		defer mu.Unlock()
+		bodies[id] = body
+		send(ctx, id, now)
 		return nil
 	}
-	return src, produce, prod.Flush, func() { src.Close(); prod.Close(); c.Close() }, nil
+	setStatus := func(ctx context.Context, id int, status string, now time.Time) (time.Time, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := bodies[id]; !ok {
+			return now, fmt.Errorf("status of document %d before its text", id)
+		}
+		statuses[id] = status
+		send(ctx, id, now)
+		// Committed in the source at now: its ts_ms.
+		return now, nil
+	}
+	return src, produce, setStatus, prod.Flush, func() { src.Close(); prod.Close(); c.Close() }, nil
 }
 
 // postgresLeg returns the Postgres source streaming a table, publication
-// and slot of their own (see pgSource), the function that commits a change
-// and a closer that stops the source and drops them.
-func postgresLeg(ctx context.Context, o options) (pipeline.Source, func(context.Context, int, string, time.Time) error, func(), error) {
-	name, write, drop, err := pgSource(ctx, o)
+// and slot of their own (see pgSource), their name, the functions that
+// commit a change of text and of status, and a closer that stops the
+// source and drops them.
+func postgresLeg(ctx context.Context, o options) (pipeline.Source, string, func(context.Context, int, string, time.Time) error,
+	func(context.Context, int, string, time.Time) (time.Time, error), func(), error) {
+	name, write, setStatus, drop, err := pgSource(ctx, o)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, "", nil, nil, nil, err
 	}
 	src, err := pgrepl.New(ctx, pgrepl.Config{
 		URL: o.url, Slot: name, Publication: name, Tables: []cdc.TableConfig{{Match: name + ".articles"}},
@@ -569,9 +710,9 @@ func postgresLeg(ctx context.Context, o options) (pipeline.Source, func(context.
 	})
 	if err != nil {
 		drop()
-		return nil, nil, nil, err
+		return nil, "", nil, nil, nil, err
 	}
-	return src, write, func() {
+	return src, name, write, setStatus, func() {
 		// The slot can be dropped only once its walsender is gone.
 		src.Close()
 		drop()
@@ -580,16 +721,19 @@ func postgresLeg(ctx context.Context, o options) (pipeline.Source, func(context.
 
 // pgSource creates a source table (schema.articles), a publication and a
 // logical replication slot of its own, all named bench_fresh_src_<random>,
-// and returns that name, a function that commits a change of document id
-// (one transaction: its commit timestamp is the change's), and a function
-// that drops them all, to call once nothing streams from the slot.
-func pgSource(ctx context.Context, o options) (string, func(context.Context, int, string, time.Time) error, func(), error) {
+// and returns that name, a function that commits a change of document id's
+// body (one transaction: its commit timestamp is the change's), one that
+// commits a change of its status alone (a column -metadata declares as a
+// field; it returns when the commit returned), and a function that drops
+// them all, to call once nothing streams from the slot.
+func pgSource(ctx context.Context, o options) (string, func(context.Context, int, string, time.Time) error,
+	func(context.Context, int, string, time.Time) (time.Time, error), func(), error) {
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	name := "bench_fresh_src_" + hex.EncodeToString(rb[:])
 	conn, err := pgx.Connect(ctx, o.url)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
 	var undo []string
 	drop := func() {
@@ -613,7 +757,7 @@ func pgSource(ctx context.Context, o options) (string, func(context.Context, int
 	}
 	for _, q := range []struct{ do, undo string }{
 		{"CREATE SCHEMA " + name, "DROP SCHEMA IF EXISTS " + name + " CASCADE"},
-		{"CREATE TABLE " + name + ".articles (id int PRIMARY KEY, body text)", ""},
+		{"CREATE TABLE " + name + ".articles (id int PRIMARY KEY, body text, status text)", ""},
 		{"CREATE PUBLICATION " + name + " FOR TABLE " + name + ".articles", "DROP PUBLICATION IF EXISTS " + name},
 		// Created before the first write, so the stream holds every change.
 		{"SELECT pg_create_logical_replication_slot('" + name + "', 'pgoutput')",
@@ -621,16 +765,29 @@ func pgSource(ctx context.Context, o options) (string, func(context.Context, int
 	} {
 		if _, err := conn.Exec(ctx, q.do); err != nil {
 			drop()
-			return "", nil, nil, fmt.Errorf("%s: %w", q.do, err)
+			return "", nil, nil, nil, fmt.Errorf("%s: %w", q.do, err)
 		}
 		if q.undo != "" {
 			undo = append(undo, q.undo)
 		}
 	}
 	upsert := "INSERT INTO " + name + ".articles (id, body) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET body = excluded.body"
+	var mu sync.Mutex // one connection: text and status changes take turns
 	write := func(ctx context.Context, id int, body string, _ time.Time) error {
+		mu.Lock()
+		defer mu.Unlock()
 		_, err := conn.Exec(ctx, upsert, id, body)
 		return err
 	}
-	return name, write, drop, nil
+	update := "UPDATE " + name + ".articles SET status = $2 WHERE id = $1"
+	setStatus := func(ctx context.Context, id int, status string, _ time.Time) (time.Time, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		tag, err := conn.Exec(ctx, update, id, status)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("status of document %d before its text", id)
+		}
+		return time.Now(), err
+	}
+	return name, write, setStatus, drop, nil
 }

@@ -49,7 +49,7 @@ func runServe(ctx context.Context, o options, rate float64) (result, error) {
 	}()
 	srv, closeSrv := fakeProvider(o)
 	defer closeSrv()
-	name, write, drop, err := pgSource(ctx, o)
+	name, write, _, drop, err := pgSource(ctx, o)
 	if err != nil {
 		return res, err
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,9 +80,19 @@ func (r result) editLine() string {
 		return "no edit run"
 	}
 	e := r.edit
-	return fmt.Sprintf("edit of %d docs in %s: CPU %.3f ms/doc (%.2f of the load's CPU), PG CPU %.3f ms/doc (all processes %.3f), %d chunk rows written, %d texts embedded in %d requests",
-		e.docs, e.wall.Round(time.Millisecond), e.perDocMs(e.cpu), float64(e.cpu)/float64(r.cpu),
-		e.perDocMs(e.pg.backends), e.perDocMs(e.pg.all), e.written, e.inputs, e.reqs)
+	return fmt.Sprintf("edit of %d docs in %s: CPU %.3f ms/doc (%.2f of the load's CPU), PG CPU %.3f ms/doc (%.2f of the load's), all processes %.3f ms/doc (%.2f of the load's), %d chunk rows written, %d texts embedded in %d requests",
+		e.docs, e.wall.Round(time.Millisecond), e.perDocMs(e.cpu), r.editShare(e.cpu, r.cpu),
+		e.perDocMs(e.pg.backends), r.editShare(e.pg.backends, r.pgCPU), e.perDocMs(e.pg.all), r.editShare(e.pg.all, r.pgAll),
+		e.written, e.inputs, e.reqs)
+}
+
+// editShare is the edit's CPU per document (edit, over the edit's
+// documents) as a share of the load's (load, over the loaded documents).
+func (r result) editShare(edit, load time.Duration) float64 {
+	if r.edit == nil || r.edit.docs == 0 || load == 0 {
+		return 0
+	}
+	return (float64(edit) / float64(r.edit.docs)) / (float64(load) / float64(r.docs))
 }
 
 func (r result) row() string {
@@ -91,9 +103,10 @@ func (r result) row() string {
 }
 
 // editResult is a run of `serve --once` over an update of every loaded
-// document that changes 5 characters of its text (see corpus.writeEdits).
+// document that changes -edit-chars characters of its text and its status
+// (see corpus.writeEdits).
 type editResult struct {
-	docs    int64 // documents updated
+	docs    int64 // documents that took their edit (stored commit time is the edit's)
 	written int64 // chunk rows the edit inserted (new content)
 	inputs  int64 // texts sent to the embedding server
 	reqs    int64 // requests they went in
@@ -117,9 +130,10 @@ type tbShim struct {
 func (s *tbShim) Helper()          {}
 func (s *tbShim) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
 
-// loadOnce loads the events with bin into a fresh database and, when edits
-// is not empty, applies them after the load in a second run.
-func loadOnce(ctx context.Context, o options, bin, events, edits string, latency time.Duration) (result, error) {
+// loadOnce loads the events of c (written to events) with bin into a fresh
+// database and, when edits is not empty, applies them after the load in a
+// second run.
+func loadOnce(ctx context.Context, o options, bin string, c *corpus, events, edits string, latency time.Duration) (result, error) {
 	var res result
 	db, err := createDatabase(ctx, o.adminURL)
 	if err != nil {
@@ -174,6 +188,11 @@ func loadOnce(ctx context.Context, o options, bin, events, edits string, latency
 	if o.fullTextNew && bin == o.bin {
 		fullText = "  full_text: true\n"
 	}
+	tables := tableConfig
+	fields := o.fieldsNew && bin == o.bin
+	if fields {
+		tables += fieldsConfig
+	}
 	yamlFor := func(events string) string {
 		return fmt.Sprintf(`source:
   kind: file
@@ -191,7 +210,7 @@ func loadOnce(ctx context.Context, o options, bin, events, edits string, latency
 %sindex: throughput
 http:
   listen: ""
-`, events, tableConfig, srv.URL, o.dims, encoding, u.String(), fullText)
+`, events, tables, srv.URL, o.dims, encoding, u.String(), fullText)
 	}
 	if err := os.WriteFile(cfg, []byte(yamlFor(events)), 0o644); err != nil {
 		return res, err
@@ -295,15 +314,62 @@ http:
 		e.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	e.inputs, e.reqs = srv.Inputs.Load()-inputs0, srv.Requests.Load()-reqs0
-	// Documents that took their update: an update records its edit's
-	// magnitude, a create does not.
 	if w, err = cat.Writes(ctx, lastID); err != nil {
 		return res, err
 	}
-	e.docs, e.written = w.Updated, w.ChunksAfter
-	if e.docs == 0 {
-		return res, fmt.Errorf("no document took its edit: %s", out.String())
+	e.written = w.ChunksAfter
+	// Documents that took their update: those whose stored commit time is
+	// their edit's (every event's is distinct). An update's edit magnitude
+	// would not do: a metadata-only update records none.
+	if e.docs, err = tookEdits(ctx, cat, c); err != nil {
+		return res, err
+	}
+	if e.docs != res.docs {
+		return res, fmt.Errorf("%d of %d documents took their edit: %s", e.docs, res.docs, out.String())
+	}
+	if fields {
+		// The edit's status reached each document's metadata, where a
+		// filter finds it: read through the index's view, as SQL users do.
+		var tagged int64
+		err := pool.QueryRow(ctx, "SELECT count(DISTINCT doc_id) FROM "+pgx.Identifier{"ragsync", sink.IndexView("throughput")}.Sanitize()+
+			" WHERE metadata @> $1::jsonb", fmt.Sprintf(`{"semantic_tag": %q}`, editStatus)).Scan(&tagged)
+		if err != nil {
+			return res, err
+		}
+		if tagged != res.docs {
+			return res, fmt.Errorf("%d of %d documents have the edit's metadata (semantic_tag %s)", tagged, res.docs, editStatus)
+		}
 	}
 	res.edit = e
 	return res, nil
+}
+
+// tookEdits counts the documents of the index whose stored commit time is
+// their edit event's (c.editTS) and whose stored row has the edit's status.
+func tookEdits(ctx context.Context, cat *sink.Catalog, c *corpus) (int64, error) {
+	var n int64
+	after := ""
+	for {
+		page, err := cat.StoredRows(ctx, "throughput", after, 1000)
+		if err != nil {
+			return 0, err
+		}
+		if len(page) == 0 {
+			return n, nil
+		}
+		for _, r := range page {
+			after = r.ID
+			d, err := strconv.Atoi(r.Key)
+			if err != nil || d < 0 || d >= len(c.titles) || r.Deleted || r.SourceTS == nil {
+				continue
+			}
+			var row struct{ Status string }
+			if json.Unmarshal(r.Row, &row) != nil || row.Status != editStatus {
+				continue
+			}
+			if r.SourceTS.UnixMilli() == c.editTS(d) {
+				n++
+			}
+		}
+	}
 }

@@ -22,8 +22,13 @@
 // and parallel workers and the cluster's WAL writer, checkpointer and
 // background writer). With -edit (the default) each load at the first
 // latency is followed by a run that changes 5 characters in every
-// document, reported as process and Postgres CPU per document and as a
-// share of the load's; -edit-sizes repeats load + edit at other document
+// document (-edit-chars; 0 leaves the text as it was), reported as process
+// and Postgres CPU per document and as a share of the load's. Every edit
+// also changes a column the text does not render (status), which -bin's
+// config declares as a metadata field (-fields-new): with -edit-chars 0
+// the edit is a metadata-only update. A document took its edit when its
+// stored commit time is the edit's; with the field, its metadata must also
+// carry the edit's status. -edit-sizes repeats load + edit at other document
 // sizes (4 KB and 64 KB by default) to show the edit's CPU grows at most
 // linearly with the document.
 package main
@@ -55,6 +60,7 @@ type options struct {
 	costRounds   int
 	load         bool
 	fullTextNew  bool
+	fieldsNew    bool
 	base64New    bool
 	cpuProfile   string
 	poolConns    int
@@ -95,6 +101,7 @@ func main() {
 	flag.BoolVar(&o.load, "load", true, "run the loads through serve (false: raw limit and -costs only)")
 	flag.BoolVar(&o.base64New, "base64-new", false, "set embedder.encoding_format: base64 for -bin (older binaries lack the setting)")
 	flag.BoolVar(&o.fullTextNew, "full-text-new", false, "set postgres.full_text: true for -bin (it defaults to off without a front door; older binaries lack the setting)")
+	flag.BoolVar(&o.fieldsNew, "fields-new", true, "declare tables[].fields semantic_tag: \"{{status}}\" for -bin, so that every edit (which also changes the unrendered status column) carries a metadata change; -base-bin never gets it (older binaries lack the setting; set false when -bin is one)")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write -bin's CPU profiles to PREFIX-<latency>.pprof and PREFIX-<latency>-edit.pprof, and the edit sweep's to PREFIX-<size>B-<latency>[-edit].pprof (serve --cpu-profile; the last round's)")
 	flag.IntVar(&o.poolConns, "pool-conns", 0, "pool_max_conns of serve's Postgres URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.pgParams, "pg-params-new", "", "k=v,… added to -bin's Postgres URL (runtime parameters such as plan_cache_mode=force_generic_plan)")
@@ -197,7 +204,7 @@ func run(ctx context.Context, o options) error {
 				if lat == o.latencies[0] {
 					ed = edits
 				}
-				res, err := loadOnce(ctx, o, b.path, events, ed, lat)
+				res, err := loadOnce(ctx, o, b.path, corpus, events, ed, lat)
 				if err != nil {
 					return fmt.Errorf("%s at %s: %w", b.name, lat, err)
 				}
@@ -216,7 +223,7 @@ func run(ctx context.Context, o options) error {
 	fmt.Println()
 	summarise(results, o.latencies)
 	if o.edit {
-		printEdits(results)
+		printEdits(results, o.editChars)
 	}
 	if len(o.editSizes) > 0 {
 		return sweep(ctx, o, dir, bins)
@@ -251,7 +258,7 @@ func sweep(ctx context.Context, o options, dir string, bins []struct{ name, path
 				so.cpuProfile = fmt.Sprintf("%s-%dB", o.cpuProfile, size)
 			}
 			for _, b := range abba(bins, r) {
-				res, err := loadOnce(ctx, so, b.path, events, edits, o.latencies[0])
+				res, err := loadOnce(ctx, so, b.path, c, events, edits, o.latencies[0])
 				if err != nil {
 					return fmt.Errorf("sweep %s at %d bytes: %w", b.name, size, err)
 				}

@@ -44,7 +44,7 @@ func rowsOf(ctx context.Context, c *corpus, dims int) ([]docRows, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		row, _ := json.Marshal(map[string]any{"id": d, "title": c.titles[d], "body": c.bodies[d]})
+		row, _ := json.Marshal(map[string]any{"id": d, "title": c.titles[d], "body": c.bodies[d], "status": loadStatus})
 		dr := docRows{id: fmt.Sprintf("public.articles/%d", d), row: row, chunks: chunks}
 		for _, v := range vecs {
 			dr.vecs = append(dr.vecs, pgvector.NewVector(v))

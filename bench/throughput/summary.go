@@ -70,7 +70,7 @@ func summarise(results []result, latencies []time.Duration) {
 
 // printEdits prints, per binary, the medians of the edit runs that followed
 // the loads: their CPU per document and as a share of the same round's load.
-func printEdits(results []result) {
+func printEdits(results []result, chars int) {
 	names := []string{}
 	for _, r := range results {
 		if r.edit != nil && !slices.Contains(names, r.name) {
@@ -81,12 +81,16 @@ func printEdits(results []result) {
 		return
 	}
 	fmt.Println()
-	fmt.Println("edit runs (5 characters changed in every document), medians over rounds:")
-	fmt.Println("| binary | docs | CPU ms/doc | edit CPU ÷ load CPU | PG CPU ms/doc (backends) | PG CPU ms/doc (all) | PG all ÷ load's per doc | chunk rows written/doc | texts embedded/doc |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	what := fmt.Sprintf("%d characters changed in every document", chars)
+	if chars == 0 {
+		what = "every document's text unchanged, its status column changed"
+	}
+	fmt.Printf("edit runs (%s), medians over rounds:\n", what)
+	fmt.Println("| binary | docs | CPU ms/doc | edit CPU ÷ load CPU | PG CPU ms/doc (backends) | PG backends ÷ load's per doc | PG CPU ms/doc (all) | PG all ÷ load's per doc | chunk rows written/doc | texts embedded/doc |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, n := range names {
 		var docs int64
-		var cpu, share, pgB, pgA, pgShare, written, inputs []float64
+		var cpu, share, pgB, pgBShare, pgA, pgShare, written, inputs []float64
 		for _, r := range results {
 			if r.name != n || r.edit == nil {
 				continue
@@ -94,15 +98,16 @@ func printEdits(results []result) {
 			e := r.edit
 			docs = e.docs
 			cpu = append(cpu, e.perDocMs(e.cpu))
-			share = append(share, float64(e.cpu)/float64(r.cpu))
+			share = append(share, r.editShare(e.cpu, r.cpu))
 			pgB = append(pgB, e.perDocMs(e.pg.backends))
+			pgBShare = append(pgBShare, r.editShare(e.pg.backends, r.pgCPU))
 			pgA = append(pgA, e.perDocMs(e.pg.all))
-			pgShare = append(pgShare, e.perDocMs(e.pg.all)/(float64(r.pgAll)/float64(time.Millisecond)/float64(r.docs)))
+			pgShare = append(pgShare, r.editShare(e.pg.all, r.pgAll))
 			written = append(written, float64(e.written)/float64(e.docs))
 			inputs = append(inputs, float64(e.inputs)/float64(e.docs))
 		}
-		fmt.Printf("| %s | %d | %.3f | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", n, docs, median(cpu), median(share),
-			median(pgB), median(pgA), median(pgShare), median(written), median(inputs))
+		fmt.Printf("| %s | %d | %.3f | %.2f | %.3f | %.2f | %.3f | %.2f | %.2f | %.2f |\n", n, docs, median(cpu), median(share),
+			median(pgB), median(pgBShare), median(pgA), median(pgShare), median(written), median(inputs))
 	}
 }
 
@@ -135,7 +140,7 @@ func printSweep(results []result, sizes []int) {
 				load = append(load, float64(r.cpu)/float64(time.Millisecond)/float64(r.docs))
 				edit = append(edit, e.perDocMs(e.cpu))
 				kb = append(kb, e.perDocMs(e.cpu)*1000/(float64(size)/1024))
-				share = append(share, float64(e.cpu)/float64(r.cpu))
+				share = append(share, r.editShare(e.cpu, r.cpu))
 				pg = append(pg, e.perDocMs(e.pg.all))
 			}
 			perKB[n] = append(perKB[n], median(kb))

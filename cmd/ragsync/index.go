@@ -21,7 +21,7 @@ func newIndexCmd(g *globals) *cobra.Command {
 		Use:   "index",
 		Short: "List, promote, roll back or drop the indexes in the schema",
 	}
-	cmd.AddCommand(newIndexListCmd(g), newIndexDropCmd(g), newIndexPromoteCmd(g), newIndexRollbackCmd(g))
+	cmd.AddCommand(newIndexListCmd(g), newIndexStatusCmd(g), newIndexDropCmd(g), newIndexPromoteCmd(g), newIndexRollbackCmd(g))
 	return cmd
 }
 
@@ -39,6 +39,9 @@ type indexInfo struct {
 	Family     string    `json:"family,omitempty"`
 	Aliases    []string  `json:"aliases,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
+	// ChunkGroups counts the index's chunk rows by model version and
+	// chunker fingerprint.
+	ChunkGroups []chunkGroupInfo `json:"chunk_groups"`
 }
 
 // openCatalog opens the configured schema's catalog, migrated
@@ -61,8 +64,14 @@ names it; else "building" (ragsync reindex is filling it), "caught-up"
 moved away from it; still written, so ragsync index rollback loses nothing,
 until ragsync index drop removes it). FAMILY is the alias (or plain index
 name) the index was built for by reindex or made live under by promote; the
-lifecycle commands refuse to mix families. It only reads: a role with
-SELECT on the schema can run it.`,
+lifecycle commands refuse to mix families.
+
+Below the indexes, CHUNKS BY PROVENANCE counts each index's chunk rows
+(those of soft-deleted documents included) by the model version that
+embedded them and the chunker settings (fingerprint) that cut them;
+"unknown" is a row written before either was recorded. Several lines for
+one index are a mix: ragsync index status NAME says what is left and what
+finishes it. It only reads: a role with SELECT on the schema can run it.`,
 		Example: `  ragsync index list --config ragsync.yaml [--json]`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,10 +96,19 @@ SELECT on the schema can run it.`,
 			} else if err != nil {
 				return err
 			}
+			groups, err := cat.ChunkGroups(ctx, "")
+			if err != nil {
+				return err
+			}
+			byIndex := chunkGroupsByIndex(groups)
 			infos := make([]indexInfo, len(stats))
 			for i, x := range stats {
 				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks, Deleted: x.DeletedChunks,
-					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: x.Aliases, CreatedAt: x.CreatedAt}
+					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: x.Aliases, CreatedAt: x.CreatedAt,
+					ChunkGroups: byIndex[x.Name]}
+				if infos[i].ChunkGroups == nil {
+					infos[i].ChunkGroups = []chunkGroupInfo{}
+				}
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -109,6 +127,9 @@ SELECT on the schema can run it.`,
 					float64(x.HNSWBytes)/(1<<20), x.State, dash(x.Family), strings.Join(x.Aliases, ","))
 			}
 			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if err := printChunkGroups(out, infos); err != nil {
 				return err
 			}
 			if len(aliases) > 0 {
