@@ -163,9 +163,7 @@ func TestQueryDeclaredFieldFilterAndProvenance(t *testing.T) {
 	require.Equal(t, "pg:000000000000000a", p["source_position"])
 	require.Equal(t, "2023-11-14T22:13:20Z", p["committed_at"])
 	require.Equal(t, chunkerFingerprint(t, w.cfg), p["chunker"])
-	// The hashing embedder reports no model name of its own: unknown.
-	require.Contains(t, p, "model_version")
-	require.Nil(t, p["model_version"])
+	require.Equal(t, "hashing-v1", p["model_version"], "the hashing embedder reports its versioned name")
 	require.Equal(t, producerTrace, p["trace_id"])
 	require.Equal(t, p, viaRedis[0]["provenance"], "the front door carries the same provenance")
 
