@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/fallback"
+	"github.com/ragsync/ragsync/internal/redact"
 	"github.com/ragsync/ragsync/internal/redistest"
 )
 
@@ -89,7 +90,7 @@ func TestQueryViaRedisIsAsFastAsTheAnswer(t *testing.T) {
 // (one full reader poll) more than the answer.
 func BenchmarkQueryViaRedisHit(b *testing.B) {
 	cfgPath := frontDoorWorld(b)
-	g := &globals{configPath: cfgPath}
+	g := &globals{configPath: cfgPath, red: redact.New()}
 	cfg, err := g.loadValid(false)
 	require.NoError(b, err)
 	fcfg := cfg.FrontDoorConfig()
