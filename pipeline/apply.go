@@ -114,13 +114,10 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 	// can be rendered: its fence is read then, with it.
 	early := len(ch.Unavailable) > 0 || ch.After == nil
 	var stored sink.StoredDocument
-	var found bool
+	var found, stale bool
+	var err error
 	if early {
-		var err error
-		if stored, found, err = ix.Document(ctx, id); err != nil {
-			return prepared{}, fmt.Errorf("read %s: %w", id, err)
-		}
-		if stale, err := p.fenced(ch, id, stored, found); stale || err != nil {
+		if stored, found, stale, err = p.readFence(ctx, ch, id, ix.Document); stale || err != nil {
 			return prepared{}, err
 		}
 	}
@@ -134,10 +131,7 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 	}
 	pr := prepared{text: text, doc: p.document(ctx, ch, tbl, row, text)}
 	if !early && ch.Op == cdc.OpUpdate && !textChanged(ch, tbl, text) {
-		if stored, found, err = ix.Fence(ctx, id); err != nil {
-			return prepared{}, fmt.Errorf("read %s: %w", id, err)
-		}
-		if stale, err := p.fenced(ch, id, stored, found); stale || err != nil {
+		if stored, found, stale, err = p.readFence(ctx, ch, id, ix.Fence); stale || err != nil {
 			return prepared{}, err
 		}
 		early = true
@@ -147,6 +141,19 @@ func (p *Pipeline) prepare(ctx context.Context, ch cdc.Change, tbl TableConfig) 
 		return pr, nil
 	}
 	return pr, p.chunk(ctx, ch, &pr)
+}
+
+// readFence reads document id with read (Index.Document, or Index.Fence
+// when the row is not needed) and fences the change against it: stale
+// means a later version is stored, and the change was counted.
+func (p *Pipeline) readFence(ctx context.Context, ch cdc.Change, id string,
+	read func(context.Context, string) (sink.StoredDocument, bool, error)) (sink.StoredDocument, bool, bool, error) {
+	stored, found, err := read(ctx, id)
+	if err != nil {
+		return sink.StoredDocument{}, false, false, fmt.Errorf("read %s: %w", id, err)
+	}
+	stale, err := p.fenced(ch, id, stored, found)
+	return stored, found, stale, err
 }
 
 // textChanged says whether the change itself shows its text changed: its
