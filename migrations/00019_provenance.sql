@@ -35,6 +35,28 @@ ALTER TABLE documents ADD COLUMN render_hash text;
 ALTER TABLE indexes ADD COLUMN chunker text;
 
 -- +goose Down
+-- The views of indexes and aliases read the provenance columns since this
+-- version: each is replaced by its earlier definition first (a view built
+-- on one of them makes this fail, naming it, rather than being dropped).
+-- +goose StatementBegin
+DO $$
+DECLARE v record;
+BEGIN
+    FOR v IN
+        SELECT i.name || '_index' AS view, i.name AS index, i.dimensions FROM indexes i
+        UNION ALL
+        SELECT a.name || '_chunks', a.index_name, i.dimensions FROM aliases a JOIN indexes i ON i.name = a.index_name
+    LOOP
+        IF to_regclass(quote_ident(current_schema()) || '.' || quote_ident(v.view)) IS NOT NULL THEN
+            EXECUTE format('DROP VIEW %I', v.view);
+            EXECUTE format('CREATE VIEW %I AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, d.source_table, d.doc_key,'
+                || ' c.embedding::vector(%s) AS embedding FROM chunks c JOIN documents d ON d.index_name = c.index_name AND d.id = c.doc_id'
+                || ' WHERE c.index_name = %L AND d.deleted_at IS NULL', v.view, v.dimensions, v.index);
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
 ALTER TABLE indexes DROP COLUMN chunker;
 ALTER TABLE documents DROP COLUMN render_hash;
 ALTER TABLE embedding_cache DROP COLUMN model_version;

@@ -148,3 +148,32 @@ func TestChunkLookupsByDocumentUseAnIndex(t *testing.T) {
 		require.Contains(t, strings.Join(lines, "\n"), "chunks_doc_position_key", "%s", q)
 	}
 }
+
+// Down past 00019 gives the index and alias views back their earlier
+// columns (they read the provenance columns it drops) instead of failing
+// or dropping them.
+func TestDownRestoresViewsWithoutProvenance(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "INSERT INTO "+schema+".indexes (name, model, dimensions) VALUES ('articles', 'm', 4), ('articles_v2', 'm2', 8)")
+	require.NoError(t, err)
+	_, err = sink.NewCatalog(pool, schema).Promote(ctx, "articles", "articles_v2", false)
+	require.NoError(t, err)
+	// Opening for writing creates the index's view with provenance.
+	_, err = sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles_v2", Physical: true})
+	require.NoError(t, err)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 18)
+	require.NoError(t, err)
+	for _, view := range []string{"articles_v2_index", "articles_chunks"} {
+		var cols []string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns"+
+			" WHERE table_schema = $1 AND table_name = $2", schema, view).Scan(&cols), view)
+		require.Equal(t, []string{"id", "doc_id", "position", "text", "metadata", "tenant", "source_table", "doc_key", "embedding"}, cols, view)
+	}
+}
