@@ -309,6 +309,11 @@ func (s *Store) queueRead(b *pgx.Batch, id string, d Document, grouped bool) que
 
 	b.Queue("SELECT version, source_ts, deleted_at IS NOT NULL, coalesce(render_hash, '') FROM "+s.tDocs+
 		" WHERE index_name = $1 AND id = $2 FOR UPDATE", s.cfg.Index, id)
+	if d.MetadataOnly {
+		// Only a live stored row is written, so no truncate fence is
+		// read, and its chunks stay as they are: neither read nor written.
+		return queuedRead{metadataOnly: true}
+	}
 	// FOR SHARE: a concurrent Truncate of this table waits for us (and
 	// then sees our new row), or we wait for it and see its fence. Only
 	// for a new document, as before: an existing one is fenced by its
@@ -318,10 +323,6 @@ func (s *Store) queueRead(b *pgx.Batch, id string, d Document, grouped bool) que
 		" WHERE t.index_name = $1 AND t.source_table = $2"+
 		" AND NOT EXISTS (SELECT 1 FROM "+s.tDocs+" d WHERE d.index_name = $1 AND d.id = $3) FOR SHARE OF t"+nowait,
 		s.cfg.Index, d.Table, id)
-	if d.MetadataOnly {
-		// Its chunks stay as they are: neither read nor written.
-		return queuedRead{metadataOnly: true}
-	}
 	b.Queue("SELECT id, position, content_hash, md5(text), coalesce(vector_hash, content_hash) FROM "+s.tChunks+
 		" WHERE index_name = $1 AND doc_id = $2", s.cfg.Index, id)
 	if len(need) > 0 {
@@ -355,6 +356,9 @@ func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertR
 		}
 		rd.doc.found = true
 	}
+	if q.metadataOnly {
+		return rd, nil
+	}
 	var fence string
 	err = br.QueryRow().Scan(&fence)
 	switch {
@@ -370,9 +374,6 @@ func (s *Store) scanRead(br pgx.BatchResults, d Document, q queuedRead) (upsertR
 		// position-less create tied with the truncate arrived after it
 		// and wins (cdc.Version.FencedBy).
 		rd.fenced = d.Version.FencedBy(fv)
-	}
-	if q.metadataOnly {
-		return rd, nil
 	}
 	rows, err := br.Query()
 	if err != nil {
