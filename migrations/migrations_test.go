@@ -104,20 +104,34 @@ func TestEnsureVectorIsIdempotent(t *testing.T) {
 // documents (DROP TABLE chunks would fail on them).
 func TestDownDropsAliasViews(t *testing.T) {
 	t.Parallel()
+	pool, schema := aliasedSchema(t)
+	downTo(t, pool, schema, 0)
+	require.Equal(t, []string{"goose_db_version"}, tables(t, pool, schema))
+}
+
+// aliasedSchema is a migrated schema with two indexes, articles_v2 the
+// target of alias articles (whose view promote created).
+func aliasedSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
 	pool, schema := pgtest.Schema(t)
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, "INSERT INTO "+schema+".indexes (name, model, dimensions) VALUES ('articles', 'm', 4), ('articles_v2', 'm2', 8)")
 	require.NoError(t, err)
 	_, err = sink.NewCatalog(pool, schema).Promote(ctx, "articles", "articles_v2", false)
 	require.NoError(t, err)
+	return pool, schema
+}
+
+// downTo migrates schema down to version.
+func downTo(t *testing.T, pool *pgxpool.Pool, schema string, version int64) {
+	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
 	require.NoError(t, err)
-	_, err = p.DownTo(ctx, 0)
+	_, err = p.DownTo(context.Background(), version)
 	require.NoError(t, err)
-	require.Equal(t, []string{"goose_db_version"}, tables(t, pool, schema))
 }
 
 // TestChunkLookupsByDocumentUseAnIndex: with chunks_doc_idx dropped
@@ -154,22 +168,12 @@ func TestChunkLookupsByDocumentUseAnIndex(t *testing.T) {
 // or dropping them.
 func TestDownRestoresViewsWithoutProvenance(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.Schema(t)
+	pool, schema := aliasedSchema(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, "INSERT INTO "+schema+".indexes (name, model, dimensions) VALUES ('articles', 'm', 4), ('articles_v2', 'm2', 8)")
-	require.NoError(t, err)
-	_, err = sink.NewCatalog(pool, schema).Promote(ctx, "articles", "articles_v2", false)
-	require.NoError(t, err)
 	// Opening for writing creates the index's view with provenance.
-	_, err = sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles_v2", Physical: true})
+	_, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "articles_v2", Physical: true})
 	require.NoError(t, err)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
-		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
-	_, err = p.DownTo(ctx, 18)
-	require.NoError(t, err)
+	downTo(t, pool, schema, 18)
 	for _, view := range []string{"articles_v2_index", "articles_chunks"} {
 		var cols []string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns"+

@@ -218,16 +218,27 @@ func (h *history) deliveries(cs []change) []cdc.Record {
 	return out
 }
 
-// convIndex opens a fresh schema and store.
-func convIndex(t *testing.T) (*sink.Store, *pgxpool.Pool, string) {
+// convIndex opens a fresh schema and a store of index name in it.
+func convIndex(t *testing.T, name string) (*sink.Store, *pgxpool.Pool, string) {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "conv", Model: "bow", Dimensions: convDims})
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: name, Model: "bow", Dimensions: convDims})
 	require.NoError(t, err)
 	return st, pool, schema
 }
 
 type sliceSrc struct{ batches [][]cdc.Record }
+
+// batched is a source handing msgs over in batches of batch.
+func batched(msgs []cdc.Record, batch int) *sliceSrc {
+	src := &sliceSrc{}
+	for len(msgs) > 0 {
+		n := min(batch, len(msgs))
+		src.batches = append(src.batches, msgs[:n])
+		msgs = msgs[n:]
+	}
+	return src
+}
 
 func (s *sliceSrc) Fetch(context.Context) (cdc.Batch, error) {
 	if len(s.batches) == 0 {
@@ -244,12 +255,7 @@ func runPipeline(t *testing.T, st *sink.Store, msgs []cdc.Record, batch int) pip
 	ch, err := chunker.New(chunker.Config{TargetTokens: 80, MinTokens: 20, MaxTokens: 200})
 	require.NoError(t, err)
 	emb := &bowEmbedder{}
-	src := &sliceSrc{}
-	for len(msgs) > 0 {
-		n := min(batch, len(msgs))
-		src.batches = append(src.batches, msgs[:n])
-		msgs = msgs[n:]
-	}
+	src := batched(msgs, batch)
 	// A predictor whose slope puts the similarity floor at the default
 	// bound, and new words reused: this test is about reuse converging.
 	reuse := pipeline.ReuseConfig{MinSimilarity: convMinSim, NewWords: pipeline.NewWordsRepayFirst,
@@ -315,7 +321,7 @@ func TestConvergence(t *testing.T) {
 			}
 			msgs := h.deliveries(cs)
 
-			replayed, rpool, rschema := convIndex(t)
+			replayed, rpool, rschema := convIndex(t, "conv")
 			stats := runPipeline(t, replayed, msgs, 1+h.r.IntN(40))
 			mu.Lock()
 			reused += stats["chunks_reused"]
@@ -331,7 +337,7 @@ func TestConvergence(t *testing.T) {
 					fresh = append(fresh, m)
 				}
 			}
-			fstore, fpool, fschema := convIndex(t)
+			fstore, fpool, fschema := convIndex(t, "conv")
 			runPipeline(t, fstore, fresh, len(fresh)+1)
 
 			got, want := indexState(t, rpool, rschema), indexState(t, fpool, fschema)

@@ -18,7 +18,6 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
 	"github.com/ragsync/ragsync/internal/debeziumtest"
-	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -185,24 +184,11 @@ func (m *metaCounter) Upsert(ctx context.Context, d sink.Document) (sink.Outcome
 	return out, err
 }
 
-func mdIndex(t *testing.T) (*sink.Store, *pgxpool.Pool, string) {
-	t.Helper()
-	pool, schema := pgtest.Schema(t)
-	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "mdconv", Model: "bow", Dimensions: convDims})
-	require.NoError(t, err)
-	return st, pool, schema
-}
-
 func mdRun(t *testing.T, st *sink.Store, msgs []cdc.Record, batch int) (pipeline.Snapshot, int64) {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 80, MinTokens: 20, MaxTokens: 200})
 	require.NoError(t, err)
-	src := &sliceSrc{}
-	for len(msgs) > 0 {
-		n := min(batch, len(msgs))
-		src.batches = append(src.batches, msgs[:n])
-		msgs = msgs[n:]
-	}
+	src := batched(msgs, batch)
 	idx := &metaCounter{Index: st}
 	p, err := pipeline.New(pipeline.Config{Tables: mdTables, Workers: 4, RetryBackoff: 1, MaxRetryBackoff: 2, Reuse: pipeline.ReuseConfig{Disabled: true}},
 		pipeline.Stages{Source: src, Splitter: ch, Target: pipeline.Target{Name: "docs", Index: idx, Embedder: &bowEmbedder{}}})
@@ -284,7 +270,7 @@ func TestMetadataConvergence(t *testing.T) {
 			}
 			msgs := h.mdDeliveries(cs)
 
-			replayed, rpool, rschema := mdIndex(t)
+			replayed, rpool, rschema := convIndex(t, "mdconv")
 			stats, writes := mdRun(t, replayed, msgs, 1+h.r.IntN(40))
 			mu.Lock()
 			metaOnlyChanges += h.metaOnly
@@ -305,7 +291,7 @@ func TestMetadataConvergence(t *testing.T) {
 					fresh = append(fresh, h.event("r", id, d))
 				}
 			}
-			fstore, fpool, fschema := mdIndex(t)
+			fstore, fpool, fschema := convIndex(t, "mdconv")
 			mdRun(t, fstore, fresh, len(fresh)+1)
 
 			got, want := mdIndexState(t, rpool, rschema), mdIndexState(t, fpool, fschema)

@@ -133,7 +133,7 @@ func TestVersionOrderConverges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Postgres")
 	}
-	st, pool, schema := convIndex(t)
+	st, pool, schema := convIndex(t, "conv")
 	var stale int
 	for seed := range uint64(orderSeeds) {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
