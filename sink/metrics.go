@@ -75,11 +75,12 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 
 // chunkGroupsEvery is how long the index chunk counts are kept before a
 // scrape reads them again: the GROUP BY reads every chunk row of the
-// schema, too much for every scrape.
-const chunkGroupsEvery = time.Minute
+// schema (a sequential scan of the largest table), too much for every
+// scrape or even every minute, while a mix of settings changes over hours.
+const chunkGroupsEvery = 15 * time.Minute
 
 var indexChunksDesc = prometheus.NewDesc("ragsync_index_chunks",
-	"Chunk rows of each index by the model version that embedded them and the chunker settings (fingerprint) that cut them; \"unknown\" for rows written before either was recorded. Several series for one index are a mix that ragsync index status details. Read at most once a minute, on a scrape.",
+	"Chunk rows of each index by the model version that embedded them and the chunker settings (fingerprint) that cut them; \"unknown\" for rows written before either was recorded. Several series for one index are a mix that ragsync index status details. Read at most once every 15 minutes, on a scrape.",
 	[]string{"index", "model_version", "chunker"}, nil)
 
 // chunksCollector is ragsync_index_chunks: Catalog.ChunkGroups over every

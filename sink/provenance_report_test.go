@@ -244,7 +244,7 @@ func TestIndexChunksMetric(t *testing.T) {
 	want := func(series string) {
 		t.Helper()
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP ragsync_index_chunks Chunk rows of each index by the model version that embedded them and the chunker settings (fingerprint) that cut them; "unknown" for rows written before either was recorded. Several series for one index are a mix that ragsync index status details. Read at most once a minute, on a scrape.
+# HELP ragsync_index_chunks Chunk rows of each index by the model version that embedded them and the chunker settings (fingerprint) that cut them; "unknown" for rows written before either was recorded. Several series for one index are a mix that ragsync index status details. Read at most once every 15 minutes, on a scrape.
 # TYPE ragsync_index_chunks gauge
 `+series), "ragsync_index_chunks"))
 	}
