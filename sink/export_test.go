@@ -1,5 +1,7 @@
 package sink
 
+import "context"
+
 // SearchSQLForTest exposes the vector query so a test can EXPLAIN it.
 func SearchSQLForTest(s *Store, vec []float32, q Query) (string, []any) {
 	q, _ = q.withDefaults()
@@ -33,4 +35,19 @@ func holdSlots[R comparable](g *sharing[R]) (queued func() int, release func()) 
 			<-g.slots
 		}
 	}
+}
+
+// LookupBatchForTest runs one group of Lookups (fenceOnly: Fences) of ids,
+// as concurrent callers would share it, and returns each one's result.
+func (s *Store) LookupBatchForTest(ctx context.Context, ids []string, fenceOnly bool) ([]Lookup, []error) {
+	batch := make([]*lookupRequest, len(ids))
+	for i, id := range ids {
+		batch[i] = &lookupRequest{id: id, fenceOnly: fenceOnly, done: make(chan struct{})}
+	}
+	s.lookupBatch(ctx, batch)
+	outs, errs := make([]Lookup, len(ids)), make([]error, len(ids))
+	for i, r := range batch {
+		outs[i], errs[i] = r.out, r.err
+	}
+	return outs, errs
 }

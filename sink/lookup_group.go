@@ -40,30 +40,32 @@ func (s *Store) lookupGrouped(ctx context.Context, id string, hashes []string) (
 }
 
 // lookupBatch reads the stored state of batch's documents and completes
-// every request. A failure fails every request of the batch: each caller
-// retries its own document as it would a failed Lookup.
+// every request. If the shared read fails, each request is read alone: one
+// document's data (a key Postgres cannot hold, SQLSTATE 22021) fails the
+// whole group's statement, and must fail only its own document, which is
+// then dead-lettered, never its neighbours. A failure that is not a
+// document's own (a lost connection) fails each alone too, and each caller
+// retries its document as it would a failed Lookup.
 func (s *Store) lookupBatch(ctx context.Context, batch []*lookupRequest) {
 	defer func() {
 		for _, r := range batch {
 			close(r.done)
 		}
 	}()
-	if len(batch) == 1 {
-		r := batch[0]
-		if r.fenceOnly {
-			r.out.Doc, r.out.Found, r.err = s.fenceAlone(ctx, r.id)
+	if len(batch) > 1 {
+		if outs, err := s.lookupMany(ctx, batch); err == nil {
+			for i, r := range batch {
+				r.out = outs[i]
+			}
 			return
 		}
-		r.out, r.err = s.lookupAlone(ctx, r.id, r.hashes)
-		return
 	}
-	outs, err := s.lookupMany(ctx, batch)
-	for i, r := range batch {
-		if err != nil {
-			r.err = fmt.Errorf("look up %s: %w", r.id, classify(err, s.cfg.Schema))
+	for _, r := range batch {
+		if r.fenceOnly {
+			r.out.Doc, r.out.Found, r.err = s.fenceAlone(ctx, r.id)
 			continue
 		}
-		r.out = outs[i]
+		r.out, r.err = s.lookupAlone(ctx, r.id, r.hashes)
 	}
 }
 

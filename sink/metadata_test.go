@@ -193,3 +193,21 @@ func normal(r provenanceRow) provenanceRow {
 	r.Committed = r.Committed.UTC()
 	return r
 }
+
+// A group of reads fails as a whole when one document's id cannot be
+// stored (U+0000); each document is then read alone, so only that one
+// fails (and is dead-lettered by the pipeline), never its neighbours.
+func TestGroupedReadsFailOnlyTheBadDocument(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t)
+	_, err := s.Upsert(ctx, doc("1", 1, chunks("a")))
+	require.NoError(t, err)
+	for _, fenceOnly := range []bool{true, false} {
+		outs, errs := s.LookupBatchForTest(ctx, []string{"public.articles/1", "public.articles/bad\x00key"}, fenceOnly)
+		require.NoError(t, errs[0], "fenceOnly=%v", fenceOnly)
+		require.True(t, outs[0].Found)
+		require.Equal(t, ver(1).String(), outs[0].Doc.Version.String())
+		require.Error(t, errs[1])
+		require.ErrorContains(t, errs[1], "22021")
+	}
+}
