@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
@@ -77,18 +76,13 @@ type prepared struct {
 // when the target's text changed since prepare read it (another writer):
 // pr is then chunked and looked up for the usual write.
 func (p *Pipeline) upsertMetadata(ctx context.Context, ch cdc.Change, pr *prepared) (done bool, err error) {
-	start := time.Now()
-	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
-	sctx, wait := sink.TrackConnWait(sctx)
-	out, err := p.upsertIn(sctx, p.st.Target, pr.doc, true)
-	endSpan(span, err)
+	out, err := p.commit(ctx, p.st.Target, pr.doc, true)
 	if err != nil {
-		return true, fmt.Errorf("upsert %s: %w", pr.doc.ID, err)
+		return true, err
 	}
 	if out.TextChanged {
 		return false, p.chunk(ctx, ch, pr)
 	}
-	p.metrics.observeTx(start, wait)
 	p.countUpsert(ch, out, savedChunks{})
 	if out.Stale {
 		return true, nil

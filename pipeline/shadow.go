@@ -83,7 +83,7 @@ func (p *Pipeline) shadowed(ctx context.Context, id string, fn func(Target) erro
 func (p *Pipeline) shadowUpsert(ctx context.Context, pr prepared) error {
 	doc := pr.doc
 	return p.shadowed(ctx, doc.ID, func(t Target) error {
-		d, chunks := doc, doc.Chunks
+		d := doc
 		if d.MetadataOnly {
 			// A shadow that holds the same text takes the metadata alone;
 			// one that does not (it is catching up) gets the text cut.
@@ -91,12 +91,13 @@ func (p *Pipeline) shadowUpsert(ctx context.Context, pr prepared) error {
 			if err != nil || !out.TextChanged {
 				return err
 			}
-			d.MetadataOnly, chunks = false, sinkChunks(p.st.Splitter.Split(pr.text))
-		}
-		// Each target gets chunks without vectors: its own plan decides.
-		d.Chunks = make([]sink.Chunk, len(chunks))
-		for i, c := range chunks {
-			d.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
+			d.MetadataOnly, d.Chunks = false, sinkChunks(p.st.Splitter.Split(pr.text))
+		} else {
+			// Each target gets chunks without vectors: its own plan decides.
+			d.Chunks = make([]sink.Chunk, len(doc.Chunks))
+			for i, c := range doc.Chunks {
+				d.Chunks[i] = sink.Chunk{Position: c.Position, Hash: c.Hash, Text: c.Text, Tokens: c.Tokens}
+			}
 		}
 		pre, err := t.Index.Lookup(ctx, d.ID, distinctHashes(d.Chunks))
 		if err != nil {

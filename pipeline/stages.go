@@ -79,9 +79,9 @@ type Observer interface {
 // there. Document reads the stored row first for a change whose unchanged
 // TOAST columns need it before chunking; Fence reads an update's fence and
 // render hash before chunking, so an update whose text is unchanged is
-// written as a metadata-only Upsert without chunking; Cached asks about the
-// chunks of an update whose text changed after all, and about the pieces
-// a refinement cut anew.
+// written as a metadata-only Upsert without chunking (an update whose text
+// changed is then chunked and looked up as any change); Cached asks about
+// the pieces a refinement cut anew.
 type Index interface {
 	Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error)
 	Delete(ctx context.Context, table, key string, v cdc.Version, ts time.Time) (sink.Outcome, error)

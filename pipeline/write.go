@@ -28,19 +28,30 @@ func (p *Pipeline) write(ctx context.Context, t Target, doc *sink.Document, pre 
 	// The vectors this write embedded are the model's the provider named
 	// in its last answer (a vector taken from the cache records its own).
 	doc.Provenance.ModelVersion = t.Embedder.ReportedModel()
+	out, err := p.commit(ctx, t, *doc, primary)
+	if err != nil {
+		p.keepVectors(ctx, t, *doc)
+		return sink.Outcome{}, savedChunks{}, err
+	}
+	return out, saved, nil
+}
+
+// commit writes doc to t in its transaction (upsertIn), traced as
+// ragsync.sink.tx; for the primary, its time and its wait for a
+// connection are observed.
+func (p *Pipeline) commit(ctx context.Context, t Target, doc sink.Document, primary bool) (sink.Outcome, error) {
 	start := time.Now()
 	sctx, span := tracer().Start(ctx, "ragsync.sink.tx")
 	sctx, wait := sink.TrackConnWait(sctx)
-	out, err := p.upsertIn(sctx, t, *doc, primary)
+	out, err := p.upsertIn(sctx, t, doc, primary)
 	endSpan(span, err)
 	if err != nil {
-		p.keepVectors(ctx, t, *doc)
-		return sink.Outcome{}, savedChunks{}, fmt.Errorf("upsert %s: %w", doc.ID, err)
+		return sink.Outcome{}, fmt.Errorf("upsert %s: %w", doc.ID, err)
 	}
 	if primary {
 		p.metrics.observeTx(start, wait)
 	}
-	return out, saved, nil
+	return out, nil
 }
 
 // embedMissing sets the vector of every chunk whose content hash t has no

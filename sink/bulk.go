@@ -339,7 +339,7 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 				if v = vecs[c.vectorKey()]; v == nil {
 					v, model = cached[c.vectorKey()], cachedModels[c.vectorKey()]
 				}
-				cp.model = reported(model)
+				cp.model = orNull(model)
 			}
 			if v == nil {
 				return fmt.Errorf("%s chunk %d: %w", id, c.Position, ErrMissingVector)
@@ -389,7 +389,7 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 	}
 	entries := make([]cacheEntry, 0, len(newCache))
 	for k, c := range newCache {
-		e := cacheEntry{hash: k, vec: c.Vector, model: reported(bv.models[k])}
+		e := cacheEntry{hash: k, vec: c.Vector, model: orNull(bv.models[k])}
 		if k == c.Hash {
 			e.text = &c.Text
 		}

@@ -64,13 +64,13 @@ func (s *Store) cacheWrite(entries []cacheEntry, replace bool) (string, []any) {
 	return s.cacheInsert("$1", "$2", "SELECT u.h, u.e, u.t, u.m FROM unnest($3::text[], $4::vector[], $5::text[], $6::text[]) WITH ORDINALITY AS u(h, e, t, m, n) ORDER BY u.n", "$7", replace), args
 }
 
-// reported is a reported model version as the cache and chunk columns
-// hold it: NULL when unknown.
-func reported(model string) *string {
-	if model == "" {
+// orNull is s as a nullable text parameter: NULL when empty, which the
+// cache's and the chunks' provenance columns read as unknown.
+func orNull(s string) *string {
+	if s == "" {
 		return nil
 	}
-	return &model
+	return &s
 }
 
 // cacheInsert is cacheWrite's statement over rows (content_hash, embedding,
@@ -112,7 +112,7 @@ func (s *Store) CacheVectors(ctx context.Context, hashes, texts []string, vecs [
 		if len(vecs[i]) != s.cfg.Dimensions {
 			return fmt.Errorf("cache vectors: vector of %s has %d dimensions, want %d: %w", hashes[i], len(vecs[i]), s.cfg.Dimensions, ErrInvalidDocument)
 		}
-		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i], model: reported(modelVersion)}
+		entries[i] = cacheEntry{hash: hashes[i], vec: vecs[i], text: &texts[i], model: orNull(modelVersion)}
 	}
 	sql, args := s.cacheWrite(entries, false)
 	if _, err := s.pool.Exec(ctx, sql, args...); err != nil {

@@ -167,7 +167,7 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 	entries := make([]cacheEntry, 0, len(rws))
 	for i := range rws {
 		if r := &rws[i]; r.Vector != nil {
-			entries = append(entries, cacheEntry{hash: r.Hash, vec: r.Vector, text: &r.Text, model: reported(r.ModelVersion)})
+			entries = append(entries, cacheEntry{hash: r.Hash, vec: r.Vector, text: &r.Text, model: orNull(r.ModelVersion)})
 		}
 	}
 	if len(entries) > 0 {

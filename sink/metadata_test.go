@@ -211,3 +211,21 @@ func TestGroupedReadsFailOnlyTheBadDocument(t *testing.T) {
 		require.ErrorContains(t, errs[1], "22021")
 	}
 }
+
+// A bulk load writes whole documents with COPY, never a row in place: a
+// metadata-only write is answered TextChanged (nothing buffered), and the
+// caller writes the document whole.
+func TestBulkRefusesMetadataOnlyWrites(t *testing.T) {
+	ctx := context.Background()
+	_, b := setup(t)
+	s, err := openBulk(t, b)
+	require.NoError(t, err)
+	require.Equal(t, sink.Bulk, s.Mode())
+	out, err := s.Upsert(ctx, metadataDoc("1", 1, "rh-1", map[string]any{"semantic_tag": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, sink.Outcome{TextChanged: true}, out)
+	require.NoError(t, s.Flush(ctx))
+	_, found, err := s.Document(ctx, "public.articles/1")
+	require.NoError(t, err)
+	require.False(t, found, "nothing was buffered")
+}

@@ -268,7 +268,7 @@ func (s *Store) readForUpsert(ctx context.Context, conn batcher, id string, d Do
 // queued.
 type queuedRead struct {
 	need, unprobed []string
-	metadataOnly   bool // no chunk read was queued
+	metadataOnly   bool // only the document's lock was queued: no truncate fence, no chunk read
 }
 
 // queueRead queues readForUpsert's reads of document id (after BEGIN,
@@ -655,9 +655,9 @@ type chunkProv struct {
 // source, position and commit time of its version.
 func provOf(d Document) chunkProv {
 	pv := chunkProv{
-		model: reported(d.Provenance.ModelVersion), chunker: reported(d.Provenance.Chunker),
-		source: reported(d.Version.Source), position: reported(d.Version.Position()),
-		trace: reported(d.Provenance.TraceID),
+		model: orNull(d.Provenance.ModelVersion), chunker: orNull(d.Provenance.Chunker),
+		source: orNull(d.Version.Source), position: orNull(d.Version.Position()),
+		trace: orNull(d.Provenance.TraceID),
 	}
 	if d.Version.TS != 0 {
 		t := d.Version.Time()
