@@ -159,3 +159,62 @@ func TestMetadataOnlyUpdateEmbedsAndInsertsNothing(t *testing.T) {
 		require.NotContains(t, s, "anemones", "the unchanged paragraph is not embedded again: %q", s)
 	}
 }
+
+// rewritingIndex plays a concurrent writer: before a metadata-only write
+// reaches the sink, it gives the stored document another render hash, as
+// a writer that changed the text between the pipeline's fence read and
+// the write would.
+type rewritingIndex struct {
+	pipeline.Index
+	pool   *pgxpool.Pool
+	schema string
+	done   atomic.Bool
+}
+
+func (r *rewritingIndex) Upsert(ctx context.Context, d sink.Document) (sink.Outcome, error) {
+	if d.MetadataOnly && r.done.CompareAndSwap(false, true) {
+		if _, err := r.pool.Exec(ctx, "UPDATE "+pgx.Identifier{r.schema, "documents"}.Sanitize()+
+			" SET render_hash = 'another text' WHERE id = $1", d.ID); err != nil {
+			return sink.Outcome{}, err
+		}
+	}
+	return r.Index.Upsert(ctx, d)
+}
+
+// A metadata-only update that finds, under the row lock, that the stored
+// text is no longer the one it was decided by is written whole instead:
+// cut and looked up again, its vectors taken from the cache (nothing
+// embedded), its metadata and render hash those of the change.
+func TestMetadataOnlyUpdateFallsBackWhenTheTextChanged(t *testing.T) {
+	pool, schema := pgtest.Schema(t)
+	st, err := sink.OpenIndex(t.Context(), pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "test", Dimensions: dims})
+	require.NoError(t, err)
+	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
+	require.NoError(t, err)
+	b := &mdBench{pool: pool, schema: schema, store: st, emb: &callCounter{countingEmbedder: &countingEmbedder{}}, split: &splitCounter{Chunker: ch}}
+	const doc = "public.docs/1"
+	ab := paraA + "\n\n" + paraB
+	b.run(t, mdEvent("c", 1, 10, ab, "draft"))
+	before, _, err := st.Document(t.Context(), doc)
+	require.NoError(t, err)
+	calls := b.emb.calls.Load()
+
+	idx := &rewritingIndex{Index: st, pool: pool, schema: schema}
+	p, err := pipeline.New(pipeline.Config{Tables: mdTables, Workers: 1, RetryBackoff: 1, MaxRetryBackoff: 2},
+		pipeline.Stages{Source: &sliceSource{batches: [][]cdc.Record{{mdEvent("u", 1, 20, ab, "published")}}}, Splitter: b.split,
+			Target: pipeline.Target{Name: "docs", Index: idx, Embedder: b.emb}})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	require.True(t, idx.done.Load(), "the metadata-only write was tried")
+
+	stats := p.Stats()
+	require.Zero(t, stats["metadata_only"], "the write under the lock saw another text")
+	require.Equal(t, 1, stats["applied"])
+	require.Equal(t, calls, b.emb.calls.Load(), "the chunks' vectors come from the cache")
+	d, ok, err := st.Document(t.Context(), doc)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "published", d.Metadata["semantic_tag"])
+	require.Equal(t, before.RenderHash, d.RenderHash, "the whole write stores the change's render hash")
+	require.Equal(t, before.Hashes, d.Hashes)
+}

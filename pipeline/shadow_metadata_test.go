@@ -8,25 +8,18 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
-	"github.com/ragsync/ragsync/internal/debeziumtest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
 
-// statusEvent is a change of a row whose text is its body and whose
-// status only a declared field renders.
-func statusEvent(op string, id int, lsn int64, body, status string) cdc.Record {
-	return debeziumtest.Message("docs", op, id, lsn, map[string]any{"body": body, "status": status})
-}
-
 // runWithShadow runs batches through a pipeline writing b's primary and
-// shadow, with the status as a declared field.
+// shadow, with the status as a declared field (mdTables).
 func (b shadowBundle) runWithShadow(t *testing.T, batches [][]cdc.Record, shadow *sink.Store) *pipeline.Pipeline {
 	t.Helper()
 	ch, err := chunker.New(chunker.Config{TargetTokens: 20, MinTokens: 5, MaxTokens: 60})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Workers: 2, RetryBackoff: 1, MaxRetryBackoff: 2,
-		Tables: []pipeline.TableConfig{{Match: "*", Text: "{{body}}", Fields: map[string]string{"status": "{{status}}"}}},
+		Tables: mdTables,
 	}, pipeline.Stages{
 		Source: &sliceSource{batches: batches}, Splitter: ch, DeadLetters: b.dlq,
 		Transient: func(err error) bool { return errors.As(err, new(transientErr)) },
@@ -43,7 +36,7 @@ func statusOf(t *testing.T, st *sink.Store, id string) any {
 	d, ok, err := st.Document(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, ok, id)
-	return d.Metadata["status"]
+	return d.Metadata["semantic_tag"]
 }
 
 // A metadata-only update reaches the shadows as one: a shadow holding the
@@ -53,12 +46,12 @@ func statusOf(t *testing.T, st *sink.Store, id string) any {
 func TestShadowTakesMetadataOnlyUpdates(t *testing.T) {
 	b := setupShadow(t)
 	b.runWithShadow(t, [][]cdc.Record{{
-		statusEvent("c", 1, 10, paraA, "draft"), statusEvent("c", 2, 11, paraB, "draft"),
+		mdEvent("c", 1, 10, paraA, "draft"), mdEvent("c", 2, 11, paraB, "draft"),
 	}}, b.shad)
 	primaryTexts, shadowTexts := len(b.emb.texts), b.shadowEmb.texts.Load()
 	require.Positive(t, shadowTexts)
 
-	p := b.runWithShadow(t, [][]cdc.Record{{statusEvent("u", 1, 20, paraA, "published")}}, b.shad)
+	p := b.runWithShadow(t, [][]cdc.Record{{mdEvent("u", 1, 20, paraA, "published")}}, b.shad)
 	require.Equal(t, 1, p.Stats()["metadata_only"])
 	require.Len(t, b.emb.texts, primaryTexts, "the primary embedded nothing")
 	require.Equal(t, shadowTexts, b.shadowEmb.texts.Load(), "the shadow embedded nothing")
@@ -70,7 +63,7 @@ func TestShadowTakesMetadataOnlyUpdates(t *testing.T) {
 	// update is a full write there.
 	late, err := sink.OpenIndex(t.Context(), b.pool, sink.Config{Mode: sink.Write, Create: true, Schema: b.schema, Index: "docs_v3", Model: "small-v3", Dimensions: 16})
 	require.NoError(t, err)
-	p = b.runWithShadow(t, [][]cdc.Record{{statusEvent("u", 2, 30, paraB, "archived")}}, late)
+	p = b.runWithShadow(t, [][]cdc.Record{{mdEvent("u", 2, 30, paraB, "archived")}}, late)
 	require.Equal(t, 1, p.Stats()["metadata_only"])
 	require.Greater(t, b.shadowEmb.texts.Load(), shadowTexts, "the late shadow embedded the document it lacked")
 	require.Equal(t, "archived", statusOf(t, late, "public.docs/2"))
