@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -32,6 +33,11 @@ type DecoderConfig struct {
 	// over every version of the server before, whatever the positions.
 	// Defaults to none.
 	Moves []SourceMove
+	// Schemas decodes keys and values in a schema registry's wire format
+	// (Avro, Protobuf, JSON Schema), told apart from JSON by their first
+	// byte. Nil reads JSON only, and a framed record is dead-lettered as
+	// not JSON.
+	Schemas SchemaDecoder
 }
 
 // SourceMove is one move of a source: from At on, its changes come from a
@@ -66,12 +72,14 @@ func (c DecoderConfig) Validate() error {
 type Decoder struct {
 	tables []TableConfig
 	moves  map[string][]int64 // source → move times in ms, ascending
+	// schemas decodes registry-framed keys and values; nil reads JSON only.
+	schemas SchemaDecoder
 }
 
 // NewDecoder returns a Decoder for cfg. It copies cfg, so later changes to
 // the caller's slices do not affect it.
 func NewDecoder(cfg DecoderConfig) *Decoder {
-	d := &Decoder{tables: make([]TableConfig, len(cfg.Tables))}
+	d := &Decoder{tables: make([]TableConfig, len(cfg.Tables)), schemas: cfg.Schemas}
 	for i, t := range cfg.Tables {
 		d.tables[i] = TableConfig{Match: t.Match, ID: slices.Clone(t.ID)}
 	}
@@ -118,6 +126,16 @@ func (d *Decoder) idColumns(table string) []string {
 // returned as After.) Op m (a logical decoding message) is returned with
 // whatever table and version it has; it carries no key and no rows.
 func (d *Decoder) Decode(m Record) (Change, error) {
+	return d.DecodeContext(context.Background(), m)
+}
+
+// DecodeContext is Decode with a context for the schema registry's
+// requests: with a SchemaDecoder configured (DecoderConfig.Schemas), a
+// registry-framed key or value is decoded through it, and a registry that
+// cannot be reached returns an error that errors.Is ErrRegistryUnavailable
+// (transient: retry the record, never dead-letter it) instead of a
+// DecodeError.
+func (d *Decoder) DecodeContext(ctx context.Context, m Record) (Change, error) {
 	coord := Coord{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 	fail := func(reason string, err error) (Change, error) {
 		return Change{}, &DecodeError{Coord: coord, Reason: reason, Err: err}
@@ -130,32 +148,44 @@ func (d *Decoder) Decode(m Record) (Change, error) {
 	if strings.HasPrefix(m.Topic, "__debezium-heartbeat") {
 		return Change{}, &SkipError{Reason: SkipHeartbeat}
 	}
-	v, err := parseJSON(m.Value)
-	if err != nil {
-		if errors.Is(err, errTooDeep) {
-			return fail(reasonTooDeep, err)
+	var payload, schema map[string]any
+	if d.schemas != nil && IsFramed(m.Value) {
+		var err error
+		payload, schema, err = d.framedValue(ctx, m)
+		if err != nil {
+			var de *DecodeError
+			if errors.As(err, &de) {
+				de.Coord = coord
+			}
+			return Change{}, err
 		}
-		if errors.Is(err, errBadUTF8) || errors.Is(err, errLoneSurrogate) {
-			return fail(reasonBadText, err)
+	} else {
+		v, err := parseJSON(m.Value)
+		if err != nil {
+			if errors.Is(err, errTooDeep) {
+				return fail(reasonTooDeep, err)
+			}
+			if errors.Is(err, errBadUTF8) || errors.Is(err, errLoneSurrogate) {
+				return fail(reasonBadText, err)
+			}
+			return fail(reasonNotJSON, err)
 		}
-		return fail(reasonNotJSON, err)
-	}
-	top, ok := v.(map[string]any)
-	if !ok {
-		return fail(reasonNotObject, fmt.Errorf("got %s", describe(v)))
-	}
-
-	payload, schema := top, map[string]any(nil)
-	if isConnectEnvelope(top) {
-		if top["payload"] == nil {
-			// An old JsonConverter rendered tombstones as
-			// {"schema":null,"payload":null}.
-			return Change{}, &SkipError{Reason: SkipTombstone}
+		top, ok := v.(map[string]any)
+		if !ok {
+			return fail(reasonNotObject, fmt.Errorf("got %s", describe(v)))
 		}
-		if payload, ok = top["payload"].(map[string]any); !ok {
-			return fail(reasonPayload, fmt.Errorf("got %s", describe(top["payload"])))
+		payload = top
+		if isConnectEnvelope(top) {
+			if top["payload"] == nil {
+				// An old JsonConverter rendered tombstones as
+				// {"schema":null,"payload":null}.
+				return Change{}, &SkipError{Reason: SkipTombstone}
+			}
+			if payload, ok = top["payload"].(map[string]any); !ok {
+				return fail(reasonPayload, fmt.Errorf("got %s", describe(top["payload"])))
+			}
+			schema, _ = top["schema"].(map[string]any)
 		}
-		schema, _ = top["schema"].(map[string]any)
 	}
 	schemaName, _ := schema["name"].(string)
 	if reason := skipReason(payload, schemaName); reason != "" {
@@ -163,6 +193,7 @@ func (d *Decoder) Decode(m Record) (Change, error) {
 	}
 
 	var ev event
+	var err error
 	if isEnvelope(payload, schemaName) {
 		ev, err = envelopeEvent(payload, schema)
 	} else {
@@ -176,7 +207,7 @@ func (d *Decoder) Decode(m Record) (Change, error) {
 		}
 		return fail(reasonBadField, err)
 	}
-	return d.change(m, coord, ev)
+	return d.change(ctx, m, coord, ev)
 }
 
 // event is what the envelope and flattened readers agree on.
@@ -193,7 +224,7 @@ type event struct {
 	ids [3]any
 }
 
-func (d *Decoder) change(m Record, coord Coord, ev event) (Change, error) {
+func (d *Decoder) change(ctx context.Context, m Record, coord Coord, ev event) (Change, error) {
 	fail := func(reason string, err error) (Change, error) {
 		return Change{}, &DecodeError{Coord: coord, Reason: reason, Err: err}
 	}
@@ -242,12 +273,15 @@ func (d *Decoder) change(m Record, coord Coord, ev event) (Change, error) {
 	case ev.op == OpTruncate:
 		return ch, nil // a truncate has no key: it is every document
 	}
-	ch.DocKey, ch.Key, err = d.documentKey(ch.Table, kind == KindMongo, []map[string]any{ev.after, ev.before, ev.filter}, ev.ids[:], m.Key)
+	ch.DocKey, ch.Key, err = d.documentKey(ctx, m.Topic, ch.Table, kind == KindMongo, []map[string]any{ev.after, ev.before, ev.filter}, ev.ids[:], m.Key)
 	if err != nil {
 		var de *DecodeError
 		if errors.As(err, &de) {
 			de.Coord = coord
 			return Change{}, de
+		}
+		if errors.Is(err, ErrRegistryUnavailable) {
+			return Change{}, err
 		}
 		return fail(reasonBadKey, err)
 	}

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -17,7 +18,7 @@ var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 // first row that has them all (after, before, MongoDB filter), else in the
 // message key; with no columns configured, every field of the message key.
 // ids are the MongoDB _id values of rows as sent (see event.ids).
-func (d *Decoder) documentKey(table string, mongo bool, rows []map[string]any, ids []any, key []byte) (string, map[string]any, error) {
+func (d *Decoder) documentKey(ctx context.Context, topic, table string, mongo bool, rows []map[string]any, ids []any, key []byte) (string, map[string]any, error) {
 	cols := d.idColumns(table)
 	text := keyText
 	if mongo {
@@ -30,7 +31,15 @@ func (d *Decoder) documentKey(table string, mongo bool, rows []map[string]any, i
 			}
 		}
 	}
-	kcols, kmap, keyID, err := parseKey(key, mongo)
+	var kcols []string
+	var kmap map[string]any
+	var keyID any
+	var err error
+	if d.schemas != nil && IsFramed(key) {
+		kcols, kmap, keyID, err = d.framedKey(ctx, topic, key, mongo)
+	} else {
+		kcols, kmap, keyID, err = parseKey(key, mongo)
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -285,6 +294,12 @@ func parseKey(key []byte, mongo bool) ([]string, map[string]any, any, error) {
 	if err != nil {
 		return nil, nil, nil, decodeErr(reasonBadKey, "%v", err)
 	}
+	return keyFields(payload, schema, order, mongo)
+}
+
+// keyFields converts a parsed key's logical types by its Connect schema
+// and, for MongoDB, takes its "id" as sent; order is the key's field order.
+func keyFields(payload, schema map[string]any, order []string, mongo bool) ([]string, map[string]any, any, error) {
 	if typ, _ := schema["type"].(string); typ == "struct" {
 		if err := convertRow(payload, schema); err != nil {
 			return nil, nil, nil, decodeErr(reasonBadKey, "%v", err)

@@ -1,6 +1,9 @@
 package cdc
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Batch is a run of messages from a source together with its acknowledgement.
 //
@@ -39,6 +42,26 @@ func Decode(d *Decoder, m Record) Record {
 	}
 	m.Change = &ch
 	return m
+}
+
+// DecodeContext is Decode with a context for the schema registry's
+// requests. A registry that cannot be reached is returned as an error
+// (errors.Is ErrRegistryUnavailable) and m is returned undecoded: the
+// source retries it later and never dead-letters it for that.
+func DecodeContext(ctx context.Context, d *Decoder, m Record) (Record, error) {
+	if m.Change != nil {
+		return m, nil
+	}
+	ch, err := d.DecodeContext(ctx, m)
+	switch {
+	case errors.Is(err, ErrRegistryUnavailable):
+		return m, err
+	case err != nil:
+		m.Err = err
+		return m, nil
+	}
+	m.Change = &ch
+	return m, nil
 }
 
 // DecodeAll is Decode of every record of ms, in place: what an in-memory
