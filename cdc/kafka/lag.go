@@ -16,6 +16,15 @@ var lagDesc = prometheus.NewDesc("ragsync_kafka_consumer_lag_records",
 	"Records between the group's committed offset and the partition's end, for the partitions assigned to this member.",
 	[]string{"topic", "partition"}, nil)
 
+// The schema registry's hold on the source: a partition whose records wait
+// for their schema stalls rather than dead-lettering them.
+var (
+	registryStalledDesc = prometheus.NewDesc("ragsync_kafka_schema_registry_stalled",
+		"1 while a partition waits for the schema registry (unreachable, a server error or refused credentials), else 0.", nil, nil)
+	registryRetriesDesc = prometheus.NewDesc("ragsync_kafka_schema_registry_retries_total",
+		"Attempts to decode a record that failed because the schema registry could not give its schema.", nil, nil)
+)
+
 // LagCollector reports consumer lag per assigned partition, computed at
 // scrape time from the committed offsets and the brokers' end offsets. Each
 // member reports only its own partitions, so summing over pods gives the
@@ -33,10 +42,20 @@ func NewLagCollector(src *Source) *LagCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *LagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lagDesc }
+func (c *LagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagDesc
+	ch <- registryStalledDesc
+	ch <- registryRetriesDesc
+}
 
 // Collect implements prometheus.Collector.
 func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
+	stalled := 0.0
+	if c.src.registryStalled.Load() {
+		stalled = 1
+	}
+	ch <- prometheus.MustNewConstMetric(registryStalledDesc, prometheus.GaugeValue, stalled)
+	ch <- prometheus.MustNewConstMetric(registryRetriesDesc, prometheus.CounterValue, float64(c.src.registryRetries.Load()))
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	lag, err := c.src.Lag(ctx)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -53,9 +55,12 @@ type Config struct {
 	RevokeTimeout time.Duration
 	// Decoder decodes each record's Debezium value as it is handed over
 	// (Record.Change, or Record.Err with the reason): the pipeline decodes
-	// nothing. Nil is a decoder with the default settings.
+	// nothing. Nil is a decoder with the default settings. With a schema
+	// registry (cdc.DecoderConfig.Schemas), a record whose schema the
+	// registry cannot give now holds its partition back until it can.
 	Decoder *cdc.Decoder
-	// Logger receives the Kafka client's warnings. Nil discards.
+	// Logger receives the Kafka client's warnings and the schema
+	// registry's stalls. Nil discards.
 	Logger *slog.Logger
 	// StopAtEnd makes Fetch return io.EOF once the group has consumed every
 	// partition up to the end offsets seen at start (serve --once: drain the
@@ -88,6 +93,12 @@ type Source struct {
 	maxBytes int
 	revokeTO time.Duration
 	decoder  *cdc.Decoder
+	logger   *slog.Logger
+
+	// registryStalled is set while a partition waits for the schema
+	// registry; registryRetries counts the failed attempts.
+	registryStalled atomic.Bool
+	registryRetries atomic.Int64
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -174,7 +185,7 @@ func NewSource(cfg Config) (*Source, error) {
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
 	s := &Source{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
-		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
+		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, logger: cfg.Logger, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, true) }),
@@ -271,22 +282,48 @@ func (s *Source) atEnd() bool {
 // acknowledged; their Acks must be called in fetch order within a lane.
 // A batch's Ack commits the partition's offset after its last record.
 func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
-	if b, ok := s.next(); ok {
-		return b, nil
+	if b, ok, err := s.handOut(ctx); ok || err != nil {
+		return b, err
 	}
 	if err := s.poll(ctx); err != nil {
 		return cdc.Batch{}, err
 	}
-	if b, ok := s.next(); ok {
-		return b, nil
+	if b, ok, err := s.handOut(ctx); ok || err != nil {
+		return b, err
 	}
 	// Nothing arrived (a short StopAtEnd round, or only fetch errors).
 	return cdc.Batch{}, nil
 }
 
+// cut is a batch taken off the pending records and not yet decoded: the
+// partition's epoch when it was cut tells whether a revoke took the
+// partition while its records waited for the schema registry.
+type cut struct {
+	p     tp
+	epoch int
+	recs  []*kgo.Record
+}
+
+// handOut decodes and returns the next batch, if any. Decoding happens
+// outside the lock: a registry-framed record may wait for its schema.
+func (s *Source) handOut(ctx context.Context) (cdc.Batch, bool, error) {
+	for {
+		c, ok := s.next()
+		if !ok {
+			return cdc.Batch{}, false, nil
+		}
+		b, ok, err := s.decode(ctx, c)
+		if err != nil || ok {
+			return b, ok, err
+		}
+		// The partition was revoked while its records waited for the
+		// registry: its next owner reads them; cut another batch.
+	}
+}
+
 // next cuts the next batch off the pending records, taking partitions in
 // turn so that one busy partition does not starve the others.
-func (s *Source) next() (cdc.Batch, bool) {
+func (s *Source) next() (cut, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.order) > 0 {
@@ -313,18 +350,101 @@ func (s *Source) next() (cdc.Batch, bool) {
 		} else {
 			delete(s.pending, p)
 		}
-		last := batch[len(batch)-1]
 		if s.consumed != nil {
-			setOffset(s.consumed, p.topic, p.part, last.Offset+1)
+			setOffset(s.consumed, p.topic, p.part, batch[len(batch)-1].Offset+1)
 		}
 		s.out[p]++
-		msgs := make([]cdc.Record, len(batch))
-		for i, r := range batch {
-			msgs[i] = cdc.Decode(s.decoder, messageOf(r))
-		}
-		return cdc.Batch{Records: msgs, Lane: p.String(), Ack: s.ackFunc(p, s.epoch[p], last)}, true
+		return cut{p: p, epoch: s.epoch[p], recs: batch}, true
 	}
-	return cdc.Batch{}, false
+	return cut{}, false
+}
+
+// decode decodes the records of c into a batch. A record whose schema the
+// registry cannot give now (unreachable, a server error, refused
+// credentials) is retried with backoff, never dead-lettered: the partition
+// stalls, visibly (a warning, ragsync_kafka_schema_registry_stalled), and
+// goes on when the registry answers. It returns false when the partition
+// was revoked or the source closed meanwhile, and the context's error
+// (with the records put back) when ctx ends first.
+func (s *Source) decode(ctx context.Context, c cut) (cdc.Batch, bool, error) {
+	msgs := make([]cdc.Record, len(c.recs))
+	for i, r := range c.recs {
+		m := messageOf(r)
+		for attempt := 0; ; attempt++ {
+			rec, err := cdc.DecodeContext(ctx, s.decoder, m)
+			if err == nil {
+				msgs[i] = rec
+				break
+			}
+			if ok, err := s.waitRegistry(ctx, c, r, err, attempt); !ok || err != nil {
+				return cdc.Batch{}, false, err
+			}
+		}
+	}
+	if s.registryStalled.Swap(false) && s.logger != nil {
+		s.logger.Info("schema registry answers again: the source goes on", "partition", c.p.String())
+	}
+	return cdc.Batch{Records: msgs, Lane: c.p.String(), Ack: s.ackFunc(c.p, c.epoch, c.recs[len(c.recs)-1])}, true, nil
+}
+
+// waitRegistry backs off after the registry failed to give r's schema
+// (250 ms doubling to 10 s). It reports whether to retry: false, with c
+// given back, when the partition was revoked, the source is closing or
+// ctx ended (then with ctx's error).
+func (s *Source) waitRegistry(ctx context.Context, c cut, r *kgo.Record, cause error, attempt int) (bool, error) {
+	s.registryRetries.Add(1)
+	if !s.registryStalled.Swap(true) || attempt%20 == 19 {
+		if s.logger != nil {
+			s.logger.Warn("schema registry unavailable: the partition waits and retries (records are never dead-lettered for this); check source.kafka.registry",
+				"partition", c.p.String(), "offset", r.Offset, "err", cause)
+		}
+	}
+	wait := min(250*time.Millisecond<<min(attempt, 6), 10*time.Second)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		s.giveBack(c)
+		return false, ctx.Err()
+	case <-t.C:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.epoch[c.p] != c.epoch {
+		s.release(c)
+		return false, nil
+	}
+	return true, nil
+}
+
+// giveBack returns the records of c, not handed out, to the front of the
+// pending records, unless the partition was revoked meanwhile.
+func (s *Source) giveBack(c cut) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch[c.p] != c.epoch {
+		return
+	}
+	if len(s.pending[c.p]) == 0 {
+		s.order = append([]tp{c.p}, s.order...)
+	}
+	s.pending[c.p] = append(slices.Clip(c.recs), s.pending[c.p]...)
+	if s.consumed != nil {
+		setOffset(s.consumed, c.p.topic, c.p.part, c.recs[0].Offset)
+	}
+	s.release(c)
+}
+
+// release counts c as no longer handed out. Called with mu held.
+func (s *Source) release(c cut) {
+	if s.epoch[c.p] != c.epoch {
+		return
+	}
+	s.out[c.p]--
+	if s.out[c.p] <= 0 {
+		delete(s.out, c.p)
+	}
+	s.cond.Broadcast()
 }
 
 // ackFunc commits the offset after last, unless the partition was revoked
