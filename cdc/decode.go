@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path"
@@ -159,6 +160,8 @@ func (d *Decoder) DecodeContext(ctx context.Context, m Record) (Change, error) {
 			}
 			return Change{}, err
 		}
+	} else if IsFramed(m.Value) {
+		return fail(reasonFramedNoRegistry, fmt.Errorf("schema id %d", binary.BigEndian.Uint32(m.Value[1:5])))
 	} else {
 		v, err := parseJSON(m.Value)
 		if err != nil {

@@ -39,6 +39,10 @@ var ErrRegistryUnavailable = errors.New("schema registry unavailable")
 // starts with a zero byte, so the first byte tells the two apart.
 func IsFramed(b []byte) bool { return len(b) >= 5 && b[0] == 0 }
 
+// reasonFramedNoRegistry is the decode error of a framed record read
+// without a registry configured.
+const reasonFramedNoRegistry = "value is in a schema registry's wire format (Avro, Protobuf or JSON Schema): set source.kafka.registry.url, then replay the dead letters"
+
 // reasonSchema is the decode error of a framed record its schema cannot
 // decode.
 const reasonSchema = "schema registry: cannot decode the record with its schema"
