@@ -21,7 +21,9 @@ import (
 //     "items", "keys", "values"), so that Debezium's logical types
 //     (io.debezium.time.Date, Decimal, Json, …) decode by name.
 //
-// A nil payload is a null value (a tombstone). The package
+// A nil payload is a null value (a tombstone). The payload is the
+// caller's (the decoder converts logical types in it in place): return a
+// new tree for every call. The schema is only read, and may be shared. The package
 // cdc/registry implements it against a Confluent-compatible registry.
 type SchemaDecoder interface {
 	DecodeFramed(ctx context.Context, topic string, isKey bool, b []byte) (payload any, schema map[string]any, err error)

@@ -14,7 +14,7 @@ import (
 // treeSchemas is a SchemaDecoder over fixed trees by schema id, standing in
 // for a registry format.
 type treeSchemas map[uint32]struct {
-	payload any
+	payload func() any // a fresh tree per call: the decoder converts it in place
 	schema  map[string]any
 	err     error
 }
@@ -24,7 +24,10 @@ func (s treeSchemas) DecodeFramed(_ context.Context, _ string, _ bool, b []byte)
 	if !ok {
 		return nil, nil, fmt.Errorf("schema id %d is not in the registry", binary.BigEndian.Uint32(b[1:5]))
 	}
-	return e.payload, e.schema, e.err
+	if e.payload == nil {
+		return nil, e.schema, e.err
+	}
+	return e.payload(), e.schema, e.err
 }
 
 func frame(id uint32) []byte {
@@ -42,11 +45,13 @@ func TestFramedRecords(t *testing.T) {
 		return m
 	}
 	row := map[string]any{"type": "struct", "fields": []any{field("tenant", "string", ""), field("id", "int32", ""), field("due", "int32", ltDate)}}
-	value := map[string]any{
-		"op": "c",
-		"after": map[string]any{"tenant": "acme", "id": json.Number("7"), "due": json.Number("19000")},
-		"source": map[string]any{"connector": "postgresql", "name": "dbserver1", "db": "app", "schema": "public", "table": "tasks",
-			"lsn": json.Number("1000"), "ts_ms": json.Number("1700000000000")},
+	value := func() any {
+		return map[string]any{
+			"op":    "c",
+			"after": map[string]any{"tenant": "acme", "id": json.Number("7"), "due": json.Number("19000")},
+			"source": map[string]any{"connector": "postgresql", "name": "dbserver1", "db": "app", "schema": "public", "table": "tasks",
+				"lsn": json.Number("1000"), "ts_ms": json.Number("1700000000000")},
+		}
 	}
 	envelope := map[string]any{"type": "struct", "name": "dbserver1.public.tasks.Envelope", "fields": []any{
 		map[string]any{"field": "after", "type": "struct", "optional": true, "fields": row["fields"]},
@@ -55,9 +60,9 @@ func TestFramedRecords(t *testing.T) {
 	keySchema := map[string]any{"type": "struct", "fields": []any{field("id", "int32", ""), field("tenant", "string", "")}}
 	schemas := treeSchemas{
 		1: {payload: value, schema: envelope},
-		2: {payload: map[string]any{"tenant": "acme", "id": json.Number("7")}, schema: keySchema},
+		2: {payload: func() any { return map[string]any{"tenant": "acme", "id": json.Number("7")} }, schema: keySchema},
 		3: {err: fmt.Errorf("dial tcp: connection refused: %w", ErrRegistryUnavailable)},
-		4: {payload: nil},
+		4: {},
 	}
 	d := NewDecoder(DecoderConfig{Schemas: schemas})
 	rec := Record{Raw: Raw{Topic: "dbserver1.public.tasks", Offset: 9, Key: frame(2), Value: frame(1)}}
