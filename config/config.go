@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -91,6 +92,75 @@ type KafkaSourceConfig struct {
 	// partition being taken away to be applied and committed. Defaults to
 	// 30s.
 	RevokeTimeout time.Duration `yaml:"revoke_timeout"`
+	// Registry is the schema registry of topics written with the Avro,
+	// Protobuf or JSON Schema converter; without a URL only the JSON
+	// converter's records decode.
+	Registry RegistryConfig `yaml:"registry"`
+}
+
+// RegistryConfig is source.kafka.registry: a Confluent-compatible schema
+// registry (Confluent's, Apicurio's compatible API, Redpanda's, Karapace).
+// Records in its wire format are told from JSON by their first byte, and
+// each schema id is fetched once and kept.
+type RegistryConfig struct {
+	// URL is the registry's base URL, e.g. http://schema-registry:8081.
+	URL string `yaml:"url"`
+	// Username and Password are HTTP basic auth (Confluent Cloud: the API
+	// key and secret). Use ${VAR} or RAGSYNC_SOURCE_KAFKA_REGISTRY_PASSWORD
+	// rather than writing the password in the file.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// BearerToken is sent as "Authorization: Bearer …" instead of basic auth.
+	BearerToken string `yaml:"bearer_token"`
+	// CAFile is a PEM bundle of the CAs the registry's certificate is
+	// checked against (default: the system's); CertFile and KeyFile are a
+	// client certificate for mutual TLS.
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	// Timeout bounds one request to the registry. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// set reports whether any registry setting is given.
+func (r RegistryConfig) set() bool { return r != RegistryConfig{} }
+
+// validate checks source.kafka.registry, naming each setting and its fix.
+func (r RegistryConfig) validate() []error {
+	if !r.set() {
+		return nil
+	}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	u, err := url.Parse(r.URL)
+	switch {
+	case r.URL == "":
+		add("source.kafka.registry.url: set the schema registry's URL, e.g. http://schema-registry:8081 (the other registry settings need it)")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		add("source.kafka.registry.url: %q is not an http(s) URL; write e.g. http://schema-registry:8081", r.URL)
+	}
+	if r.BearerToken != "" && (r.Username != "" || r.Password != "") {
+		add("source.kafka.registry: set bearer_token or username/password, not both")
+	}
+	if (r.Username == "") != (r.Password == "") {
+		add("source.kafka.registry: basic auth needs both username and password")
+	}
+	if (r.CertFile == "") != (r.KeyFile == "") {
+		add("source.kafka.registry: a client certificate needs both cert_file and key_file")
+	}
+	for _, f := range []struct{ name, path string }{{"ca_file", r.CAFile}, {"cert_file", r.CertFile}, {"key_file", r.KeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			add("source.kafka.registry.%s: %v", f.name, err)
+		}
+	}
+	if r.Timeout < 0 {
+		add("source.kafka.registry.timeout: must not be negative (default 10s)")
+	}
+	return errs
 }
 
 type FileSourceConfig struct {

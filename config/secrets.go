@@ -6,7 +6,7 @@ import "github.com/ragsync/ragsync/internal/redact"
 // errors and logs show none of them, even where a library quotes one
 // outside a URL (a password split at a raw '@' into a host name).
 func (c Config) Secrets() []string {
-	out := []string{c.Embedder.APIKey}
+	out := []string{c.Embedder.APIKey, c.Source.Kafka.Registry.Password, c.Source.Kafka.Registry.BearerToken}
 	for _, dsn := range []string{c.Postgres.URL, c.Source.Postgres.URL, c.FrontDoor.RedisURL} {
 		out = append(out, redact.Password(dsn))
 	}

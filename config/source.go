@@ -43,7 +43,7 @@ var sourceKinds = map[string]sourceKind{
 			if len(c.Source.Kafka.Topics) == 0 {
 				errs = append(errs, fmt.Errorf("source.kafka.topics: list the Debezium topics, e.g. [dbserver1.public.articles]"))
 			}
-			return errs
+			return append(errs, c.Source.Kafka.Registry.validate()...)
 		},
 		brokers: func(c Config) []string { return c.Source.Kafka.Brokers },
 		debeziumServer: func(c Config) string {

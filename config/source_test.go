@@ -81,3 +81,33 @@ source:
 	require.Equal(t, "events.jsonl", f.Path)
 	require.True(t, f.Follow)
 }
+
+// source.kafka.registry is checked with the Kafka section: each problem
+// names its setting and the fix; the password and token are secrets the
+// redactor hides; environment variables reach it.
+func TestKafkaRegistrySettings(t *testing.T) {
+	c := config.Default()
+	c.Source.Kind = "kafka"
+	c.Source.Kafka.Brokers, c.Source.Kafka.Topics = []string{"k:9092"}, []string{"dbserver1.public.articles"}
+	require.NoError(t, c.Validate(true), "no registry: JSON only")
+
+	c.Source.Kafka.Registry = config.RegistryConfig{Username: "key", BearerToken: "tok", CertFile: "/nonexistent/cert.pem"}
+	err := c.Validate(true)
+	require.ErrorContains(t, err, "source.kafka.registry.url: set the schema registry's URL")
+	require.ErrorContains(t, err, "set bearer_token or username/password, not both")
+	require.ErrorContains(t, err, "basic auth needs both username and password")
+	require.ErrorContains(t, err, "needs both cert_file and key_file")
+	require.ErrorContains(t, err, "source.kafka.registry.cert_file:")
+
+	c.Source.Kafka.Registry = config.RegistryConfig{URL: "schema-registry:8081"}
+	require.ErrorContains(t, c.Validate(true), `"schema-registry:8081" is not an http(s) URL`)
+
+	c.Source.Kafka.Registry = config.RegistryConfig{URL: "https://sr.example:8081", Username: "key", Password: "s3cr3t-registry-pass"}
+	require.NoError(t, c.Validate(true))
+	require.Contains(t, c.Secrets(), "s3cr3t-registry-pass")
+
+	t.Setenv("RAGSYNC_SOURCE_KAFKA_REGISTRY_BEARER_TOKEN", "from-the-env")
+	loaded, err := config.Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, "from-the-env", loaded.Source.Kafka.Registry.BearerToken)
+}
