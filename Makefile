@@ -137,10 +137,10 @@ bench-pgcost: services ## Postgres CPU of each write-path statement, per documen
 # has it, else v1 (`docker-compose`, Debian's package).
 COMPOSE     ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
-compose-config: ## validate compose/ (the Kafka stack and the direct profile) with docker compose (v2) or docker-compose (v1) config
+compose-config: ## validate compose/ (the Kafka stack and its direct, ollama and avro profiles) with docker compose (v2) or docker-compose (v1) config
 	@command -v $(firstword $(COMPOSE)) >/dev/null || { echo "compose-config: $(COMPOSE) not found: install Docker's compose plugin (docker compose) or Debian's docker-compose, or run make compose-smoke (as root), which installs it"; exit 1; }
-	cd compose && $(COMPOSE) config -q && $(COMPOSE) --profile direct config -q && $(COMPOSE) --profile ollama config -q
-	@echo "compose: docker-compose.yml valid for the default, direct and ollama profiles"
+	cd compose && $(COMPOSE) config -q && $(COMPOSE) --profile direct config -q && $(COMPOSE) --profile ollama config -q && $(COMPOSE) --profile avro config -q
+	@echo "compose: docker-compose.yml valid for the default, direct, ollama and avro profiles"
 
 # Not part of make test: it needs root, installs docker.io and docker-compose,
 # validates compose/ (as compose-config), starts its own dockerd and takes

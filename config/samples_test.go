@@ -27,6 +27,7 @@ func TestSampleConfigsLoad(t *testing.T) {
 		{filepath.Join("..", "examples", "config", "file-offline.yaml"), []string{"source.file.path=" + events}, "hashing", "file"},
 		{filepath.Join("..", "examples", "config", "kafka-openai.yaml"), nil, "openai", "kafka"},
 		{filepath.Join("..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
+		{filepath.Join("..", "compose", "ragsync-avro.yaml"), nil, "openai", "kafka"},
 		{filepath.Join("..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
 	}
 	for _, tc := range tests {
