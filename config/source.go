@@ -9,6 +9,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
+	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/internal/suggest"
 )
 
@@ -155,6 +156,14 @@ func (c Config) KafkaSource() kafka.Config {
 	k := c.Source.Kafka
 	return kafka.Config{Brokers: k.Brokers, Topics: k.Topics, Group: k.Group, MaxPollRecords: k.MaxPollRecords,
 		MaxPollBytes: k.MaxPollBytes, FetchMaxBytes: k.FetchMaxBytes, SessionTimeout: k.SessionTimeout, RevokeTimeout: k.RevokeTimeout}
+}
+
+// SchemaRegistry is the schema registry's client configuration, from
+// source.kafka.registry; its URL is empty when none is configured.
+func (c Config) SchemaRegistry() registry.Config {
+	r := c.Source.Kafka.Registry
+	return registry.Config{URL: r.URL, Username: r.Username, Password: r.Password, BearerToken: r.BearerToken,
+		CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile, InsecureSkipVerify: r.InsecureSkipVerify, Timeout: r.Timeout}
 }
 
 // FileSource is the file source's configuration, from source.file.

@@ -13,6 +13,7 @@ import (
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -36,6 +37,9 @@ type SourceConfig struct {
 	// Kafka is the Kafka source; its Decoder, StopAtEnd and Logger are set
 	// here.
 	Kafka kafka.Config
+	// Registry is the schema registry the Kafka source decodes Avro,
+	// Protobuf and JSON Schema records through; none when its URL is empty.
+	Registry registry.Config
 	// Postgres is the logical-replication source; its State, Index,
 	// StopAtEnd, DLQPath, Logger and Registerer are set here.
 	Postgres pgrepl.Config

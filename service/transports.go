@@ -16,6 +16,7 @@ import (
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/internal/suggest"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -61,7 +62,7 @@ var transports = map[string]transport{
 		open:        openKafka,
 		deadLetters: kafkaDeadLetters,
 		advice: map[string]string{
-			pipeline.StageSource:      "source.kafka.brokers (is Kafka reachable? the group's offsets are committed there)",
+			pipeline.StageSource:      "source.kafka.brokers (is Kafka reachable? the group's offsets are committed there) and source.kafka.registry (is the schema registry reachable? ragsync_kafka_schema_registry_stalled says a partition waits for it)",
 			pipeline.StageDeadLetters: "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)",
 		},
 	},
@@ -131,7 +132,15 @@ func withAdvice(settings, advice map[string]string) map[string]string {
 // beside each source topic (or dlq.topic), and it reports its lag.
 func openKafka(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, error) {
 	kc := cfg.Kafka
-	kc.Decoder = cdc.NewDecoder(env.decoder)
+	dc := env.decoder
+	if cfg.Registry.URL != "" {
+		reg, err := registry.New(cfg.Registry)
+		if err != nil {
+			return nil, err
+		}
+		dc.Schemas = reg
+	}
+	kc.Decoder = cdc.NewDecoder(dc)
 	kc.StopAtEnd = env.once
 	kc.Logger = env.logger.With("stage", "kafka")
 	src, err := kafka.NewSource(kc)

@@ -38,6 +38,7 @@ func (c Config) sourceConfig() service.SourceConfig {
 		Kind:     c.Source.Kind,
 		File:     c.FileSource(),
 		Kafka:    c.KafkaSource(),
+		Registry: c.SchemaRegistry(),
 		Postgres: c.PostgresSourceConfig(nil, nil, nil),
 		DLQPath:  c.DeadLetterPath(),
 		DLQTopic: c.DLQ.Topic,
