@@ -76,6 +76,13 @@ type Server struct {
 // New starts a registry and closes it when the test ends.
 func New(t testing.TB, opts Options) *Server {
 	t.Helper()
+	s := Start(opts)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a registry outside a test (a benchmark's); Close stops it.
+func Start(opts Options) *Server {
 	s := &Server{opts: opts, subjects: map[string][]version{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /schemas/ids/{id}", s.schemaByID)
@@ -98,9 +105,11 @@ func New(t testing.TB, opts Options) *Server {
 	} else {
 		s.srv.Start()
 	}
-	t.Cleanup(s.srv.Close)
 	return s
 }
+
+// Close stops the registry.
+func (s *Server) Close() { s.srv.Close() }
 
 // URL is the registry's base URL.
 func (s *Server) URL() string { return s.srv.URL }
