@@ -12,7 +12,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
+.PHONY: bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, freshness with reuse repayment, per-package Go benchmarks
+bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-avro bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, freshness with reuse repayment, per-package Go benchmarks
 
 # BASE_REV=<git revision> builds that revision's ragsync as bin/ragsync-base
 # and makes it BASE_BIN: bench-backlog and bench-throughput then run it
@@ -46,8 +46,8 @@ base-bin: ## build BASE_REV's ragsync as bin/ragsync-base (a baseline for bench-
 	@test -n "$(BASE_REV)" || { echo "base-bin: set BASE_REV=<git revision>"; exit 2; }
 	GO="$(GO)" bash scripts/base-bin.sh $(BASE_REV) bin/ragsync-base
 
-bench-go: services ## Go benchmarks of the decoder, chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./chunker ./embedder ./sink ./cmd/ragsync
+bench-go: services ## Go benchmarks of the decoder (JSON and the registry formats), chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./cdc/registry ./chunker ./embedder ./sink ./cmd/ragsync
 
 # The second run gives the Go process one core and leaves the other to Redis,
 # as a one-CPU container would (GOMAXPROCS follows the CPU limit).
@@ -82,6 +82,12 @@ bench-shadow: services ## pipeline changes/s into one index vs one index plus a 
 
 bench-backlog: services build $(if $(BASE_REV),base-bin) ## peak RSS and events/s draining a 200k-event Kafka backlog; BASE_REV=<rev> (or BASE_BIN) also drains it with that binary and prints new ÷ base
 	$(GO) run ./bench/backlog -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_BACKLOG_FLAGS)
+
+# The same 30,000 changes drained from a JSON topic and from an Avro topic
+# read through a schema registry (an in-process test registry), alternating
+# over 3 rounds; medians and their ratio.
+bench-avro: services build ## events/s draining the same backlog written in Avro through a schema registry and in JSON; prints avro ÷ json
+	$(GO) run ./bench/backlog -bin $(BIN) -events 30000 -docs 3000 -rounds 3 -avro
 
 # The same changes drained from a replication slot and from kfake, each by
 # `serve --once`, alternating runs; medians and their ratio.

@@ -8,9 +8,13 @@
 // and reports the medians and the ratios of peak RSS and events/s, new ÷
 // base. Each -set runs -bin once more with those `pipeline:` settings (e.g.
 // -set max_in_flight_documents=128), as a variant of its own with its own
-// ratios, so settings can be compared with one base in one run.
+// ratios, so settings can be compared with one base in one run. With -avro
+// the same changes are also written as Debezium's Avro converter writes them,
+// framed for a schema registry (an in-process test registry, srtest), to a
+// topic of their own, and -bin drains that too: variant new(avro), whose
+// events/s is reported as a ratio to new's (the same changes in JSON).
 //
-//	go run ./bench/backlog -bin bin/ragsync [-base-bin bin/ragsync-base] [-events 200000] [-max-rss-mb 400] [-set key=value,...]...
+//	go run ./bench/backlog -bin bin/ragsync [-base-bin bin/ragsync-base] [-events 200000] [-max-rss-mb 400] [-set key=value,...]... [-avro]
 package main
 
 import (
@@ -36,10 +40,25 @@ import (
 
 	"github.com/ragsync/ragsync/bench/internal/backlog"
 	"github.com/ragsync/ragsync/bench/internal/child"
+	"github.com/ragsync/ragsync/cdc/registry/srtest"
 	"github.com/ragsync/ragsync/internal/orphan"
 )
 
 const topic = "dbserver1.public.articles"
+
+// avroTopic holds the same changes in Avro (-avro); avroRegistry is the
+// test registry's URL once it runs.
+const avroTopic = "dbserver1.public.articles.avro"
+
+var avroRegistry string
+
+// registryYAML is the source.kafka.registry section a drain of topic needs.
+func registryYAML(t string) string {
+	if t != avroTopic {
+		return ""
+	}
+	return fmt.Sprintf("    registry:\n      url: %s\n", avroRegistry)
+}
 
 func main() {
 	bin := flag.String("bin", "bin/ragsync", "ragsync binary")
@@ -57,8 +76,9 @@ func main() {
 		sets = append(sets, v)
 		return nil
 	})
+	withAvro := flag.Bool("avro", false, "also drain the same changes written in Avro through a schema registry (variant new(avro))")
 	flag.Parse()
-	if err := run(*bin, *baseBin, sets, *rounds, *events, *docs, *pgURL, *maxRSS); err != nil {
+	if err := run(*bin, *baseBin, sets, *withAvro, *rounds, *events, *docs, *pgURL, *maxRSS); err != nil {
 		fmt.Fprintln(os.Stderr, "backlog:", err)
 		os.Exit(1)
 	}
@@ -91,9 +111,9 @@ type drained struct {
 	seconds, rssMB float64
 }
 
-func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL string, maxRSS int) error {
+func run(bin, baseBin string, sets []string, withAvro bool, rounds, events, docs int, pgURL string, maxRSS int) error {
 	ctx := context.Background()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic, avroTopic))
 	if err != nil {
 		return err
 	}
@@ -115,14 +135,38 @@ func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL str
 	}
 	fmt.Printf("produced %d events over %d documents in %s\n", events, docs, time.Since(start).Round(time.Millisecond))
 
-	type variant struct{ name, path, extra string }
-	bins := []variant{{"new", bin, ""}}
+	type variant struct{ name, path, extra, topic string }
+	bins := []variant{{"new", bin, "", topic}}
+	if withAvro {
+		reg := srtest.Start(srtest.Options{})
+		defer reg.Close()
+		a, err := backlog.NewAvro(avroTopic, func(s, typ, text string) int { return reg.Register(s, typ, text) })
+		if err != nil {
+			return err
+		}
+		for i := 0; i < events; {
+			var recs []*kgo.Record
+			for ; i < events && len(recs) < 2000; i++ {
+				r, err := a.Event(i, docs)
+				if err != nil {
+					return err
+				}
+				r.Topic = avroTopic
+				recs = append(recs, r)
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				return fmt.Errorf("produce: %w", err)
+			}
+		}
+		bins = append(bins, variant{"new(avro)", bin, "", avroTopic})
+		avroRegistry = reg.URL()
+	}
 	for _, set := range sets {
 		extra, _ := pipelineYAML(set)
-		bins = append(bins, variant{"new(" + set + ")", bin, extra})
+		bins = append(bins, variant{"new(" + set + ")", bin, extra, topic})
 	}
 	if baseBin != "" {
-		bins = append([]variant{{"base", baseBin, ""}}, bins...)
+		bins = append([]variant{{"base", baseBin, "", topic}}, bins...)
 	}
 	var runs []drained
 	for r := range max(rounds, 1) {
@@ -131,7 +175,7 @@ func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL str
 			slices.Reverse(order) // a drift of the shared machine falls on both
 		}
 		for i, b := range order {
-			d, err := drain(ctx, c, b.path, b.extra, fmt.Sprintf("backlog-%d-%d", i, r), events, docs, pgURL)
+			d, err := drain(ctx, c, b.path, b.extra, b.topic, fmt.Sprintf("backlog-%d-%d", i, r), events, docs, pgURL)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.name, err)
 			}
@@ -164,6 +208,10 @@ func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL str
 				med("base", rate), med("base", rss), b.name, med(b.name, rss)/med("base", rss), med(b.name, rate)/med("base", rate))
 		}
 	}
+	if withAvro {
+		fmt.Printf("backlog: the same changes in Avro through a schema registry ÷ in JSON: events/s %.2f (target ≥ 0.95), peak RSS %.2f\n",
+			med("new(avro)", rate)/med("new", rate), med("new(avro)", rss)/med("new", rss))
+	}
 	for _, d := range runs {
 		if d.name != "base" && d.rssMB > float64(maxRSS) {
 			return fmt.Errorf("peak RSS %.1f MiB over the bound %d MiB", d.rssMB, maxRSS)
@@ -175,7 +223,7 @@ func run(bin, baseBin string, sets []string, rounds, events, docs int, pgURL str
 // drain runs bin's `serve --once` over the whole backlog as consumer group
 // group, into an index schema of its own, sampling its peak RSS. extra is
 // appended to its configuration (a pipeline: section, or nothing).
-func drain(ctx context.Context, c *kfake.Cluster, bin, extra, group string, events, docs int, pgURL string) (drained, error) {
+func drain(ctx context.Context, c *kfake.Cluster, bin, extra, topic, group string, events, docs int, pgURL string) (drained, error) {
 	var res drained
 	var b [5]byte
 	_, _ = crand.Read(b[:])
@@ -198,7 +246,7 @@ func drain(ctx context.Context, c *kfake.Cluster, bin, extra, group string, even
     brokers: [%s]
     topics: [%s]
     group: %s
-`, strings.Join(c.ListenAddrs(), ","), topic, group) + child.Settings("public.articles", pgURL, schema, "backlog") + extra
+`, strings.Join(c.ListenAddrs(), ","), topic, group) + registryYAML(topic) + child.Settings("public.articles", pgURL, schema, "backlog") + extra
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return res, err
 	}

@@ -5,6 +5,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/registry"
+	"github.com/ragsync/ragsync/cdc/registry/srtest"
 )
 
 func TestEventCreatesThenUpdatesTheMiddleParagraph(t *testing.T) {
@@ -42,4 +46,26 @@ func splitParas(s string) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// The Avro backlog is the same changes as the JSON one: each event decodes
+// to the same cdc.Change, so the two drains compare like for like.
+func TestAvroEventsDecodeLikeJSON(t *testing.T) {
+	reg := srtest.New(t, srtest.Options{})
+	a, err := NewAvro("dbserver1.public.articles", func(s, typ, text string) int { return reg.Register(s, typ, text) })
+	require.NoError(t, err)
+	client, err := registry.New(registry.Config{URL: reg.URL()})
+	require.NoError(t, err)
+	jsonDec := cdc.NewDecoder(cdc.DecoderConfig{})
+	avroDec := cdc.NewDecoder(cdc.DecoderConfig{Schemas: client})
+	for _, i := range []int{0, 1, 99, 100, 250} {
+		j := Event(i, 100)
+		r, err := a.Event(i, 100)
+		require.NoError(t, err)
+		want, err := jsonDec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "t", Key: j.Key, Value: j.Value}})
+		require.NoError(t, err)
+		got, err := avroDec.Decode(cdc.Record{Raw: cdc.Raw{Topic: "t", Key: r.Key, Value: r.Value}})
+		require.NoError(t, err)
+		require.Equal(t, want, got, "event %d", i)
+	}
 }
