@@ -270,6 +270,10 @@ func TestUnknownIDIsPermanent(t *testing.T) {
 	require.NotErrorIs(t, err, cdc.ErrRegistryUnavailable)
 	require.ErrorContains(t, err, "schema id 99 is not in the registry at "+srv.URL())
 	require.ErrorContains(t, err, "another registry")
+
+	_, err = reg.Describe(t.Context(), 99)
+	require.NotErrorIs(t, err, cdc.ErrRegistryUnavailable)
+	require.ErrorContains(t, err, "schema id 99 is not in the registry")
 }
 
 func TestCorruptBytesArePermanent(t *testing.T) {
