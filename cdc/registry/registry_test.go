@@ -261,6 +261,17 @@ func TestUnreachableIsTransient(t *testing.T) {
 	require.Zero(t, srv.Requests())
 }
 
+func TestWrongBasePathStalls(t *testing.T) {
+	t.Parallel()
+	srv := srtest.New(t, srtest.Options{})
+	id := srv.Register("t-value", "", orderV1)
+	reg, err := New(Config{URL: srv.URL() + "/nosuch"})
+	require.NoError(t, err)
+	_, _, err = reg.DecodeFramed(t.Context(), "t", false, srtest.Frame(id, []byte{2, 0}))
+	require.ErrorIs(t, err, cdc.ErrRegistryUnavailable, "a wrong URL must not dead-letter every record")
+	require.ErrorContains(t, err, "check source.kafka.registry.url")
+}
+
 func TestUnknownIDIsPermanent(t *testing.T) {
 	t.Parallel()
 	reg, srv := setup(t, srtest.Options{}, Config{})
