@@ -197,6 +197,7 @@ func (c *avroCompiler) node(s avro.Schema, depth int) (*avroNode, map[string]any
 		if d, ok := s.Logical().(*avro.DecimalLogicalSchema); ok {
 			decimalSchema(d, cs)
 		} else {
+			cs["name"] = s.FullName()
 			cs["parameters"] = map[string]any{"connect.fixed.size": strconv.Itoa(s.Size())}
 		}
 		connectProps(s, cs)
@@ -437,7 +438,11 @@ func (c *avroCompiler) union(s *avro.UnionSchema, cs map[string]any, depth int) 
 // decode implements format.
 func (f *avroFormat) decode(body []byte) (any, map[string]any, error) {
 	d := avroDecoders.Get().(*avroDecoder)
-	defer avroDecoders.Put(d)
+	defer func() {
+		d.r.Reset(nil) // keep no record alive from the pool
+		d.slab = nil
+		avroDecoders.Put(d)
+	}()
 	d.r.Reset(body)
 	d.r.Error = nil
 	d.size = len(body)

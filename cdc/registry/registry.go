@@ -330,6 +330,12 @@ func (r *Registry) classify(err error, id int, what string) error {
 		return fmt.Errorf("schema id %d: %s: HTTP %d: %s", id, what, re.StatusCode, re.Message)
 	case re.ErrorCode == sr.ErrSchemaNotFound.Code:
 		return fmt.Errorf("schema id %d is not in the registry at %s (was the topic written against another registry?)", id, r.url)
+	case re.StatusCode == http.StatusNotFound:
+		// Not the registry's "schema not found" but a path nothing serves:
+		// a URL with a wrong base path would otherwise dead-letter every
+		// record of every topic.
+		return fmt.Errorf("%w: %s does not serve the registry's API (GET schema id %d: HTTP 404: %s): check source.kafka.registry.url",
+			cdc.ErrRegistryUnavailable, r.url, id, re.Message)
 	}
 	return fmt.Errorf("fetch schema id %d from %s: HTTP %d: %s", id, r.url, re.StatusCode, re.Message)
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -260,6 +261,17 @@ func TestUnreachableIsTransient(t *testing.T) {
 	require.Zero(t, srv.Requests())
 }
 
+func TestWrongBasePathStalls(t *testing.T) {
+	t.Parallel()
+	srv := srtest.New(t, srtest.Options{})
+	id := srv.Register("t-value", "", orderV1)
+	reg, err := New(Config{URL: srv.URL() + "/nosuch"})
+	require.NoError(t, err)
+	_, _, err = reg.DecodeFramed(t.Context(), "t", false, srtest.Frame(id, []byte{2, 0}))
+	require.ErrorIs(t, err, cdc.ErrRegistryUnavailable, "a wrong URL must not dead-letter every record")
+	require.ErrorContains(t, err, "check source.kafka.registry.url")
+}
+
 func TestUnknownIDIsPermanent(t *testing.T) {
 	t.Parallel()
 	reg, srv := setup(t, srtest.Options{}, Config{})
@@ -269,6 +281,10 @@ func TestUnknownIDIsPermanent(t *testing.T) {
 	require.NotErrorIs(t, err, cdc.ErrRegistryUnavailable)
 	require.ErrorContains(t, err, "schema id 99 is not in the registry at "+srv.URL())
 	require.ErrorContains(t, err, "another registry")
+
+	_, err = reg.Describe(t.Context(), 99)
+	require.NotErrorIs(t, err, cdc.ErrRegistryUnavailable)
+	require.ErrorContains(t, err, "schema id 99 is not in the registry")
 }
 
 func TestCorruptBytesArePermanent(t *testing.T) {
@@ -449,4 +465,46 @@ func TestSchemaEvolution(t *testing.T) {
 	_, err = cdc.NewDecoder(cdc.DecoderConfig{Schemas: fresh}).DecodeContext(t.Context(), m2)
 	require.ErrorIs(t, err, cdc.ErrRegistryUnavailable)
 	require.False(t, errors.As(err, &de), "an outage is never a dead letter")
+}
+
+// TestConcurrentDecodes decodes one Avro change from many goroutines: the
+// compiled schema and its Connect schema are shared by every record of the
+// id, so nothing downstream may write to them (the race detector watches).
+func TestConcurrentDecodes(t *testing.T) {
+	t.Parallel()
+	reg, srv := setup(t, srtest.Options{}, Config{})
+	value, err := os.ReadFile(filepath.Join("..", "testdata", "pg-create-logical-types.json"))
+	require.NoError(t, err)
+	rec := cdc.Record{Raw: cdc.Raw{Topic: "dbserver1.public.articles", Value: value}}
+	want, err := cdc.NewDecoder(cdc.DecoderConfig{Tables: []cdc.TableConfig{{Match: "*", ID: []string{"id"}}}}).Decode(rec)
+	require.NoError(t, err)
+
+	var env struct {
+		Schema  map[string]any
+		Payload any
+	}
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.UseNumber()
+	require.NoError(t, dec.Decode(&env))
+	text, body, err := avroEncode(env.Schema, env.Payload)
+	require.NoError(t, err)
+	rec.Value = srtest.Frame(srv.Register("dbserver1.public.articles-value", "AVRO", text), body)
+
+	d := cdc.NewDecoder(cdc.DecoderConfig{Tables: []cdc.TableConfig{{Match: "*", ID: []string{"id"}}}, Schemas: reg})
+	var wg sync.WaitGroup
+	got := make([]cdc.Change, 4*50)
+	errs := make([]error, len(got))
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				got[g*50+i], errs[g*50+i] = d.DecodeContext(context.Background(), rec)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range got {
+		require.NoError(t, errs[i])
+		require.Equal(t, want, got[i])
+	}
+	require.Equal(t, "2019-01-31", want.After["published_on"], "logical types decoded")
 }
