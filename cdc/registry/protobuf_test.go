@@ -527,7 +527,7 @@ func unscaledOf(t testing.TB, b64 string) int64 {
 
 func TestProtobufReferences(t *testing.T) {
 	refs := map[string]string{
-		"common/money.proto": `syntax = "proto3"; package common; import "common/currency.proto"; message Money { int64 units = 1; Currency currency = 2; }`,
+		"common/money.proto":    `syntax = "proto3"; package common; import "common/currency.proto"; message Money { int64 units = 1; Currency currency = 2; }`,
 		"common/currency.proto": `syntax = "proto3"; package common; enum Currency { EUR = 0; USD = 1; }`,
 	}
 	const text = `syntax = "proto3"; import "common/money.proto"; message Price { common.Money amount = 1; }`
