@@ -202,7 +202,7 @@ func compileJSONSchema(text string, refs map[string]string) (format, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile json schema: not JSON: %w", err)
 	}
-	c := &jsCompiler{docs: map[string]any{"": root}, refs: refs, active: map[string]bool{}}
+	c := &jsCompiler{docs: map[string]any{"": root}, refs: refs, active: map[string]bool{}, done: map[string]jsCompiled{}}
 	node, schema, err := c.compile(root, "", "#", false)
 	if err != nil {
 		return nil, fmt.Errorf("compile json schema: %w", err)
@@ -235,6 +235,15 @@ type jsCompiler struct {
 	// active are the references being compiled, to refuse a schema that
 	// contains itself.
 	active map[string]bool
+	// done are the references compiled, each once however many places
+	// use it: definitions that each use the previous one twice, down many
+	// levels, would otherwise take exponential time.
+	done map[string]jsCompiled
+}
+
+type jsCompiled struct {
+	node   *jsNode
+	schema map[string]any
 }
 
 // compile builds the node and Connect schema of s, found at where in the
@@ -461,6 +470,9 @@ func (c *jsCompiler) ref(ref, doc, where string, optional bool) (*jsNode, map[st
 		name = doc
 	}
 	key := name + "#" + pointer
+	if done, ok := c.done[key]; ok {
+		return done.node, jsUse(done.schema, optional), nil
+	}
 	if c.active[key] {
 		return nil, nil, fmt.Errorf("%s: $ref %q contains itself, which a Connect schema cannot describe", where, ref)
 	}
@@ -482,7 +494,25 @@ func (c *jsCompiler) ref(ref, doc, where string, optional bool) (*jsNode, map[st
 	}
 	c.active[key] = true
 	defer delete(c.active, key)
-	return c.compile(target, name, ref, optional)
+	node, schema, err := c.compile(target, name, ref, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.done[key] = jsCompiled{node, schema}
+	return node, jsUse(schema, optional), nil
+}
+
+// jsUse is a copy of a referenced schema for one place that uses it,
+// which sets its own "field" and may make it optional.
+func jsUse(s map[string]any, optional bool) map[string]any {
+	out := make(map[string]any, len(s)+1)
+	for k, v := range s {
+		out[k] = v
+	}
+	if optional {
+		out["optional"] = true
+	}
+	return out
 }
 
 // jsPointer resolves a JSON pointer ("/definitions/x") in v.

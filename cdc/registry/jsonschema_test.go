@@ -2,6 +2,9 @@ package registry
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -185,4 +188,47 @@ func TestJSONSchemaDecodesLikeJSON(t *testing.T) {
 
 func BenchmarkDecodeJSONSchema(b *testing.B) {
 	benchmarkFormat(b, encodeJSONSchema, compileJSONSchema)
+}
+
+// FuzzJSONSchemaCompile checks that no schema panics the compiler, and
+// that a compiled one decodes any body without panicking.
+func FuzzJSONSchemaCompile(f *testing.F) {
+	connect, payload := readConnectRecord(f, filepath.Join("..", "testdata", "pg-create-logical-types.key.json"))
+	_, text, body := encodeJSONSchema(f, connect, payload)
+	f.Add(text, body)
+	f.Add(handWrittenJSONSchema, []byte(`{"id":1}`))
+	f.Add(`{"$ref":"#"}`, []byte(`{}`))
+	f.Add(`{"type":["null","integer","string"]}`, []byte(`1`))
+	f.Fuzz(func(t *testing.T, schema string, b []byte) {
+		format, err := compileJSONSchema(schema, nil)
+		if err != nil {
+			return
+		}
+		_, s, err := format.decode(b)
+		if err == nil {
+			require.NotNil(t, s)
+		}
+	})
+}
+
+func TestJSONSchemaSharedReferencesCompileOnce(t *testing.T) {
+	// Each definition uses the one before twice: 2^40 uses of d0, built
+	// once.
+	var b strings.Builder
+	b.WriteString(`{"$ref":"#/definitions/d40","definitions":{"d0":{"type":"integer","connect.type":"int32"}`)
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b, `,"d%d":{"type":"object","title":"t%d","properties":{"a":{"$ref":"#/definitions/d%d"},"b":{"oneOf":[{"type":"null"},{"$ref":"#/definitions/d%d"}]}}}`, i, i, i-1, i-1)
+	}
+	b.WriteString(`}}`)
+	f, err := compileJSONSchema(b.String(), nil)
+	require.NoError(t, err)
+	got, schema, err := f.decode([]byte(`{"a":{"b":null}}`))
+	require.NoError(t, err)
+	require.Equal(t, "t40", schema["name"])
+	a := schemaFieldOf(schema, "a")
+	require.Equal(t, false, a["optional"], "a uses d39 as it is")
+	require.Equal(t, true, schemaFieldOf(schema, "b")["optional"], "b uses the same d39, made optional")
+	require.Equal(t, "b", schemaFieldOf(a, "b")["field"], "each use has its own field name")
+	require.Equal(t, "t38", schemaFieldOf(a, "b")["name"])
+	require.Equal(t, map[string]any{"a": map[string]any{"a": nil, "b": nil}, "b": nil}, got)
 }

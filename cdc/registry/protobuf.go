@@ -325,7 +325,7 @@ func (f *protobufFormat) plan(md protoreflect.MessageDescriptor) *pbPlan {
 		return p
 	}
 	p := &pbPlan{}
-	msg, schema, err := pbCompileMessage(md, map[protoreflect.FullName]bool{})
+	msg, schema, err := pbCompileMessage(md, &pbCompiler{active: map[protoreflect.FullName]bool{}, done: map[protoreflect.FullName]pbCompiled{}})
 	if err != nil {
 		p.err = fmt.Errorf("protobuf message %s: %w", md.FullName(), err)
 	} else {
@@ -386,15 +386,34 @@ type pbField struct {
 	members  []pbField // a oneof's members
 }
 
+// pbCompiler holds what building one message's plan has seen.
+type pbCompiler struct {
+	// active are the messages being built, to refuse a recursive message,
+	// which has no Connect schema.
+	active map[protoreflect.FullName]bool
+	// done are the messages built, each once however many fields use it:
+	// a message whose fields use another twice, down many levels, would
+	// otherwise take exponential time.
+	done map[protoreflect.FullName]pbCompiled
+}
+
+type pbCompiled struct {
+	msg    *pbMessage
+	schema map[string]any
+}
+
 // pbCompileMessage builds the Connect struct schema of md and its value
-// conversion. seen holds the messages being built, to refuse a recursive
-// message, which has no Connect schema.
-func pbCompileMessage(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) (*pbMessage, map[string]any, error) {
-	if seen[md.FullName()] {
+// conversion. The schema is shared by every use of the message: callers
+// copy it before changing it.
+func pbCompileMessage(md protoreflect.MessageDescriptor, seen *pbCompiler) (*pbMessage, map[string]any, error) {
+	if c, ok := seen.done[md.FullName()]; ok {
+		return c.msg, c.schema, nil
+	}
+	if seen.active[md.FullName()] {
 		return nil, nil, fmt.Errorf("message %s contains itself, which a Connect schema cannot describe", md.FullName())
 	}
-	seen[md.FullName()] = true
-	defer delete(seen, md.FullName())
+	seen.active[md.FullName()] = true
+	defer delete(seen.active, md.FullName())
 
 	msg := &pbMessage{}
 	var fields []any
@@ -442,12 +461,13 @@ func pbCompileMessage(md protoreflect.MessageDescriptor, seen map[protoreflect.F
 	if err := pbApplyMeta(schema, pbReadMeta(md.Options()), "connect."); err != nil {
 		return nil, nil, fmt.Errorf("message %s: %w", md.FullName(), err)
 	}
+	seen.done[md.FullName()] = pbCompiled{msg, schema}
 	return msg, schema, nil
 }
 
 // pbCompileField builds a struct field: its conversion and its Connect
 // schema with "field" set.
-func pbCompileField(fd protoreflect.FieldDescriptor, seen map[protoreflect.FullName]bool) (pbField, map[string]any, error) {
+func pbCompileField(fd protoreflect.FieldDescriptor, seen *pbCompiler) (pbField, map[string]any, error) {
 	params := pbReadMeta(fd.Options())
 	name := string(fd.Name())
 	if n, ok := params["connect.field"]; ok && n != "" {
@@ -478,8 +498,12 @@ func pbCompileField(fd protoreflect.FieldDescriptor, seen map[protoreflect.FullN
 		schema = map[string]any{"type": "array", "optional": true, "items": items}
 	default:
 		f.node, schema, err = pbCompileValue(fd, params, seen)
-		f.presence = fd.HasPresence()
-		schema["optional"] = f.presence || f.node.kind == pbEnum
+		if err == nil {
+			// A proto2 required field is always there (Unmarshal checks
+			// it); ProtobufData makes every enum optional.
+			f.presence = fd.HasPresence() && fd.Cardinality() != protoreflect.Required
+			schema["optional"] = f.presence || f.node.kind == pbEnum
+		}
 	}
 	if err != nil {
 		return fail(err)
@@ -492,7 +516,7 @@ func pbCompileField(fd protoreflect.FieldDescriptor, seen map[protoreflect.FullN
 }
 
 // pbCompileMap builds a map field from its entry's key and value fields.
-func pbCompileMap(kd, vd protoreflect.FieldDescriptor, params map[string]string, seen map[protoreflect.FullName]bool) (*pbNode, map[string]any, error) {
+func pbCompileMap(kd, vd protoreflect.FieldDescriptor, params map[string]string, seen *pbCompiler) (*pbNode, map[string]any, error) {
 	key, ks, err := pbCompileValue(kd, nil, seen)
 	if err != nil {
 		return nil, nil, err
@@ -527,7 +551,7 @@ func pbIsMapEntry(md protoreflect.MessageDescriptor) bool {
 // "optional" and "field", which the caller sets) of one value of fd's
 // type, ignoring whether fd is repeated. params are fd's meta params, for
 // connect.type and a Decimal's precision and scale.
-func pbCompileValue(fd protoreflect.FieldDescriptor, params map[string]string, seen map[protoreflect.FullName]bool) (*pbNode, map[string]any, error) {
+func pbCompileValue(fd protoreflect.FieldDescriptor, params map[string]string, seen *pbCompiler) (*pbNode, map[string]any, error) {
 	switch k := fd.Kind(); k {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
 		return &pbNode{pk: k}, map[string]any{"type": pbIntType(params)}, nil
@@ -587,7 +611,7 @@ var pbWrappers = map[protoreflect.FullName]string{
 
 // pbCompileMessageValue builds a message-typed value: a logical type, a
 // wrapper or a struct.
-func pbCompileMessageValue(md protoreflect.MessageDescriptor, params map[string]string, seen map[protoreflect.FullName]bool) (*pbNode, map[string]any, error) {
+func pbCompileMessageValue(md protoreflect.MessageDescriptor, params map[string]string, seen *pbCompiler) (*pbNode, map[string]any, error) {
 	logical := func(kind pbKind, typ, name string) (*pbNode, map[string]any, error) {
 		return &pbNode{kind: kind}, map[string]any{"type": typ, "name": name, "version": json.Number("1")}, nil
 	}

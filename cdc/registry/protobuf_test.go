@@ -702,3 +702,90 @@ func benchmarkFormat(b *testing.B, enc encodeFunc, compile func(string, map[stri
 		})
 	}
 }
+
+func TestProtobufProto2Presence(t *testing.T) {
+	const text = `syntax = "proto2";
+message P {
+  required int32 id = 1;
+  optional string name = 2;
+  optional int32 n = 3 [default = 5];
+  repeated int32 xs = 4;
+}
+message WithGroup {
+  optional group G = 1 { optional int32 a = 1; }
+}`
+	f, err := compileProtobuf(text, nil)
+	require.NoError(t, err)
+	got, schema, err := f.decode(append([]byte{0}, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 9)...))
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"id": json.Number("9"), "name": nil, "n": nil, "xs": []any{}}, got,
+		"an unset proto2 optional field is null, whatever its default; an unset repeated field is empty")
+	require.Equal(t, false, schemaFieldOf(schema, "id")["optional"])
+	require.Equal(t, true, schemaFieldOf(schema, "name")["optional"])
+
+	_, _, err = f.decode(protoBody([]int64{1}, nil))
+	require.ErrorContains(t, err, "protobuf message WithGroup: field WithGroup.g: group fields have no Connect type")
+}
+
+func TestProtobufConcurrentDecode(t *testing.T) {
+	f, err := compileProtobuf(handWritten, nil)
+	require.NoError(t, err)
+	line := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3)
+	errs := make(chan error, 16)
+	for i := range cap(errs) {
+		go func() {
+			// Half ask for Order, half for Order.Line: each plan is built
+			// once, whoever asks first.
+			indexes := []int64{1}
+			if i%2 == 1 {
+				indexes = []int64{1, 0}
+			}
+			_, _, err := f.decode(protoBody(indexes, line))
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		require.NoError(t, <-errs)
+	}
+}
+
+// FuzzProtobufDecode checks that no body panics the decoder.
+func FuzzProtobufDecode(f *testing.F) {
+	connect, payload := readConnectRecord(f, filepath.Join("..", "testdata", "pg-create-logical-types.json"))
+	_, text, body := encodeProtobuf(f, connect, payload)
+	pf, err := compileProtobuf(text, nil)
+	require.NoError(f, err)
+	hw, err := compileProtobuf(handWritten, nil)
+	require.NoError(f, err)
+	f.Add(body)
+	f.Add([]byte{0})
+	f.Add(protoBody([]int64{1, 0}, []byte{8, 1}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, format := range []format{pf, hw} {
+			v, s, err := format.decode(b)
+			if err == nil {
+				require.NotNil(t, v)
+				require.NotNil(t, s)
+			}
+		}
+	})
+}
+
+func TestProtobufSharedMessagesCompileOnce(t *testing.T) {
+	// Each message uses the one before twice: 2^40 uses of M0, built once.
+	var b strings.Builder
+	b.WriteString("syntax = \"proto3\";\nmessage M0 { int32 x = 1; }\n")
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b, "message M%d { M%d a = 1; M%d b = 2; }\n", i, i-1, i-1)
+	}
+	f, err := compileProtobuf(b.String(), nil)
+	require.NoError(t, err)
+	inner := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5))
+	got, schema, err := f.decode(protoBody([]int64{1}, inner))
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"a": nil, "b": map[string]any{"x": json.Number("5")}}, got)
+	require.Equal(t, "M1", schema["name"])
+	_, schema, err = f.decode(protoBody([]int64{40}, nil))
+	require.NoError(t, err)
+	require.Equal(t, "M39", schemaFieldOf(schema, "b")["name"])
+}
