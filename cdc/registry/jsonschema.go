@@ -59,6 +59,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // jsEnumParam is JsonSchemaData's enum parameter.
@@ -188,7 +190,9 @@ type jsField struct {
 }
 
 // jsonSchemaFormat decodes the records of one registered JSON Schema. It
-// holds no mutable state.
+// holds no mutable state, so it is safe for concurrent use. The Connect
+// schema it returns is shared by every record: callers read it and never
+// change it.
 type jsonSchemaFormat struct {
 	node   *jsNode
 	schema map[string]any
@@ -211,6 +215,9 @@ func compileJSONSchema(text string, refs map[string]string) (format, error) {
 }
 
 func (f *jsonSchemaFormat) decode(body []byte) (any, map[string]any, error) {
+	if err := jsCheckText(body); err != nil {
+		return nil, nil, fmt.Errorf("decode json schema record: %w", err)
+	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	var v any
@@ -603,6 +610,55 @@ func (n *jsNode) value(v any) any {
 		return out
 	}
 	return v
+}
+
+// jsMaxPayloadDepth is how deep a record's arrays and objects may nest,
+// as for the cdc reader's JSON.
+const jsMaxPayloadDepth = 128
+
+// jsCheckText fails for what JSON converters reject but encoding/json
+// quietly turns into U+FFFD (text that is not UTF-8, a \u escape of a
+// lone UTF-16 surrogate), and for nesting deeper than jsMaxPayloadDepth,
+// so that a record is refused exactly where the same JSON record is.
+func jsCheckText(b []byte) error {
+	if !utf8.Valid(b) {
+		return fmt.Errorf("not UTF-8")
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString && c == '"':
+			inString = false
+		case inString && c == '\\':
+			if i+5 >= len(b) || b[i+1] != 'u' {
+				i++ // the escaped character
+				continue
+			}
+			r, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 32)
+			if err != nil || !utf16.IsSurrogate(rune(r)) {
+				i++
+				continue
+			}
+			if r < 0xDC00 && i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				if lo, err := strconv.ParseUint(string(b[i+8:i+12]), 16, 32); err == nil && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+					continue
+				}
+			}
+			return fmt.Errorf("a \\u escape of a lone UTF-16 surrogate")
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > jsMaxPayloadDepth {
+				return fmt.Errorf("nested deeper than %d levels", jsMaxPayloadDepth)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
 }
 
 // jsIntegral writes an integer that JSON wrote with a fraction or an

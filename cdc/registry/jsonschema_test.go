@@ -152,6 +152,13 @@ func TestJSONSchemaDecodeBodies(t *testing.T) {
 		{name: "a fraction where int32 is passed on", body: `{"n":1.5}`, want: map[string]any{"n": json.Number("1.5")}},
 		{name: "not an object is passed on", body: `[1]`, want: []any{json.Number("1")}},
 		{name: "a missing field is null", body: `{}`, want: map[string]any{"n": nil}},
+		{name: "not UTF-8", body: "{\"s\":\"\xff\"}", wantErr: "not UTF-8"},
+		{name: "lone high surrogate", body: `{"s":"\ud800x"}`, wantErr: "lone UTF-16 surrogate"},
+		{name: "lone low surrogate", body: `{"s":"\udc00"}`, wantErr: "lone UTF-16 surrogate"},
+		{name: "surrogate pair", body: `{"s":"\ud83d\ude00"}`, want: map[string]any{"n": nil}},
+		{name: "an escaped backslash before u is text", body: `{"s":"\\ud800"}`, want: map[string]any{"n": nil}},
+		{name: "nested too deep", body: strings.Repeat("[", 129) + strings.Repeat("]", 129), wantErr: "nested deeper than 128 levels"},
+		{name: "brackets in strings do not nest", body: `{"s":"` + strings.Repeat("[", 200) + `"}`, want: map[string]any{"n": nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, schema, err := f.decode([]byte(tc.body))

@@ -151,6 +151,13 @@ message Meta {
   string doc = 1;
   map<string, string> params = 2;
   repeated string tags = 3;
+  repeated Rule rules = 4;
+}
+message Rule {
+  string name = 1;
+  string doc = 2;
+  string expr = 3;
+  string sql = 4;
 }
 extend google.protobuf.FileOptions { Meta file_meta = 1088; }
 extend google.protobuf.MessageOptions { Meta message_meta = 1088; }
@@ -244,7 +251,8 @@ func compileProtobuf(text string, refs map[string]string) (format, error) {
 }
 
 // protobufFormat decodes the records of one registered .proto file. It is
-// safe for concurrent use.
+// safe for concurrent use. The Connect schema it returns is shared by
+// every record of the same message: callers read it and never change it.
 type protobufFormat struct {
 	file protoreflect.FileDescriptor
 
@@ -970,7 +978,9 @@ func pbScalarValue(k protoreflect.Kind, v protoreflect.Value) any {
 	case protoreflect.BoolKind:
 		return v.Bool()
 	case protoreflect.StringKind:
-		return v.String()
+		// Unmarshal checks proto3 strings; a proto2 string may hold any
+		// bytes, which Java decodes with U+FFFD for what is not UTF-8.
+		return strings.ToValidUTF8(v.String(), "\uFFFD")
 	case protoreflect.BytesKind:
 		return base64.StdEncoding.EncodeToString(v.Bytes())
 	}

@@ -725,6 +725,13 @@ message WithGroup {
 
 	_, _, err = f.decode(protoBody([]int64{1}, nil))
 	require.ErrorContains(t, err, "protobuf message WithGroup: field WithGroup.g: group fields have no Connect type")
+
+	// proto2 strings are not checked for UTF-8: Java reads U+FFFD.
+	body := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 9)
+	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), []byte("a\xffb"))
+	got, _, err = f.decode(append([]byte{0}, body...))
+	require.NoError(t, err)
+	require.Equal(t, "a\uFFFDb", got.(map[string]any)["name"])
 }
 
 func TestProtobufConcurrentDecode(t *testing.T) {
