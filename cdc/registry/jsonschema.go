@@ -351,6 +351,9 @@ func (c *jsCompiler) compile(s any, doc, where string, optional bool) (*jsNode, 
 		if !ok {
 			return fail("an array schema without items has no Connect type")
 		}
+		if _, tuple := items.([]any); tuple {
+			return fail("an array schema with a list of items (a tuple) has no Connect type")
+		}
 		if connectType == "map" {
 			itemsObj, _ := items.(*jsObject)
 			var props *jsObject

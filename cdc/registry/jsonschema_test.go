@@ -126,6 +126,7 @@ func TestJSONSchemaCompileErrors(t *testing.T) {
 		{"any value", `{"type":"object","properties":{"x":true}}`, "#/properties/x: a schema that allows any value", nil},
 		{"no type", `{"title":"x"}`, "a schema without a type", nil},
 		{"array without items", `{"type":"array"}`, "an array schema without items", nil},
+		{"tuple", `{"type":"array","items":[{"type":"string"}]}`, "a list of items (a tuple)", nil},
 		{"unknown connect.type", `{"type":"number","connect.type":"int128"}`, `connect.type "int128"`, nil},
 		{"map array without key", `{"type":"array","connect.type":"map","items":{"type":"object","properties":{"value":{"type":"string"}}}}`, "want properties key and value", nil},
 	} {

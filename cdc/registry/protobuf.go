@@ -24,8 +24,15 @@ package registry
 //	                                          after the enum, with ProtobufData's
 //	                                          io.confluent.connect.protobuf.Enum
 //	                                          parameters
-//	message                                   struct (named after the message's
-//	                                          full name), fields in field order
+//	message                                   struct, fields in field order,
+//	                                          named after the message's full
+//	                                          name (ProtobufData's
+//	                                          enhanced.protobuf.schema.support:
+//	                                          Debezium's names end in
+//	                                          ".Envelope", ".Key" after a
+//	                                          namespace); no version, which
+//	                                          ProtobufData takes from the
+//	                                          registry
 //	oneof o (not a proto3 optional)           struct field "o_<index>" named
 //	                                          io.confluent.connect.protobuf.Union.o,
 //	                                          one optional field per member
@@ -55,7 +62,10 @@ package registry
 // unset: the converter writes optional Connect fields that way
 // (optional.for.nullables, wrapper.for.nullables). A repeated field has no
 // presence: an unset one is an empty array, as ProtobufData gives (it writes
-// a null array as no elements).
+// a null array as no elements). ProtobufConverter's defaults write every
+// optional Connect scalar as a plain proto3 field, so a null column reads
+// back as 0 or "": configure the converter with optional.for.nullables=true
+// (or wrapper.for.nullables=true) to keep nulls.
 //
 // Connect names and parameters. ProtobufData keeps no Connect schema name
 // other than the four logical types above and no parameters other than

@@ -796,3 +796,48 @@ func TestProtobufSharedMessagesCompileOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "M39", schemaFieldOf(schema, "b")["name"])
 }
+
+// TestProtobufConverterDefaults decodes a schema as ProtobufConverter
+// registers it with its default settings: optional Connect scalars are
+// plain proto3 fields, and Debezium's own type names are gone.
+func TestProtobufConverterDefaults(t *testing.T) {
+	const text = `syntax = "proto3";
+package dbserver1.public.articles;
+import "confluent/meta.proto";
+import "confluent/type/decimal.proto";
+import "google/type/date.proto";
+message Value {
+  int32 id = 1;
+  string title = 2;
+  confluent.type.Decimal price = 3 [(confluent.field_meta) = {params: [{key: "precision", value: "10"}, {key: "scale", value: "2"}]}];
+  int32 published_on = 4;
+  google.type.Date legacy_date = 5;
+}`
+	f, err := compileProtobuf(text, nil)
+	require.NoError(t, err)
+	msg := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 42)
+	dec := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0x0f, 0x9e})
+	dec = protowire.AppendVarint(protowire.AppendTag(dec, 2, protowire.VarintType), 10)
+	dec = protowire.AppendVarint(protowire.AppendTag(dec, 3, protowire.VarintType), 2)
+	msg = protowire.AppendBytes(protowire.AppendTag(msg, 3, protowire.BytesType), dec)
+	msg = protowire.AppendVarint(protowire.AppendTag(msg, 4, protowire.VarintType), 17927)
+	date := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 2019)
+	date = protowire.AppendVarint(protowire.AppendTag(date, 2, protowire.VarintType), 1)
+	date = protowire.AppendVarint(protowire.AppendTag(date, 3, protowire.VarintType), 31)
+	msg = protowire.AppendBytes(protowire.AppendTag(msg, 5, protowire.BytesType), date)
+
+	got, schema, err := f.decode(append([]byte{0}, msg...))
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{
+		"id":           json.Number("42"),
+		"title":        "", // a null title was written as no field
+		"price":        "D54=",
+		"published_on": json.Number("17927"), // io.debezium.time.Date lost its name: a number of days
+		"legacy_date":  json.Number("17927"),
+	}, got)
+	require.Equal(t, map[string]any{"type": "int32", "optional": false, "field": "published_on"}, schemaFieldOf(schema, "published_on"))
+	require.Equal(t, map[string]any{"type": "int32", "optional": true, "name": "org.apache.kafka.connect.data.Date", "version": json.Number("1"), "field": "legacy_date"},
+		schemaFieldOf(schema, "legacy_date"))
+	require.Equal(t, map[string]any{"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal", "version": json.Number("1"),
+		"parameters": map[string]any{"scale": "2", "connect.decimal.precision": "10"}, "field": "price"}, schemaFieldOf(schema, "price"))
+}
