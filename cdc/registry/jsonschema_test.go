@@ -187,7 +187,7 @@ func TestJSONSchemaDecodesLikeJSON(t *testing.T) {
 
 	// A payload that contradicts its schema is rejected by the cdc reader,
 	// as the same JSON record is.
-	framed.Value = frame(1, []byte(`{"before":null,"after":{"id":"forty-two"},"source":{"version":"2.7.0.Final","connector":"postgresql","name":"dbserver1","ts_ms":1,"db":"app","schema":"public","table":"articles","lsn":1},"op":"c"}`))
+	framed.Value = framedWith(1, []byte(`{"before":null,"after":{"id":"forty-two"},"source":{"version":"2.7.0.Final","connector":"postgresql","name":"dbserver1","ts_ms":1,"db":"app","schema":"public","table":"articles","lsn":1},"op":"c"}`))
 	_, err = cdc.NewDecoder(cdc.DecoderConfig{Schemas: schemas}).Decode(framed)
 	var de *cdc.DecodeError
 	require.ErrorAs(t, err, &de)

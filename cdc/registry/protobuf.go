@@ -106,7 +106,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -202,10 +201,6 @@ message TimeOfDay {
 `,
 }
 
-// errMissingImport marks an import that neither the references nor the
-// known files hold.
-var errMissingImport = errors.New("import not found")
-
 // compileProtobufFile compiles a registered .proto source with its
 // references (import name → source) into its file descriptor.
 func compileProtobufFile(text string, refs map[string]string) (protoreflect.FileDescriptor, error) {
@@ -224,7 +219,7 @@ func compileProtobufFile(text string, refs map[string]string) (protoreflect.File
 		mu.Lock()
 		missing = append(missing, path)
 		mu.Unlock()
-		return nil, fmt.Errorf("%w: %w", errMissingImport, os.ErrNotExist)
+		return nil, fmt.Errorf("%s: %w", path, os.ErrNotExist)
 	}
 	c := protocompile.Compiler{
 		Resolver:       protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: access}),

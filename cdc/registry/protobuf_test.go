@@ -599,12 +599,12 @@ func TestJavaFloat(t *testing.T) {
 	}
 }
 
-// framedTestDecoder is a cdc.SchemaDecoder over compiled formats by
+// inMemorySchemas is a cdc.SchemaDecoder over compiled formats by
 // schema id, without a registry: what the registry client does once it
 // has fetched the schemas.
-type framedTestDecoder map[int]format
+type inMemorySchemas map[int]format
 
-func (d framedTestDecoder) DecodeFramed(_ context.Context, _ string, _ bool, b []byte) (any, map[string]any, error) {
+func (d inMemorySchemas) DecodeFramed(_ context.Context, _ string, _ bool, b []byte) (any, map[string]any, error) {
 	id, body, err := header(b)
 	if err != nil {
 		return nil, nil, err
@@ -616,8 +616,8 @@ func (d framedTestDecoder) DecodeFramed(_ context.Context, _ string, _ bool, b [
 	return f.decode(body)
 }
 
-// frame writes body in the registry's wire format under id.
-func frame(id int, body []byte) []byte {
+// framedWith writes body in the registry's wire format under id.
+func framedWith(id int, body []byte) []byte {
 	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(id)), body...)
 }
 
@@ -635,7 +635,7 @@ type encodeFunc func(t testing.TB, connect map[string]any, payload any) (schemaT
 
 // framedRecords encodes a testdata change's key and value with enc and
 // returns the framed record and a decoder that knows both schemas.
-func framedRecords(t testing.TB, name string, enc encodeFunc, compile func(string, map[string]string) (format, error)) (cdc.Record, cdc.Record, framedTestDecoder) {
+func framedRecords(t testing.TB, name string, enc encodeFunc, compile func(string, map[string]string) (format, error)) (cdc.Record, cdc.Record, inMemorySchemas) {
 	t.Helper()
 	dir := filepath.Join("..", "testdata")
 	vs, vp := readConnectRecord(t, filepath.Join(dir, name+".json"))
@@ -652,8 +652,8 @@ func framedRecords(t testing.TB, name string, enc encodeFunc, compile func(strin
 	require.NoError(t, err)
 	topic := "dbserver1.public.articles"
 	jsonRec := cdc.Record{Raw: cdc.Raw{Topic: topic, Key: rawK, Value: rawV}}
-	framed := cdc.Record{Raw: cdc.Raw{Topic: topic, Key: frame(2, kBody), Value: frame(1, vBody)}}
-	return jsonRec, framed, framedTestDecoder{1: vf, 2: kf}
+	framed := cdc.Record{Raw: cdc.Raw{Topic: topic, Key: framedWith(2, kBody), Value: framedWith(1, vBody)}}
+	return jsonRec, framed, inMemorySchemas{1: vf, 2: kf}
 }
 
 func TestProtobufDecodesLikeJSON(t *testing.T) {
@@ -669,7 +669,7 @@ func TestProtobufDecodesLikeJSON(t *testing.T) {
 	require.Equal(t, json.Number("39.98"), got.After["price"], "a Decimal decodes by its name and scale")
 
 	// A body its schema cannot decode is a permanent decode error.
-	framed.Value = frame(1, []byte{0, 0x0a, 0x05})
+	framed.Value = framedWith(1, []byte{0, 0x0a, 0x05})
 	_, err = cdc.NewDecoder(cdc.DecoderConfig{Schemas: schemas}).Decode(framed)
 	var de *cdc.DecodeError
 	require.ErrorAs(t, err, &de)
