@@ -42,7 +42,10 @@ package registry
 //	                                          [[key, value], …] pairs
 //	google.protobuf.{Int32,Int64,UInt32,      the wrapped scalar, optional
 //	UInt64,Float,Double,Bool,String,Bytes}    (ProtobufConverter's
-//	Value                                     wrapper.for.nullables)
+//	Value                                     wrapper.for.nullables); as the
+//	                                          record's message, the bare
+//	                                          primitive record
+//	                                          (wrapper.for.raw.primitives)
 //	confluent.type.Decimal                    org.apache.kafka.connect.data.Decimal
 //	                                          (bytes, parameters scale and
 //	                                          connect.decimal.precision from the
@@ -268,7 +271,9 @@ type protobufFormat struct {
 // pbPlan is a message's Connect schema and the conversion of its values,
 // or the reason it has none.
 type pbPlan struct {
-	msg    *pbMessage
+	// node converts the record's message: a struct, or the value of a
+	// wrapper message that stands for a primitive record.
+	node   *pbNode
 	schema map[string]any
 	err    error
 }
@@ -286,7 +291,7 @@ func (f *protobufFormat) decode(body []byte) (any, map[string]any, error) {
 	if err := proto.Unmarshal(rest, m); err != nil {
 		return nil, nil, fmt.Errorf("decode protobuf %s: %w", md.FullName(), err)
 	}
-	v, err := p.msg.value(m)
+	v, err := p.node.value(protoreflect.ValueOfMessage(m))
 	if err != nil {
 		return nil, nil, fmt.Errorf("decode protobuf %s: %w", md.FullName(), err)
 	}
@@ -338,11 +343,25 @@ func (f *protobufFormat) plan(md protoreflect.MessageDescriptor) *pbPlan {
 		return p
 	}
 	p := &pbPlan{}
-	msg, schema, err := pbCompileMessage(md, &pbCompiler{active: map[protoreflect.FullName]bool{}, done: map[protoreflect.FullName]pbCompiled{}})
-	if err != nil {
-		p.err = fmt.Errorf("protobuf message %s: %w", md.FullName(), err)
+	if typ, ok := pbWrappers[md.FullName()]; ok {
+		// ProtobufConverter writes a record that is a bare primitive (a
+		// string key) as the primitive's wrapper message
+		// (wrapper.for.raw.primitives, on by default).
+		params := pbReadMeta(md.Options())
+		if typ == "int32" {
+			typ = pbIntType(params)
+		}
+		p.node = &pbNode{kind: pbWrapper, pk: md.Fields().ByNumber(1).Kind()}
+		p.schema = map[string]any{"type": typ, "optional": false}
+		if err := pbApplyMeta(p.schema, params, "connect."); err != nil {
+			p.err = fmt.Errorf("protobuf message %s: %w", md.FullName(), err)
+		}
 	} else {
-		p.msg, p.schema = msg, schema
+		msg, schema, err := pbCompileMessage(md, &pbCompiler{active: map[protoreflect.FullName]bool{}, done: map[protoreflect.FullName]pbCompiled{}})
+		if err != nil {
+			p.err = fmt.Errorf("protobuf message %s: %w", md.FullName(), err)
+		}
+		p.node, p.schema = &pbNode{kind: pbStruct, msg: msg}, schema
 	}
 	f.plans[md.FullName()] = p
 	return p

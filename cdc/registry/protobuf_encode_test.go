@@ -38,10 +38,10 @@ func encodeProtobuf(t testing.TB, connect map[string]any, payload any) (schemaTy
 	if payload == nil {
 		t.Skip("protobuf: a null value is a tombstone, which the serializer writes as no bytes")
 	}
-	if connect["type"] != "struct" {
-		t.Skipf("protobuf: ProtobufConverter writes only structs at the top level, not %v", connect["type"])
-	}
 	g := &pbGen{t: t, imports: map[string]bool{}}
+	if connect["type"] != "struct" {
+		return g.primitive(connect, payload)
+	}
 	name, _ := connect["name"].(string)
 	pkg, simple := pbSplitName(name)
 	top := g.message(connect, simple, map[string]bool{})
@@ -77,6 +77,55 @@ func encodeProtobuf(t testing.TB, connect map[string]any, payload any) (schemaTy
 	}
 	// One zero byte: the message indexes [0], the file's first message.
 	return "PROTOBUF", schemaText, append([]byte{0}, msg...)
+}
+
+// pbWrapperOf is the wrapper message ProtobufConverter writes a bare
+// primitive record as, by Connect type.
+var pbWrapperOf = map[string]string{
+	"int8": "Int32Value", "int16": "Int32Value", "int32": "Int32Value", "int64": "Int64Value",
+	"float": "FloatValue", "float32": "FloatValue", "double": "DoubleValue", "float64": "DoubleValue",
+	"boolean": "BoolValue", "string": "StringValue", "bytes": "BytesValue",
+}
+
+// primitive writes a bare primitive record as its wrapper message
+// (wrapper.for.raw.primitives): the file declares the wrapper alone, in
+// its own package, with the Connect name and parameters in its meta.
+func (g *pbGen) primitive(connect map[string]any, payload any) (string, string, []byte) {
+	wrapper, ok := pbWrapperOf[fmt.Sprint(connect["type"])]
+	if !ok {
+		g.t.Skipf("protobuf: ProtobufConverter writes a %v record as no message", connect["type"])
+	}
+	meta := map[string]string{}
+	typ, derived := g.valueType(nil, connect, "value", nil, meta, "connect.")
+	if derived["kind"] != "scalar" {
+		g.t.Skipf("protobuf: ProtobufConverter writes a bare %v record as no message", connect["name"])
+	}
+	delete(derived, "kind")
+	derived["optional"] = false
+	pbDiff(connect, derived, "connect.", meta)
+	var b strings.Builder
+	b.WriteString("syntax = \"proto3\";\npackage google.protobuf;\n")
+	if len(meta) > 0 {
+		b.WriteString("import \"confluent/meta.proto\";\n")
+	}
+	fmt.Fprintf(&b, "message %s {\n", wrapper)
+	if len(meta) > 0 {
+		fmt.Fprintf(&b, "  option (confluent.message_meta) = %s;\n", pbMetaLiteral(meta))
+	}
+	fmt.Fprintf(&b, "  %s value = 1;\n}\n", typ)
+	text := b.String()
+	fd, err := compileProtobufFile(text, nil)
+	if err != nil {
+		g.t.Fatalf("encodeProtobuf: the generated schema does not compile: %v\n%s", err, text)
+	}
+	m := dynamicpb.NewMessage(fd.Messages().Get(0))
+	vf := m.Descriptor().Fields().ByNumber(1)
+	m.Set(vf, g.value(vf, nil, connect, payload, "value"))
+	msg, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		g.t.Fatalf("encodeProtobuf: marshal: %v", err)
+	}
+	return "PROTOBUF", text, append([]byte{0}, msg...)
 }
 
 // pbGen builds a .proto source and fills its messages.

@@ -261,7 +261,7 @@ const everyTypePayload = `{"i8":-8,"i16":1600,"i32":-32,"i64":9007199254740993,"
  "place":{"wkb":"AQE=","srid":null},"holidays":[17927,17928],"tags":[],"pairs":[{"k":"a"},{"k":null}],
  "labels":{"x":"1","y":"2"},"scores":[[2,0.5],[1,-3.25]],"order-id":"A-1","nothing":null}`
 
-func decodeTestJSON(t testing.TB, s string) any {
+func parseTestJSON(t testing.TB, s string) any {
 	t.Helper()
 	d := json.NewDecoder(strings.NewReader(s))
 	d.UseNumber()
@@ -271,8 +271,8 @@ func decodeTestJSON(t testing.TB, s string) any {
 }
 
 func TestProtobufRoundTripEveryType(t *testing.T) {
-	connect := decodeTestJSON(t, everyTypeSchema).(map[string]any)
-	payload := decodeTestJSON(t, everyTypePayload)
+	connect := parseTestJSON(t, everyTypeSchema).(map[string]any)
+	payload := parseTestJSON(t, everyTypePayload)
 	_, text, body := encodeProtobuf(t, connect, payload)
 	f, err := compileProtobuf(text, nil)
 	require.NoError(t, err, text)
@@ -281,7 +281,7 @@ func TestProtobufRoundTripEveryType(t *testing.T) {
 	if d := cmp.Diff(jsonConverterSchema(connect), schema); d != "" {
 		t.Fatalf("schema (-want +got):\n%s\n%s", d, text)
 	}
-	want := decodeTestJSON(t, `{"i8":-8,"i16":1600,"i32":-32,"i64":9007199254740993,"f32":1.5,"f64":20.0,"big":1.0E20,"b":true,"s":"text",
+	want := parseTestJSON(t, `{"i8":-8,"i16":1600,"i32":-32,"i64":9007199254740993,"f32":1.5,"f64":20.0,"big":1.0E20,"b":true,"s":"text",
  "raw":"AAEC/w==","price":"D54=","count":"AA==","cdate":17927,"ctime":45296789,"cts":-1500,"ddate":-1,"dts":1548936781000001,"dtime":45296789012345,
  "doc":"{\"a\":[1,2]}","uid":"7b3c0b6e-1d7f-4f3c-9a53-2f0f7b6a9d11","color":"green","flags":"BQ==","weight":{"scale":3,"value":"AeJA"},
  "place":{"wkb":"AQE=","srid":null},"holidays":[17927,17928],"tags":[],"pairs":[{"k":"a"},{"k":null}],
@@ -374,13 +374,13 @@ func TestProtobufHandWritten(t *testing.T) {
 
 	got, schema, err := f.decode(protoBody([]int64{1}, msg))
 	require.NoError(t, err)
-	want := decodeTestJSON(t, `{"pay_0":{"card":null,"cash":250},"id":7,"note":"hi","small":null,"maybe":null,"status":"PAID",
+	want := parseTestJSON(t, `{"pay_0":{"card":null,"cash":250},"id":7,"note":"hi","small":null,"maybe":null,"status":"PAID",
 	 "big":-1,"u32":4294967295,"s32":-5,"f64":0,"notes":[[-2,"minus two"],[10,"ten"]],"lines":[{"qty":3}],"first":null,
 	 "blob":"","ratio":0.1}`)
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("payload (-want +got):\n%s", d)
 	}
-	wantSchema := decodeTestJSON(t, `{"type":"struct","optional":false,"name":"shop.v1.Order","fields":[
+	wantSchema := parseTestJSON(t, `{"type":"struct","optional":false,"name":"shop.v1.Order","fields":[
 	 {"type":"struct","optional":true,"name":"io.confluent.connect.protobuf.Union.pay","field":"pay_0","fields":[
 	   {"type":"string","optional":true,"field":"card"},{"type":"int64","optional":true,"field":"cash"}]},
 	 {"type":"int32","optional":false,"field":"id"},
@@ -626,7 +626,7 @@ func readConnectRecord(t testing.TB, path string) (map[string]any, any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	top := decodeTestJSON(t, string(b)).(map[string]any)
+	top := parseTestJSON(t, string(b)).(map[string]any)
 	return top["schema"].(map[string]any), top["payload"]
 }
 
@@ -840,4 +840,54 @@ message Value {
 		schemaFieldOf(schema, "legacy_date"))
 	require.Equal(t, map[string]any{"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal", "version": json.Number("1"),
 		"parameters": map[string]any{"scale": "2", "connect.decimal.precision": "10"}, "field": "price"}, schemaFieldOf(schema, "price"))
+}
+
+func TestProtobufRawPrimitives(t *testing.T) {
+	for _, tc := range []struct {
+		connect, payload string
+	}{
+		{`{"type":"string","optional":false}`, `"k-1"`},
+		{`{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1}`, `"7b3c0b6e-1d7f-4f3c-9a53-2f0f7b6a9d11"`},
+		{`{"type":"int64","optional":false}`, `-9007199254740993`},
+		{`{"type":"int8","optional":false}`, `-7`},
+		{`{"type":"bytes","optional":false}`, `"AAE="`},
+		{`{"type":"double","optional":false}`, `2.5`},
+		{`{"type":"boolean","optional":false}`, `true`},
+	} {
+		t.Run(tc.connect, func(t *testing.T) {
+			connect := parseTestJSON(t, tc.connect).(map[string]any)
+			payload := parseTestJSON(t, tc.payload)
+			_, text, body := encodeProtobuf(t, connect, payload)
+			f, err := compileProtobuf(text, nil)
+			require.NoError(t, err, text)
+			got, schema, err := f.decode(body)
+			require.NoError(t, err, text)
+			require.Equal(t, jsonConverterSchema(connect), schema)
+			require.Equal(t, jsonConverterValue(connect, payload, true), got)
+		})
+	}
+
+	// The registered schema of a raw primitive is the wrappers file; the
+	// message indexes pick the wrapper.
+	const wrappers = `syntax = "proto3";
+package google.protobuf;
+message DoubleValue { double value = 1; }
+message FloatValue { float value = 1; }
+message Int64Value { int64 value = 1; }
+message UInt64Value { uint64 value = 1; }
+message Int32Value { int32 value = 1; }
+message UInt32Value { uint32 value = 1; }
+message BoolValue { bool value = 1; }
+message StringValue { string value = 1; }
+message BytesValue { bytes value = 1; }`
+	f, err := compileProtobuf(wrappers, nil)
+	require.NoError(t, err)
+	got, schema, err := f.decode(protoBody([]int64{7}, protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "k-1")))
+	require.NoError(t, err)
+	require.Equal(t, "k-1", got)
+	require.Equal(t, map[string]any{"type": "string", "optional": false}, schema)
+	got, schema, err = f.decode(protoBody([]int64{5}, nil))
+	require.NoError(t, err)
+	require.Equal(t, json.Number("0"), got, "an unset wrapper value is its zero value")
+	require.Equal(t, map[string]any{"type": "int64", "optional": false}, schema)
 }
