@@ -182,6 +182,8 @@ type jsNode struct {
 	fields []jsField
 	// elem is an array's items and a map's values; key a map's keys.
 	elem, key *jsNode
+	// stringKeys makes a jsMapPairs an object.
+	stringKeys bool
 }
 
 type jsField struct {
@@ -372,6 +374,9 @@ func (c *jsCompiler) compile(s any, doc, where string, optional bool) (*jsNode, 
 				return nil, nil, err
 			}
 			node.kind, node.key, node.elem = jsMapPairs, kn, vn
+			// JsonSchemaData writes optional string keys as pairs too;
+			// JsonConverter writes every string-keyed map as an object.
+			node.stringKeys = ks["type"] == "string"
 			schema = map[string]any{"type": "map", "keys": ks, "values": vs}
 			break
 		}
@@ -603,12 +608,20 @@ func (n *jsNode) value(v any) any {
 			return v
 		}
 		out := make([]any, len(a))
+		obj := make(map[string]any, len(a))
 		for i, e := range a {
 			entry, ok := e.(map[string]any)
 			if !ok {
 				return v
 			}
-			out[i] = []any{n.key.value(entry["key"]), n.elem.value(entry["value"])}
+			k, val := n.key.value(entry["key"]), n.elem.value(entry["value"])
+			if ks, isString := k.(string); n.stringKeys && isString {
+				obj[ks] = val
+			}
+			out[i] = []any{k, val}
+		}
+		if n.stringKeys && len(obj) == len(a) {
+			return obj
 		}
 		return out
 	}

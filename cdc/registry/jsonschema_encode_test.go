@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -129,12 +130,26 @@ func jsPayload(s map[string]any, v any) any {
 		}
 		return out
 	case "map":
+		keys := s["keys"].(map[string]any)
 		vals := s["values"].(map[string]any)
+		ko, _ := keys["optional"].(bool)
 		switch m := v.(type) {
 		case map[string]any:
-			out := map[string]any{}
-			for k, e := range m {
-				out[k] = jsPayload(vals, e)
+			if keys["type"] == "string" && !ko {
+				out := map[string]any{}
+				for k, e := range m {
+					out[k] = jsPayload(vals, e)
+				}
+				return out
+			}
+			names := make([]string, 0, len(m))
+			for k := range m {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			out := make([]any, len(names))
+			for i, k := range names {
+				out[i] = map[string]any{"key": k, "value": jsPayload(vals, m[k])}
 			}
 			return out
 		case []any:

@@ -107,6 +107,23 @@ func TestJSONSchemaHandWritten(t *testing.T) {
 	}
 }
 
+func TestJSONSchemaMaps(t *testing.T) {
+	connect := parseTestJSON(t, `{"type":"struct","optional":false,"fields":[
+	 {"type":"map","optional":true,"keys":{"type":"string","optional":true},"values":{"type":"int32","optional":true},"field":"optional_keys"},
+	 {"type":"map","optional":true,"keys":{"type":"boolean","optional":false},"values":{"type":"string","optional":true},"field":"bool_keys"}]}`).(map[string]any)
+	payload := parseTestJSON(t, `{"optional_keys":{"a":1,"b":null},"bool_keys":[[true,"yes"],[false,null]]}`)
+	_, text, body := encodeJSONSchema(t, connect, payload)
+	require.Contains(t, string(body), `"optional_keys":[{`, "JsonSchemaData writes optional string keys as pairs")
+	f, err := compileJSONSchema(text, nil)
+	require.NoError(t, err)
+	got, schema, err := f.decode(body)
+	require.NoError(t, err)
+	require.Equal(t, jsonConverterSchema(connect), schema)
+	optionalKeys := got.(map[string]any)["optional_keys"]
+	require.Equal(t, map[string]any{"a": json.Number("1"), "b": nil}, optionalKeys, "JsonConverter writes string keys as an object")
+	require.Equal(t, []any{[]any{true, "yes"}, []any{false, nil}}, got.(map[string]any)["bool_keys"])
+}
+
 func TestJSONSchemaCompileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, schema, wantErr string
@@ -239,4 +256,28 @@ func TestJSONSchemaSharedReferencesCompileOnce(t *testing.T) {
 	require.Equal(t, "b", schemaFieldOf(a, "b")["field"], "each use has its own field name")
 	require.Equal(t, "t38", schemaFieldOf(a, "b")["name"])
 	require.Equal(t, map[string]any{"a": map[string]any{"a": nil, "b": nil}, "b": nil}, got)
+}
+
+func TestJSONSchemaPrimitiveRecords(t *testing.T) {
+	for _, tc := range []struct {
+		connect, payload string
+	}{
+		{`{"type":"string","optional":false}`, `"k-1"`},
+		{`{"type":"int8","optional":false}`, `-7`},
+		{`{"type":"float","optional":false}`, `0.1`},
+		{`{"type":"bytes","optional":false,"name":"io.debezium.data.Bits","version":1,"parameters":{"length":"3"}}`, `"BQ=="`},
+		{`{"type":"array","optional":false,"items":{"type":"int32","optional":true,"name":"io.debezium.time.Date","version":1}}`, `[1,null]`},
+	} {
+		t.Run(tc.connect, func(t *testing.T) {
+			connect := parseTestJSON(t, tc.connect).(map[string]any)
+			payload := parseTestJSON(t, tc.payload)
+			_, text, body := encodeJSONSchema(t, connect, payload)
+			f, err := compileJSONSchema(text, nil)
+			require.NoError(t, err, text)
+			got, schema, err := f.decode(body)
+			require.NoError(t, err, text)
+			require.Equal(t, jsonConverterSchema(connect), schema)
+			require.Equal(t, jsonConverterValue(connect, payload, false), got)
+		})
+	}
 }

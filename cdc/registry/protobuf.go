@@ -565,9 +565,9 @@ func pbCompileMap(kd, vd protoreflect.FieldDescriptor, params map[string]string,
 	if err := pbApplyMeta(vs, params, "connect.values."); err != nil {
 		return nil, nil, err
 	}
-	// JsonConverter writes a map as an object when its keys are required
-	// strings, else as pairs.
-	n := &pbNode{kind: pbMap, key: key, elem: val, stringKeys: ks["type"] == "string" && ks["optional"] == false}
+	// JsonConverter writes a map with string keys as an object, any
+	// other as pairs.
+	n := &pbNode{kind: pbMap, key: key, elem: val, stringKeys: ks["type"] == "string"}
 	return n, map[string]any{"type": "map", "optional": true, "keys": ks, "values": vs}, nil
 }
 
