@@ -60,9 +60,10 @@ package registry
 // Presence and optional fields. Protobuf cannot tell an unset proto3 scalar
 // from its zero value, so a scalar without presence is a required Connect
 // field and decodes to its zero value when unset (0, "", false), as
-// ProtobufData gives. A field with presence (proto3 optional, proto2
-// optional, a wrapper, a message) is optional and decodes to null when
-// unset: the converter writes optional Connect fields that way
+// ProtobufData gives; an enum is optional, as ProtobufData makes it, and
+// decodes to its first value's name when unset. A field with presence
+// (proto3 optional, proto2 optional, a wrapper, a message) is optional and
+// decodes to null when unset: the converter writes optional Connect fields that way
 // (optional.for.nullables, wrapper.for.nullables). A repeated field has no
 // presence: an unset one is an empty array, as ProtobufData gives (it writes
 // a null array as no elements). ProtobufConverter's defaults write every
@@ -95,9 +96,14 @@ package registry
 //	connect.values.<key>       connect.items.name)
 //
 // On a message field, field_meta describes the field; message_meta on the
-// message describes the struct wherever it is used. ProtobufData ignores
-// these keys, so a schema that carries them reads the same for a Java
-// consumer, and every other option (or an unknown key) is ignored here.
+// message describes the struct wherever it is used. ProtobufConverter does
+// not write these keys: a schema carries them when it is registered ahead
+// of the connector (auto.register.schemas=false, use.latest.version=true)
+// by a tool that knows them, as this package's test encoder does. Without
+// them a Debezium type decodes as its bare type, as a Java consumer sees
+// it. ProtobufData ignores the keys, so a schema that carries them reads
+// the same for a Java consumer, and every other option (or an unknown key)
+// is ignored here.
 // ProtobufData's io.confluent.connect.protobuf.Tag parameter (the field
 // number) is left out: it is Protobuf bookkeeping that JsonConverter's
 // consumers have no use for, and it would differ from the JSON converter's
