@@ -33,12 +33,6 @@ const (
 	avroUnion   = "io.confluent.connect.avro.Union"
 	avroEnum    = "io.confluent.connect.avro.Enum"
 	avroDefault = "io.confluent.connect.avro.ConnectDefault"
-	// Connect's own logical types, for Avro logical types written by
-	// producers other than Connect.
-	connectDecimal   = "org.apache.kafka.connect.data.Decimal"
-	connectDate      = "org.apache.kafka.connect.data.Date"
-	connectTime      = "org.apache.kafka.connect.data.Time"
-	connectTimestamp = "org.apache.kafka.connect.data.Timestamp"
 	// Debezium's names for the microsecond types, which Connect lacks.
 	debeziumMicroTime      = "io.debezium.time.MicroTime"
 	debeziumMicroTimestamp = "io.debezium.time.MicroTimestamp"

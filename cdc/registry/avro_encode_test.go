@@ -23,7 +23,7 @@ import (
 // converter's tree) encoded with hamba's encoder. A payload its schema
 // cannot hold (a string in an int32 field) skips the test: the JSON
 // converter would not have written it either.
-func encodeAvro(t *testing.T, connect map[string]any, payload any) (string, string, []byte) {
+func encodeAvro(t testing.TB, connect map[string]any, payload any) (string, string, []byte) {
 	t.Helper()
 	text, body, err := avroEncode(connect, payload)
 	var nr notRepresentable

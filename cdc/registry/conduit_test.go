@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	schemaregistry "github.com/conduitio/conduit-schema-registry"
 	"github.com/conduitio/conduit-commons/database/inmemory"
+	schemaregistry "github.com/conduitio/conduit-schema-registry"
 	"github.com/hamba/avro/v2"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/sr"

@@ -15,6 +15,17 @@ type format interface {
 	decode(body []byte) (payload any, connect map[string]any, err error)
 }
 
+// Connect's own logical type names (org.apache.kafka.connect.data), which
+// each format's logical types map to (Avro's decimal, date, time-millis and
+// timestamp-millis; Protobuf's confluent.type.Decimal, google.type.Date,
+// google.type.TimeOfDay and google.protobuf.Timestamp).
+const (
+	connectDecimal   = "org.apache.kafka.connect.data.Decimal"
+	connectDate      = "org.apache.kafka.connect.data.Date"
+	connectTime      = "org.apache.kafka.connect.data.Time"
+	connectTimestamp = "org.apache.kafka.connect.data.Timestamp"
+)
+
 // header splits a record in the registry's wire format into its schema id
 // and body: byte 0, the id as a four-byte big-endian integer, then the
 // format's bytes.

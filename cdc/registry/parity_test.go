@@ -28,17 +28,15 @@ import (
 // t.Skip for a payload its schema cannot hold.
 type parityFormat struct {
 	name   string
-	encode func(t *testing.T, connectSchema map[string]any, payload any) (schemaType, schemaText string, body []byte)
+	encode func(t testing.TB, connectSchema map[string]any, payload any) (schemaType, schemaText string, body []byte)
 }
 
-// parityFormats are the formats under test. The Protobuf and JSON Schema
-// encoders (encodeProtobuf in protobuf_encode_test.go, encodeJSONSchema in
-// jsonschema_encode_test.go) are appended here as they land:
-//
-//	{"protobuf", encodeProtobuf},
-//	{"jsonschema", encodeJSONSchema},
+// parityFormats are the formats under test: Avro (encodeAvro), Protobuf
+// (encodeProtobuf) and JSON Schema (encodeJSONSchema).
 var parityFormats = []parityFormat{
 	{"avro", encodeAvro},
+	{"protobuf", encodeProtobuf},
+	{"jsonschema", encodeJSONSchema},
 }
 
 // sharedCorpusIDs are the table id columns the corpus test (cdc's
@@ -127,6 +125,20 @@ func TestParity(t *testing.T) {
 	// table[format][kind] counts outcomes: the parity table.
 	type cell struct{ same, differ, na int }
 	table := map[string]map[string]*cell{}
+	// skipped are the messages some format's encoder could not write: every
+	// entry of unrepresentable must be one, or the list has gone stale.
+	skipped := map[string]bool{}
+	names := map[string]bool{}
+	for _, m := range corpus {
+		names[m.name] = true
+	}
+	t.Cleanup(func() {
+		for name, why := range unrepresentable {
+			if names[name] && !skipped[name] {
+				t.Errorf("%s is listed in unrepresentable (%s) but every format wrote it: take it off the list", name, why)
+			}
+		}
+	})
 	for _, pf := range parityFormats {
 		table[pf.name] = map[string]*cell{}
 		srv := srtest.New(t, srtest.Options{})
@@ -153,11 +165,14 @@ func TestParity(t *testing.T) {
 					switch {
 					case t.Skipped():
 						na = true
+						skipped[m.name] = true
 						if !known && !errors.As(wantErr, &de) {
 							t.Errorf("only a message the JSON decoder refuses, or one listed in unrepresentable, may be left out, but it gave %v", wantErr)
 						}
 					case known:
-						t.Errorf("listed in unrepresentable (%s) but written: take it off the list", why)
+						// JSON Schema writes a payload that contradicts its
+						// schema as it is; a binary format's encoder cannot.
+						t.Logf("listed in unrepresentable (%s) but %s wrote it", why, pf.name)
 					}
 				})
 				framed := rec

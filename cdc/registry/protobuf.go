@@ -133,14 +133,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// Connect logical type names (org.apache.kafka.connect.data).
-const (
-	connectDecimal   = "org.apache.kafka.connect.data.Decimal"
-	connectDate      = "org.apache.kafka.connect.data.Date"
-	connectTime      = "org.apache.kafka.connect.data.Time"
-	connectTimestamp = "org.apache.kafka.connect.data.Timestamp"
-)
-
 // ProtobufData's names.
 const (
 	pbEnumParam   = "io.confluent.connect.protobuf.Enum"

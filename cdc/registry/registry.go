@@ -365,6 +365,10 @@ func compile(typ sr.SchemaType, text string, refs map[string]string) (format, er
 	switch typ {
 	case sr.TypeAvro:
 		return compileAvro(text, refs)
+	case sr.TypeProtobuf:
+		return compileProtobuf(text, refs)
+	case sr.TypeJSON:
+		return compileJSONSchema(text, refs)
 	}
 	return nil, fmt.Errorf("schema type %s is not supported", typ)
 }
