@@ -157,6 +157,6 @@ func quiet(t *testing.T, s *redisstream.Source, n int) {
 	for range n {
 		b, err := s.Fetch(t.Context())
 		require.NoError(t, err)
-		require.Empty(t, b.Records, "nothing is due: %v", ids(b.Records))
+		require.Empty(t, ids(b.Records), "nothing is due")
 	}
 }
