@@ -30,7 +30,8 @@ answered degraded); otherwise those of the configured source (messages that
 could not be decoded or applied): for source.kind kafka the dead-letter
 topic(s) dlq.topic or <topic>.ragsync-dlq, for source.kind file the file
 dlq.path or <source.file.path>.dlq.jsonl, for source.kind postgres the file
-dlq.path or ragsync-<slot>.dlq.jsonl (each holds the change as JSON).
+dlq.path or ragsync-<slot>.dlq.jsonl (each holds the change as JSON), for
+source.kind redis-streams the stream(s) <stream>.ragsync-dlq.
 
 Replay re-injects them — after you fixed the config or the dependency —
 once, without the error headers.`,
@@ -63,7 +64,9 @@ Example:
 headers removed): a Kafka dead letter goes back to its original topic (a
 consumer group on the dead-letter topic remembers how far replay got), a
 file source's dead letters are appended to source.file.path and their file
-is emptied, a Postgres source's dead letters are queued in <dlq file>.replay
+is emptied, a Redis Streams dead letter goes back to its original stream and
+is deleted from the dead-letter stream in one step, a Postgres source's dead
+letters are queued in <dlq file>.replay
 (each row read again when applied), --frontdoor puts requests back on
 <prefix>:requests (ids already answered are not answered twice). Fix the
 cause first: the config, the connector, or the dependency that was down.
@@ -81,7 +84,8 @@ Example:
 			Use:   "purge",
 			Short: "Delete every dead letter",
 			Long: `purge deletes every dead letter: it deletes the records of the Kafka
-dead-letter topic(s), empties the file source's dead-letter file, or with
+dead-letter topic(s) or the entries of the Redis dead-letter stream(s),
+empties the file source's dead-letter file, or with
 --frontdoor deletes the front door's dead-letter stream entries. What is
 purged cannot be replayed.
 
