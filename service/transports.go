@@ -251,8 +251,8 @@ func redisStreamsDeadLetters(cfg SourceConfig, _ string) ([]DeadLetters, func(),
 	stores := make([]DeadLetters, 0, len(rc.Streams))
 	for _, s := range rc.Streams {
 		name := s + redisstream.DLQSuffix
-		stores = append(stores, DeadLetters{DeadLetterStore: redisstream.NewDeadLetterStream(rdb, name, "", rc.NullKey, rc.NullValue), Name: name, Topic: true,
-			Replayed: func(n int) string { return fmt.Sprintf("%s: replayed %d entries to their original streams", name, n) }})
+		stores = append(stores, DeadLetters{DeadLetterStore: redisstream.NewDeadLetterStream(rdb, name, "", rc.NullKey, rc.NullValue), Name: name, Stream: true,
+			Replayed: func(n int) string { return fmt.Sprintf("%s: replayed %d record(s) to their original streams", name, n) }})
 	}
 	return stores, func() { _ = rdb.Close() }, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/cdc/redisstream"
 	"github.com/ragsync/ragsync/service"
 )
 
@@ -44,7 +45,8 @@ once, without the error headers.`,
 		Use:   "list",
 		Short: "Print dead letters, oldest first",
 		Long: `list prints dead letters oldest first, each with where it came from (topic,
-partition and offset; for a file source, the line) and why it failed (error
+partition and offset; for a Redis stream, the entry id; for a file source,
+the line) and why it failed (error
 class and message, from the __connect.errors.* headers). --frontdoor lists
 the front door's dead requests with their reason and attempts.
 
@@ -184,10 +186,18 @@ func driveDLQ(ctx context.Context, out io.Writer, s service.DeadLetters, f *dlqF
 					"original_offset": d.OrigOffset, "error_class": d.ErrorClass, "error": d.ErrorMessage,
 					"key": string(d.Key), "value_bytes": len(d.Value), "file": s.Name, "line": d.Offset,
 				}
-				if s.Topic {
+				switch {
+				case s.Topic:
 					delete(fields, "file")
 					delete(fields, "line")
 					fields["topic"], fields["partition"], fields["offset"] = s.Name, d.Partition, d.Offset
+				case s.Stream:
+					delete(fields, "file")
+					delete(fields, "line")
+					fields["stream"], fields["entry_id"] = s.Name, redisstream.EntryID(d.Offset)
+					if d.OrigOffset >= 0 {
+						fields["original_entry_id"] = redisstream.EntryID(d.OrigOffset)
+					}
 				}
 				b, err := json.Marshal(fields)
 				if err != nil {
@@ -197,6 +207,13 @@ func driveDLQ(ctx context.Context, out io.Writer, s service.DeadLetters, f *dlqF
 			case s.Topic:
 				fmt.Fprintf(out, "%s/%d@%d  from %s/%d@%d  %s\n    %s\n", s.Name, d.Partition, d.Offset,
 					d.OrigTopic, d.OrigPartition, d.OrigOffset, d.ErrorClass, d.ErrorMessage)
+			case s.Stream:
+				from := "?"
+				if d.OrigOffset >= 0 {
+					from = redisstream.EntryID(d.OrigOffset)
+				}
+				fmt.Fprintf(out, "%s@%s  from %s@%s  %s\n    %s\n", s.Name, redisstream.EntryID(d.Offset),
+					orDefault(d.OrigTopic, "(no stream)"), from, d.ErrorClass, d.ErrorMessage)
 			default:
 				fmt.Fprintf(out, "%s:%d  from %s line %d  %s  %s\n    %s\n", s.Name, d.Offset, orDefault(d.OrigTopic, "(no topic)"),
 					d.OrigOffset, d.Timestamp.UTC().Format("2006-01-02T15:04:05Z"), d.ErrorClass, d.ErrorMessage)
