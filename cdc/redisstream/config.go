@@ -40,8 +40,9 @@ type Config struct {
 	// Consumer names this member of the group. A consumer re-reads its own
 	// unacknowledged entries when it starts, so a stable name (a
 	// StatefulSet's pod name) recovers a crash at once; another member
-	// takes over a dead consumer's entries after ClaimIdle. Defaults to
-	// "<hostname>-<pid>".
+	// takes over a dead consumer's entries after ClaimIdle, and a start
+	// deletes the consumers that left nothing pending and were idle that
+	// long. Defaults to "<hostname>-<pid>".
 	Consumer string
 	// MaxPollRecords is the most entries read from one stream at once
 	// (XREADGROUP COUNT) and so handed over in one batch. Defaults to 500.

@@ -224,12 +224,48 @@ func (s *Source) prepare(ctx context.Context, first bool) error {
 		if st.missingLogged {
 			s.log.InfoContext(ctx, "stream exists now; reading it", "stream", st.name)
 		}
+		s.forgetConsumers(ctx, st.name)
 		// Start with the consumer's own pending entries and a claim pass;
 		// the next pass is due ClaimIdle/2 after this one.
 		st.ready, st.recovering, st.recoverFrom, st.claimFrom = true, true, "0", "0-0"
 		s.nextClaim = now.Add(s.cfg.ClaimIdle / 2)
 	}
 	return nil
+}
+
+// forgetScript deletes the group's consumers, other than ARGV[2], that
+// have no pending entry and were idle for at least ARGV[3] ms, and returns
+// their names. The check and the deletion are one step, so a consumer is
+// never deleted with entries pending (XGROUP DELCONSUMER drops them from
+// the group): one that reads again is created anew by its read.
+//
+// KEYS: the stream. ARGV: the group, this consumer, the idle time in ms.
+var forgetScript = redis.NewScript(`
+local gone = {}
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local m = {}
+  for i = 1, #c, 2 do m[c[i]] = c[i + 1] end
+  if m['name'] ~= ARGV[2] and m['pending'] == 0 and m['idle'] >= tonumber(ARGV[3]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], m['name'])
+    gone[#gone + 1] = m['name']
+  end
+end
+return gone
+`)
+
+// forgetConsumers deletes the consumers of stream's group that left
+// nothing pending and were idle for ClaimIdle: each start under a
+// host-and-pid name adds one, and XINFO CONSUMERS would list every
+// restart's forever. Housekeeping only: a failure is logged at debug.
+func (s *Source) forgetConsumers(ctx context.Context, stream string) {
+	gone, err := forgetScript.Run(ctx, s.rdb, []string{stream}, s.cfg.Group, s.cfg.Consumer, s.cfg.ClaimIdle.Milliseconds()).StringSlice()
+	if err != nil {
+		s.log.DebugContext(ctx, "forget idle consumers failed", "stream", stream, "error", err)
+		return
+	}
+	if len(gone) > 0 {
+		s.log.InfoContext(ctx, "forgot consumers that left nothing pending", "stream", stream, "consumers", gone)
+	}
 }
 
 // Fetch hands over the next batch: entries of one stream, at most

@@ -327,3 +327,35 @@ func TestNewSourceErrors(t *testing.T) {
 	// a second.
 	require.Eventually(t, func() bool { return goleak.Find(before) == nil }, 30*time.Second, 50*time.Millisecond)
 }
+
+// TestIdleConsumersWithNothingPendingAreForgotten: a start deletes the
+// group's consumers that left nothing pending and were idle for
+// claim_idle (each restart under a host-and-pid name adds one), and
+// keeps any that still has entries pending.
+func TestIdleConsumersWithNothingPendingAreForgotten(t *testing.T) {
+	b := setup(t)
+	b.addArticles(t, 1)
+	busy := b.source(t, redisstream.Config{Consumer: "busy"})
+	fetch(t, busy, 1)
+	busy.Close()
+	require.NoError(t, b.rdb.XGroupCreateConsumer(t.Context(), b.stream, "ragsync", "old").Err())
+	require.Eventually(t, func() bool {
+		cs, err := b.rdb.XInfoConsumers(t.Context(), b.stream, "ragsync").Result()
+		require.NoError(t, err)
+		for _, c := range cs {
+			if c.Name == "old" {
+				return c.Idle >= 20*time.Millisecond
+			}
+		}
+		return false
+	}, 30*time.Second, 5*time.Millisecond)
+
+	b.source(t, redisstream.Config{Consumer: "new", ClaimIdle: 20 * time.Millisecond})
+	cs, err := b.rdb.XInfoConsumers(t.Context(), b.stream, "ragsync").Result()
+	require.NoError(t, err)
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	require.Equal(t, []string{"busy"}, names, "old is gone; busy keeps its pending entry")
+}
