@@ -12,9 +12,10 @@
 // *DecodeError, which is permanent and names the message's coordinates.
 //
 // Sources hand over batches of messages (Batch) with an acknowledgement.
-// Each transport is a room of its own: cdc/kafka (a consumer group) and
-// cdc/file (a JSON Lines file) hand over Debezium messages, which the
-// Decoder reads; cdc/pgrepl streams a Postgres logical replication slot and
+// Each transport is a room of its own: cdc/kafka (a consumer group),
+// cdc/redisstream (the streams Debezium Server's Redis sink writes, read in
+// a consumer group) and cdc/file (a JSON Lines file) hand over Debezium
+// messages, which the Decoder reads; cdc/pgrepl streams a Postgres logical replication slot and
 // builds Changes itself with LookupTable, RowKey, TableName and ParseJSON,
 // so its documents get the ids and values Debezium's events would give them.
 //

@@ -61,6 +61,9 @@ type SourceConfig struct {
 	Kafka    KafkaSourceConfig    `yaml:"kafka"`
 	File     FileSourceConfig     `yaml:"file"`
 	Postgres PostgresSourceConfig `yaml:"postgres"`
+	// RedisStreams is Debezium Server's Redis sink (source.kind:
+	// redis-streams): the streams it writes, read in a consumer group.
+	RedisStreams RedisStreamsSourceConfig `yaml:"redis_streams"`
 	// Moves records when a Debezium connector's database moved to a
 	// server whose positions restarted (a restore, an upgrade, another
 	// server under the same connector name): its changes committed from At
@@ -161,6 +164,24 @@ func (r RegistryConfig) validate() []error {
 		add("source.kafka.registry.timeout: must not be negative (default 10s)")
 	}
 	return errs
+}
+
+// RedisStreamsSourceConfig is source.redis_streams: every setting of
+// redisstream.Config (see there for the defaults).
+type RedisStreamsSourceConfig struct {
+	URL            string        `yaml:"url"`
+	Streams        []string      `yaml:"streams"`
+	Group          string        `yaml:"group"`
+	Consumer       string        `yaml:"consumer"`
+	MaxPollRecords int           `yaml:"max_poll_records"`
+	Block          time.Duration `yaml:"block"`
+	ClaimIdle      time.Duration `yaml:"claim_idle"`
+	Start          string        `yaml:"start"`
+	// NullKey and NullValue are Debezium Server's
+	// debezium.sink.redis.null.key and null.value; both default to
+	// "default", as there.
+	NullKey   string `yaml:"null_key"`
+	NullValue string `yaml:"null_value"`
 }
 
 type FileSourceConfig struct {

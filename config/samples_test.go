@@ -29,6 +29,7 @@ func TestSampleConfigsLoad(t *testing.T) {
 		{filepath.Join("..", "compose", "ragsync.yaml"), nil, "openai", "kafka"},
 		{filepath.Join("..", "compose", "ragsync-avro.yaml"), nil, "openai", "kafka"},
 		{filepath.Join("..", "examples", "config", "postgres-direct.yaml"), nil, "hashing", "postgres"},
+		{filepath.Join("..", "examples", "config", "redis-streams.yaml"), nil, "hashing", "redis-streams"},
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {

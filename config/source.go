@@ -9,6 +9,7 @@ import (
 
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
+	"github.com/ragsync/ragsync/cdc/redisstream"
 	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/internal/suggest"
 )
@@ -76,6 +77,23 @@ var sourceKinds = map[string]sourceKind{
 			return filepath.Clean(c.Source.File.Path + ".dlq.jsonl")
 		},
 	},
+	"redis-streams": {
+		validate: func(c Config) []error {
+			if err := c.RedisStreamsSource().Validate(); err != nil {
+				return []error{err}
+			}
+			return nil
+		},
+		// Debezium Server names each stream after the record's
+		// destination, the topic name "<topic.prefix>.<schema>.<table>".
+		debeziumServer: func(c Config) string {
+			if len(c.Source.RedisStreams.Streams) == 0 {
+				return ""
+			}
+			server, _, _ := strings.Cut(c.Source.RedisStreams.Streams[0], ".")
+			return server
+		},
+	},
 	"postgres": {
 		validate: func(c Config) []error { return c.ValidatePostgresSource() },
 		// Named after its slot, in serve's working directory.
@@ -121,8 +139,8 @@ func (c Config) validateSource() []error {
 // DeadLetterPath is the dead-letter file of a file or Postgres source:
 // dlq.path, else "<source.file.path>.dlq.jsonl" for a file source and
 // "ragsync-<slot>.dlq.jsonl" for a Postgres source; "" for a file source
-// without either. A Kafka source's dead letters live in topics, so it has
-// none.
+// without either. A Kafka source's dead letters live in topics, and a
+// Redis Streams source's in streams, so they have none.
 func (c Config) DeadLetterPath() string {
 	k, err := c.sourceKindOf()
 	if err != nil || k.deadLetterPath == nil {
@@ -164,6 +182,14 @@ func (c Config) SchemaRegistry() registry.Config {
 	r := c.Source.Kafka.Registry
 	return registry.Config{URL: r.URL, Username: r.Username, Password: r.Password, BearerToken: r.BearerToken,
 		CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile, InsecureSkipVerify: r.InsecureSkipVerify, Timeout: r.Timeout}
+}
+
+// RedisStreamsSource is the Redis Streams source's configuration, from
+// source.redis_streams.
+func (c Config) RedisStreamsSource() redisstream.Config {
+	r := c.Source.RedisStreams
+	return redisstream.Config{URL: r.URL, Streams: r.Streams, Group: r.Group, Consumer: r.Consumer, MaxPollRecords: r.MaxPollRecords,
+		Block: r.Block, ClaimIdle: r.ClaimIdle, Start: r.Start, NullKey: r.NullKey, NullValue: r.NullValue}
 }
 
 // FileSource is the file source's configuration, from source.file.

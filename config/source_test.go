@@ -13,13 +13,13 @@ import (
 // section alone is checked; an unknown kind is one error listing the
 // known kinds and naming the nearest, and takes nothing of any section.
 func TestSourceKinds(t *testing.T) {
-	require.Equal(t, []string{"file", "kafka", "postgres"}, config.SourceKinds())
+	require.Equal(t, []string{"file", "kafka", "postgres", "redis-streams"}, config.SourceKinds())
 
 	c := config.Default()
 	c.Source.Kind = "kafak"
 	c.Source.Kafka.Brokers, c.Source.Kafka.Topics = []string{"k:9092"}, []string{"dbserver1.public.articles"}
 	err := c.Validate(true)
-	require.ErrorContains(t, err, `source.kind: "kafak" is not one of file, kafka, postgres; did you mean kafka?`)
+	require.ErrorContains(t, err, `source.kind: "kafak" is not one of file, kafka, postgres, redis-streams; did you mean kafka?`)
 	require.Nil(t, c.MonitorBrokers(), "an unknown kind reads no brokers")
 	require.Equal(t, "", c.DeadLetterPath())
 
@@ -45,6 +45,64 @@ func TestSourceKinds(t *testing.T) {
 	err = c.Validate(true)
 	require.ErrorContains(t, err, "source.file.path")
 	require.NotContains(t, err.Error(), "source.kafka")
+
+	c.Source.Kind = "redis-streams"
+	err = c.Validate(true)
+	require.ErrorContains(t, err, "source.redis_streams.url: set the Redis server Debezium Server writes to")
+	require.ErrorContains(t, err, "source.redis_streams.streams: list the streams")
+	require.NotContains(t, err.Error(), "source.kafka")
+	require.Equal(t, "", c.DeadLetterPath(), "its dead letters are streams, not a file")
+	c.Monitor.Brokers = nil
+	require.Nil(t, c.MonitorBrokers(), "a Redis Streams source has no brokers for the monitor's events")
+	c.Source.RedisStreams.URL = "redis://127.0.0.1:6379/0"
+	c.Source.RedisStreams.Streams = []string{"dbserver1.public.articles", "dbserver1.public.pages"}
+	c.Source.RedisStreams.Start = "oldest"
+	require.ErrorContains(t, c.Validate(true), `source.redis_streams.start: "oldest" is not earliest or latest`)
+	c.Source.RedisStreams.Start = "latest"
+	require.NoError(t, c.Validate(true), "a complete Redis Streams section")
+	bc, err = c.BackfillSource([]string{"public.articles"}, "", false, false)
+	require.NoError(t, err)
+	require.Equal(t, "dbserver1", bc.DebeziumServer, "a backfill takes the identity of the connector Debezium Server runs")
+}
+
+// TestRedisStreamsSection: source.redis_streams converts whole, its
+// settings can come from RAGSYNC_* variables, and its URL's password is a
+// secret the redactor masks.
+func TestRedisStreamsSection(t *testing.T) {
+	path := writeFile(t, `
+source:
+  kind: redis-streams
+  redis_streams:
+    url: redis://:hunter2@redis:6379/1
+    streams: [dbserver1.public.articles]
+    group: g
+    consumer: pod-0
+    max_poll_records: 7
+    block: 2s
+    claim_idle: 45s
+    start: latest
+    null_key: "nil"
+    null_value: "nil"
+`)
+	t.Setenv("RAGSYNC_SOURCE_REDIS_STREAMS_GROUP", "from-env")
+	c, err := config.Load(path, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate(true))
+	r := c.RedisStreamsSource()
+	require.Equal(t, "redis://:hunter2@redis:6379/1", r.URL)
+	require.Equal(t, []string{"dbserver1.public.articles"}, r.Streams)
+	require.Equal(t, "from-env", r.Group)
+	require.Equal(t, "pod-0", r.Consumer)
+	require.Equal(t, 7, r.MaxPollRecords)
+	require.Equal(t, 2*time.Second, r.Block)
+	require.Equal(t, 45*time.Second, r.ClaimIdle)
+	require.Equal(t, "latest", r.Start)
+	require.Equal(t, "nil", r.NullKey)
+	require.Equal(t, "nil", r.NullValue)
+	require.Contains(t, c.Secrets(), "hunter2")
+
+	_, err = config.Load(writeFile(t, "source:\n  kind: redis-streams\n  redis_streams:\n    stream: [a]\n"), nil)
+	require.ErrorContains(t, err, "did you mean streams?")
 }
 
 // TestSourceSectionsConvert: each transport's section converts into its

@@ -11,14 +11,18 @@ import (
 )
 
 // DeadLetters is one dead-letter store of the configured source: a Kafka
-// topic or a file.
+// topic, a Redis stream or a file.
 type DeadLetters struct {
 	cdc.DeadLetterStore
-	// Name is the topic or the file.
+	// Name is the topic, the stream or the file.
 	Name string
 	// Topic is whether a dead letter's position is a partition and offset
 	// of a topic; otherwise its Offset is the file's line.
 	Topic bool
+	// Stream is whether a dead letter's position is an entry of a Redis
+	// stream: its Offset and OrigOffset are redisstream.Offset values,
+	// which the operator reads as entry ids (redisstream.EntryID).
+	Stream bool
 	// Replayed says what a replay of n dead letters did: each transport
 	// replays differently (back to the original topic, appended to the
 	// source file, queued for serve's next start).

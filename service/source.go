@@ -13,6 +13,7 @@ import (
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/cdc/redisstream"
 	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
@@ -20,17 +21,21 @@ import (
 )
 
 var (
-	_ pipeline.Source = (*pgrepl.Source)(nil)
-	_ pgrepl.State    = sourceState{}
-	_ pgrepl.Index    = (*sink.Store)(nil)
+	_ pipeline.Source      = (*pgrepl.Source)(nil)
+	_ pipeline.Source      = (*redisstream.Source)(nil)
+	_ pipeline.DeadLetters = (*redisstream.DeadLetters)(nil)
+	_ monitor.LagSource    = (*redisstream.Source)(nil)
+	_ prometheus.Collector = (*redisstream.LagCollector)(nil)
+	_ pgrepl.State         = sourceState{}
+	_ pgrepl.Index         = (*sink.Store)(nil)
 )
 
 // SourceConfig is the configured source of changes and where its dead
 // letters go.
 type SourceConfig struct {
 	// Kind is the transport, one of Transports(): it picks which of
-	// File, Kafka and Postgres is used, and where DLQPath or DLQTopic
-	// apply.
+	// File, Kafka, Postgres and RedisStreams is used, and where DLQPath or
+	// DLQTopic apply.
 	Kind string
 	// File is the file source (Path, Follow); its Decoder is set here.
 	File file.Config
@@ -43,6 +48,9 @@ type SourceConfig struct {
 	// Postgres is the logical-replication source; its State, Index,
 	// StopAtEnd, DLQPath, Logger and Registerer are set here.
 	Postgres pgrepl.Config
+	// RedisStreams is the source of Debezium Server's Redis sink; its
+	// Decoder, StopAtEnd and Logger are set here.
+	RedisStreams redisstream.Config
 	// DLQPath is the dead-letter file of the file and postgres sources,
 	// resolved (dlq.path or its default); DLQTopic overrides the Kafka
 	// source's "<topic>.ragsync-dlq" dead-letter topics.
@@ -58,9 +66,11 @@ type source struct {
 	src   pipeline.Source
 	dlq   pipeline.DeadLetters
 	close func()
-	// lag, when not nil, is the consumer lag the monitor reads (Kafka).
+	// lag, when not nil, is the consumer lag the monitor reads (Kafka,
+	// Redis Streams).
 	lag monitor.LagSource
-	// collector, when not nil, exports the lag as metrics (Kafka).
+	// collector, when not nil, exports the lag as metrics (Kafka, Redis
+	// Streams).
 	collector prometheus.Collector
 	// unhealthy, when not nil, names a problem of the source that /readyz
 	// reports ("" when there is none: the Postgres slot).

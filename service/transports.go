@@ -11,11 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
 	"github.com/ragsync/ragsync/cdc/pgrepl"
+	"github.com/ragsync/ragsync/cdc/redisstream"
 	"github.com/ragsync/ragsync/cdc/registry"
 	"github.com/ragsync/ragsync/internal/suggest"
 	"github.com/ragsync/ragsync/pipeline"
@@ -46,7 +48,8 @@ type transport struct {
 
 // sourceEnv is what serve gives a transport to open its source with.
 type sourceEnv struct {
-	// decoder decodes the Debezium records of the Kafka and file sources.
+	// decoder decodes the Debezium records of the Kafka, file and Redis
+	// Streams sources.
 	decoder cdc.DecoderConfig
 	// once stops the source at the end of what it holds at start.
 	once   bool
@@ -72,6 +75,14 @@ var transports = map[string]transport{
 		advice: map[string]string{
 			pipeline.StageSource:      "source.file.path (is the file still there and readable?)",
 			pipeline.StageDeadLetters: "dlq.path (is its directory writable? by default the file beside source.file.path)",
+		},
+	},
+	"redis-streams": {
+		open:        openRedisStreams,
+		deadLetters: redisStreamsDeadLetters,
+		advice: map[string]string{
+			pipeline.StageSource:      "source.redis_streams.url (is Redis reachable? the group's acknowledgements are kept there)",
+			pipeline.StageDeadLetters: "source.redis_streams.url (can ragsync write the dead-letter streams <stream>.ragsync-dlq? is Redis at maxmemory?)",
 		},
 	},
 	"postgres": {
@@ -151,6 +162,22 @@ func openKafka(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, err
 		lag: kafkaLag{src: src, topics: kc.Topics}, collector: kafka.NewLagCollector(src)}, nil
 }
 
+// openRedisStreams opens the source of Debezium Server's Redis sink, which
+// decodes each entry with the configured tables' keys; its dead letters go
+// to a stream beside each source stream, and it reports its lag.
+func openRedisStreams(ctx context.Context, cfg SourceConfig, env sourceEnv) (*source, error) {
+	rc := cfg.RedisStreams
+	rc.Decoder = cdc.NewDecoder(env.decoder)
+	rc.StopAtEnd = env.once
+	rc.Logger = env.logger.With("stage", "redis_streams")
+	src, err := redisstream.NewSource(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	return &source{src: src, dlq: redisstream.NewDeadLetters(src.Client(), cfg.Version), close: src.Close,
+		lag: src, collector: redisstream.NewLagCollector(src)}, nil
+}
+
 // openFile opens the JSON Lines source, which decodes each line with the
 // configured tables' keys; its dead letters go to a JSON Lines file.
 func openFile(_ context.Context, cfg SourceConfig, env sourceEnv) (*source, error) {
@@ -210,6 +237,33 @@ func kafkaDeadLetters(cfg SourceConfig, _ string) ([]DeadLetters, func(), error)
 			Replayed: func(n int) string { return fmt.Sprintf("%s: replayed %d record(s) to their original topics", t, n) }})
 	}
 	return stores, cl.Close, nil
+}
+
+// redisStreamsDeadLetters opens the dead-letter streams,
+// "<stream>.ragsync-dlq" for each source stream. A replay adds each entry
+// back to its original stream, with Debezium Server's null literals.
+func redisStreamsDeadLetters(cfg SourceConfig, _ string) ([]DeadLetters, func(), error) {
+	rc := cfg.RedisStreams
+	if rc.URL == "" {
+		return nil, nil, errors.New("dlq: source.redis_streams.url is empty; the CDC dead letters live in that Redis (use --frontdoor for the query front door's)")
+	}
+	if len(rc.Streams) == 0 {
+		return nil, nil, errors.New("dlq: source.redis_streams.streams is empty; list the streams whose dead letters to open")
+	}
+	opts, err := redis.ParseURL(rc.URL)
+	if err != nil {
+		// Not %w: the parse error may quote the URL, password included.
+		return nil, nil, errors.New("dlq: source.redis_streams.url: not a Redis URL (want redis://[user:password@]host:port/db, or rediss:// for TLS)")
+	}
+	opts.PoolSize = 2
+	rdb := redis.NewClient(opts)
+	stores := make([]DeadLetters, 0, len(rc.Streams))
+	for _, s := range rc.Streams {
+		name := s + redisstream.DLQSuffix
+		stores = append(stores, DeadLetters{DeadLetterStore: redisstream.NewDeadLetterStream(rdb, name, "", rc.NullKey, rc.NullValue), Name: name, Stream: true,
+			Replayed: func(n int) string { return fmt.Sprintf("%s: replayed %d record(s) to their original streams", name, n) }})
+	}
+	return stores, func() { _ = rdb.Close() }, nil
 }
 
 // fileDeadLetters opens the file source's dead-letter file; a replay

@@ -15,7 +15,7 @@ import (
 
 // transportNames are the source kinds a branch on the transport would
 // compare against.
-var transportNames = map[string]bool{"kafka": true, "file": true, "postgres": true}
+var transportNames = map[string]bool{"kafka": true, "file": true, "postgres": true, "redis-streams": true}
 
 // TestNoBranchOnTheTransportOutsideItsTable: what differs between the
 // transports (how a source opens, where its dead letters are, its health,

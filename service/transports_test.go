@@ -94,6 +94,7 @@ func TestStallAdviceIsTheConfiguredTransports(t *testing.T) {
 		{"postgres", "source.postgres.url", "dlq.path"},
 		{"file", "source.file.path", "dlq.path"},
 		{"kafka", "source.kafka.brokers", "dlq.topic"},
+		{"redis-streams", "source.redis_streams.url", "<stream>.ragsync-dlq"},
 	} {
 		for _, stage := range []string{pipeline.StageSource, pipeline.StageDeadLetters} {
 			t.Run(tc.kind+"/"+stage, func(t *testing.T) {
@@ -134,7 +135,8 @@ func TestStallAdviceIsTheConfiguredTransports(t *testing.T) {
 				require.Contains(t, check, own)
 				for _, other := range Transports() {
 					if other != tc.kind {
-						require.NotContains(t, check, "source."+other+".", "a %s source's stall names another transport's settings", tc.kind)
+						section := "source." + strings.ReplaceAll(other, "-", "_") + "." // its YAML key
+						require.NotContains(t, check, section, "a %s source's stall names another transport's settings", tc.kind)
 					}
 				}
 			})
@@ -163,9 +165,9 @@ func stallCheck(t *testing.T, logs, stage string) (check string, found bool) {
 // nothing; the error lists the kinds and the nearest one.
 func TestUnknownTransportNamesTheKnownOnes(t *testing.T) {
 	_, _, err := OpenDeadLetters(SourceConfig{Kind: "kafak"}, "list")
-	require.ErrorContains(t, err, `source.kind: "kafak" is not one of file, kafka, postgres; did you mean kafka?`)
+	require.ErrorContains(t, err, `source.kind: "kafak" is not one of file, kafka, postgres, redis-streams; did you mean kafka?`)
 	_, err = newSource(t.Context(), SourceConfig{Kind: ""}, cdc.DecoderConfig{}, true, nil, nil, nil, slog.Default())
-	require.ErrorContains(t, err, `source.kind: "" is not one of file, kafka, postgres`)
+	require.ErrorContains(t, err, `source.kind: "" is not one of file, kafka, postgres, redis-streams`)
 	_, err = Config{Source: SourceConfig{Kind: "ftp"}}.servePipelineConfig()
 	require.ErrorContains(t, err, `"ftp" is not one of`)
 }

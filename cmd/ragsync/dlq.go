@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/cdc/redisstream"
 	"github.com/ragsync/ragsync/service"
 )
 
@@ -30,7 +31,8 @@ answered degraded); otherwise those of the configured source (messages that
 could not be decoded or applied): for source.kind kafka the dead-letter
 topic(s) dlq.topic or <topic>.ragsync-dlq, for source.kind file the file
 dlq.path or <source.file.path>.dlq.jsonl, for source.kind postgres the file
-dlq.path or ragsync-<slot>.dlq.jsonl (each holds the change as JSON).
+dlq.path or ragsync-<slot>.dlq.jsonl (each holds the change as JSON), for
+source.kind redis-streams the stream(s) <stream>.ragsync-dlq.
 
 Replay re-injects them — after you fixed the config or the dependency —
 once, without the error headers.`,
@@ -43,7 +45,8 @@ once, without the error headers.`,
 		Use:   "list",
 		Short: "Print dead letters, oldest first",
 		Long: `list prints dead letters oldest first, each with where it came from (topic,
-partition and offset; for a file source, the line) and why it failed (error
+partition and offset; for a Redis stream, the entry id; for a file source,
+the line) and why it failed (error
 class and message, from the __connect.errors.* headers). --frontdoor lists
 the front door's dead requests with their reason and attempts.
 
@@ -63,7 +66,9 @@ Example:
 headers removed): a Kafka dead letter goes back to its original topic (a
 consumer group on the dead-letter topic remembers how far replay got), a
 file source's dead letters are appended to source.file.path and their file
-is emptied, a Postgres source's dead letters are queued in <dlq file>.replay
+is emptied, a Redis Streams dead letter goes back to its original stream and
+is deleted from the dead-letter stream in one step, a Postgres source's dead
+letters are queued in <dlq file>.replay
 (each row read again when applied), --frontdoor puts requests back on
 <prefix>:requests (ids already answered are not answered twice). Fix the
 cause first: the config, the connector, or the dependency that was down.
@@ -81,7 +86,8 @@ Example:
 			Use:   "purge",
 			Short: "Delete every dead letter",
 			Long: `purge deletes every dead letter: it deletes the records of the Kafka
-dead-letter topic(s), empties the file source's dead-letter file, or with
+dead-letter topic(s) or the entries of the Redis dead-letter stream(s),
+empties the file source's dead-letter file, or with
 --frontdoor deletes the front door's dead-letter stream entries. What is
 purged cannot be replayed.
 
@@ -180,10 +186,18 @@ func driveDLQ(ctx context.Context, out io.Writer, s service.DeadLetters, f *dlqF
 					"original_offset": d.OrigOffset, "error_class": d.ErrorClass, "error": d.ErrorMessage,
 					"key": string(d.Key), "value_bytes": len(d.Value), "file": s.Name, "line": d.Offset,
 				}
-				if s.Topic {
+				switch {
+				case s.Topic:
 					delete(fields, "file")
 					delete(fields, "line")
 					fields["topic"], fields["partition"], fields["offset"] = s.Name, d.Partition, d.Offset
+				case s.Stream:
+					delete(fields, "file")
+					delete(fields, "line")
+					fields["stream"], fields["entry_id"] = s.Name, redisstream.EntryID(d.Offset)
+					if d.OrigOffset >= 0 {
+						fields["original_entry_id"] = redisstream.EntryID(d.OrigOffset)
+					}
 				}
 				b, err := json.Marshal(fields)
 				if err != nil {
@@ -193,6 +207,13 @@ func driveDLQ(ctx context.Context, out io.Writer, s service.DeadLetters, f *dlqF
 			case s.Topic:
 				fmt.Fprintf(out, "%s/%d@%d  from %s/%d@%d  %s\n    %s\n", s.Name, d.Partition, d.Offset,
 					d.OrigTopic, d.OrigPartition, d.OrigOffset, d.ErrorClass, d.ErrorMessage)
+			case s.Stream:
+				from := "?"
+				if d.OrigOffset >= 0 {
+					from = redisstream.EntryID(d.OrigOffset)
+				}
+				fmt.Fprintf(out, "%s@%s  from %s@%s  %s\n    %s\n", s.Name, redisstream.EntryID(d.Offset),
+					orDefault(d.OrigTopic, "(no stream)"), from, d.ErrorClass, d.ErrorMessage)
 			default:
 				fmt.Fprintf(out, "%s:%d  from %s line %d  %s  %s\n    %s\n", s.Name, d.Offset, orDefault(d.OrigTopic, "(no topic)"),
 					d.OrigOffset, d.Timestamp.UTC().Format("2006-01-02T15:04:05Z"), d.ErrorClass, d.ErrorMessage)

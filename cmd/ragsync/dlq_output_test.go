@@ -16,6 +16,8 @@ import (
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/cdc/file"
 	"github.com/ragsync/ragsync/cdc/kafka"
+	"github.com/ragsync/ragsync/cdc/redisstream"
+	"github.com/ragsync/ragsync/internal/redistest"
 )
 
 // dlqConfig writes a configuration whose source part is source and returns
@@ -140,4 +142,46 @@ func TestDLQOutputPostgres(t *testing.T) {
 		dlqLines(t, cfg, "replay"))
 	require.Equal(t, dlq+": no dead letters\n", dlqLines(t, cfg, "list"))
 	require.Equal(t, dlq+": purged 0 record(s)\n", dlqLines(t, cfg, "purge"))
+}
+
+// TestDLQOutputRedisStreams pins what dlq prints for a Redis Streams
+// source: positions as entry ids, stream by stream.
+func TestDLQOutputRedisStreams(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	stream, quiet := prefix+":dbserver1.public.articles", prefix+":dbserver1.public.quiet"
+	const srcID = "1700000000000-3"
+	off, _ := redisstream.Offset(srcID)
+	m := cdc.Record{Raw: cdc.Raw{Topic: stream, Offset: off, Key: []byte(`{"id":7}`), Value: []byte(`{"bad":`), Timestamp: stamped}}
+	cause := &cdc.DecodeError{Coord: cdc.Coord{Topic: stream, Offset: off}, Reason: "invalid JSON"}
+	require.NoError(t, redisstream.NewDeadLetters(rdb, "test").Put(t.Context(), m, cause))
+	ids, err := rdb.XRange(t.Context(), stream+redisstream.DLQSuffix, "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	dlqID := ids[0].ID
+
+	cfg := dlqConfig(t, fmt.Sprintf("source:\n  kind: redis-streams\n  redis_streams:\n    url: %s\n    streams: [%q, %q]\n",
+		redistest.URL(), stream, quiet))
+	dlq, quietDLQ := stream+redisstream.DLQSuffix, quiet+redisstream.DLQSuffix
+	require.Equal(t, fmt.Sprintf("%s@%s  from %s@%s  ragsync.cdc.DecodeError\n    %s\n%s: no dead letters\n", dlq, dlqID, stream, srcID, cause.Error(), quietDLQ),
+		dlqLines(t, cfg, "list"))
+	got, ts := jsonLine(t, dlqLines(t, cfg, "list", "--json"))
+	require.Equal(t, map[string]any{
+		"stream": dlq, "entry_id": dlqID, "original_entry_id": srcID,
+		"original_topic": stream, "original_partition": float64(0), "original_offset": float64(off),
+		"error_class": "ragsync.cdc.DecodeError", "error": cause.Error(), "key": `{"id":7}`, "value_bytes": float64(7),
+	}, got)
+	require.WithinDuration(t, time.Now(), ts, time.Hour, "when it was dead-lettered: its entry's id")
+
+	require.Equal(t, fmt.Sprintf("%s: replayed 1 record(s) to their original streams\n%s: replayed 0 record(s) to their original streams\n", dlq, quietDLQ),
+		dlqLines(t, cfg, "replay"))
+	back, err := rdb.XRange(t.Context(), stream, "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, back, 1)
+	require.Equal(t, map[string]any{`{"id":7}`: `{"bad":`}, back[0].Values, "back in the sink's compact format")
+	require.NoError(t, redisstream.NewDeadLetters(rdb, "test").Put(t.Context(), m, cause))
+	require.Equal(t, fmt.Sprintf("%s: purged 1 record(s)\n%s: purged 0 record(s)\n", dlq, quietDLQ), dlqLines(t, cfg, "purge"))
+	require.Equal(t, fmt.Sprintf("%s: no dead letters\n%s: no dead letters\n", dlq, quietDLQ), dlqLines(t, cfg, "list"))
+
+	_, _, err = runCtx(t.Context(), "dlq", "list", "--config", dlqConfig(t, "source:\n  kind: redis-streams\n"))
+	require.EqualError(t, err, "dlq: source.redis_streams.url is empty; the CDC dead letters live in that Redis (use --frontdoor for the query front door's)")
 }

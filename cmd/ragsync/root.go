@@ -48,8 +48,8 @@ func newRoot(g *globals) *cobra.Command {
 		Use:   "ragsync",
 		Short: "Keep a pgvector index in sync with a document database (Debezium events or Postgres logical replication)",
 		Long: `ragsync keeps a pgvector index in sync with a document database. It reads
-changes as Debezium change events (from Kafka, or a JSON Lines file) or straight
-from a Postgres database by logical replication (source.kind: postgres, no
+changes as Debezium change events (from Kafka, from Debezium Server's Redis
+streams, or from a JSON Lines file) or straight from a Postgres database by logical replication (source.kind: postgres, no
 Kafka needed), chunks each changed document, embeds only the chunks whose
 content is new, and applies the result to Postgres/pgvector in one transaction
 per document.

@@ -27,11 +27,13 @@ func TestSourceConfigCarriesEverySection(t *testing.T) {
 	c.Source.Kafka.Brokers, c.Source.Kafka.Group = []string{"k:9092"}, "g"
 	c.Source.File.Path = "events.jsonl"
 	c.Source.Postgres.URL, c.Source.Postgres.Slot = "postgres://app@db/app", "docs"
+	c.Source.RedisStreams.URL, c.Source.RedisStreams.Streams = "redis://r:6379/0", []string{"dbserver1.public.articles"}
 	c.DLQ.Topic = "dead"
 	sc := c.sourceConfig()
 	require.Equal(t, "postgres", sc.Kind)
 	require.Equal(t, c.KafkaSource(), sc.Kafka)
 	require.Equal(t, c.FileSource(), sc.File)
+	require.Equal(t, c.RedisStreamsSource(), sc.RedisStreams)
 	require.Equal(t, "postgres://app@db/app", sc.Postgres.URL)
 	require.Equal(t, "docs", sc.Postgres.Slot)
 	require.Equal(t, "ragsync-docs.dlq.jsonl", sc.DLQPath)

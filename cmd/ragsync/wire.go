@@ -35,14 +35,15 @@ func openIndexRead(ctx context.Context, cfg Config, logger *slog.Logger) (*servi
 // names.
 func (c Config) sourceConfig() service.SourceConfig {
 	return service.SourceConfig{
-		Kind:     c.Source.Kind,
-		File:     c.FileSource(),
-		Kafka:    c.KafkaSource(),
-		Registry: c.SchemaRegistry(),
-		Postgres: c.PostgresSourceConfig(nil, nil, nil),
-		DLQPath:  c.DeadLetterPath(),
-		DLQTopic: c.DLQ.Topic,
-		Version:  version,
+		Kind:         c.Source.Kind,
+		File:         c.FileSource(),
+		Kafka:        c.KafkaSource(),
+		Registry:     c.SchemaRegistry(),
+		Postgres:     c.PostgresSourceConfig(nil, nil, nil),
+		RedisStreams: c.RedisStreamsSource(),
+		DLQPath:      c.DeadLetterPath(),
+		DLQTopic:     c.DLQ.Topic,
+		Version:      version,
 	}
 }
 
