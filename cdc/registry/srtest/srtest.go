@@ -11,8 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -99,7 +98,7 @@ func Start(opts Options) *Server {
 	s.srv = httptest.NewUnstartedServer(s.middleware(mux))
 	// A client refusing the test CA is a case tests provoke: keep the
 	// server's handshake errors out of the test output.
-	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.srv.Config.ErrorLog = slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)
 	if opts.TLS {
 		s.srv.StartTLS()
 	} else {
