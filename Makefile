@@ -47,7 +47,7 @@ base-bin: ## build BASE_REV's ragsync as bin/ragsync-base (a baseline for bench-
 	GO="$(GO)" bash scripts/base-bin.sh $(BASE_REV) bin/ragsync-base
 
 bench-go: services ## Go benchmarks of the decoder (JSON and the registry formats), chunker, embedder, sink and CLI (-count 5; compare runs with benchstat)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./cdc/registry ./chunker ./embedder ./sink ./cmd/ragsync
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./cdc ./cdc/registry ./bench/internal/backlog ./chunker ./embedder ./sink ./cmd/ragsync
 
 # The second run gives the Go process one core and leaves the other to Redis,
 # as a one-CPU container would (GOMAXPROCS follows the CPU limit).
