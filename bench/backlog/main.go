@@ -170,10 +170,12 @@ func run(bin, baseBin string, sets []string, withAvro bool, rounds, events, docs
 	}
 	var runs []drained
 	for r := range max(rounds, 1) {
-		order := slices.Clone(bins)
-		if r%2 == 1 {
-			slices.Reverse(order) // a drift of the shared machine falls on both
-		}
+		// Each round starts one variant later, so over as many rounds as
+		// variants each drains in every position: a drift of the shared
+		// machine falls on all, and no variant always follows another's
+		// drain (with three, reversing alone kept one always in the middle).
+		k := r % len(bins)
+		order := append(slices.Clone(bins[k:]), bins[:k]...)
 		for i, b := range order {
 			d, err := drain(ctx, c, b.path, b.extra, b.topic, fmt.Sprintf("backlog-%d-%d", i, r), events, docs, pgURL)
 			if err != nil {
