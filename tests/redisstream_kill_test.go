@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,5 +158,33 @@ func TestRedisStreamKilledServeEndsLikeACleanRun(t *testing.T) {
 	t.Logf("redis-streams kill: %d events, %d SIGKILLs (%d mid-stream)", len(events), kills, midStream)
 	require.GreaterOrEqual(t, midStream, 3, "kills must land while work is in flight; raise the event count")
 	require.Zero(t, w.deadLetters(t), "no dead letters")
-	requireSameIndex(t, want, snapshotIndex(t, e.schema))
+	requireSameIndex(t, searchable(want), searchable(snapshotIndex(t, e.schema)))
+}
+
+// searchable is an index state without the chunks of deleted documents. A
+// delete is soft: the document keeps the chunks of the text it held when the
+// delete landed, which search never returns and purge removes. A stream's
+// entries taken over from a dead consumer arrive after later ones, so an
+// update can land after the delete that follows it (and is stale, fenced by
+// the delete's version): the deleted document then keeps an earlier text's
+// chunks than in a run that read the stream in order. Every document's
+// version and liveness, and every live document's chunks, must still equal.
+func searchable(state []string) []string {
+	deleted := map[string]bool{}
+	for _, l := range state {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "doc" && f[3] == "live=false" {
+			deleted[f[1]] = true
+		}
+	}
+	out := make([]string, 0, len(state))
+	for _, l := range state {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "chunk" {
+			id, _, _ := strings.Cut(f[1], "#")
+			if deleted[id] {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return out
 }
