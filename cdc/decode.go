@@ -36,8 +36,8 @@ type DecoderConfig struct {
 	Moves []SourceMove
 	// Schemas decodes keys and values in a schema registry's wire format
 	// (Avro, Protobuf, JSON Schema), told apart from JSON by their first
-	// byte. Nil reads JSON only, and a framed record is dead-lettered as
-	// not JSON.
+	// byte. Nil reads JSON only: a framed value is a decode error whose
+	// reason names source.kafka.registry.url.
 	Schemas SchemaDecoder
 }
 

@@ -27,10 +27,13 @@ type Batch struct {
 	Lane    string
 }
 
-// Decode decodes m's Debezium value with d, as the Kafka and file sources
-// do before handing records over: the change goes in m.Change, or the
-// reason it could not be built in m.Err (Value, Key and Headers stay, so
-// a dead letter keeps the original bytes).
+// Decode decodes m's Debezium value with d, as the file and Redis Streams
+// sources do before handing records over: the change goes in m.Change, or
+// the reason it could not be built in m.Err (Value, Key and Headers stay,
+// so a dead letter keeps the original bytes). It suits a decoder without a
+// schema registry: with one, a record whose schema cannot be had now would
+// be marked for the dead letters, so the Kafka source hands over with
+// DecodeContext, which returns that failure instead.
 func Decode(d *Decoder, m Record) Record {
 	if m.Change != nil {
 		return m

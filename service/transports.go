@@ -65,7 +65,7 @@ var transports = map[string]transport{
 		open:        openKafka,
 		deadLetters: kafkaDeadLetters,
 		advice: map[string]string{
-			pipeline.StageSource:      "source.kafka.brokers (is Kafka reachable? the group's offsets are committed there) and source.kafka.registry (is the schema registry reachable? ragsync_kafka_schema_registry_stalled says a partition waits for it)",
+			pipeline.StageSource:      "source.kafka.brokers (is Kafka reachable? the group's offsets are committed there) and source.kafka.registry (is the schema registry reachable? ragsync_kafka_schema_registry_stalled says the source waits for it)",
 			pipeline.StageDeadLetters: "dlq.topic and source.kafka.brokers (can ragsync create and write the dead-letter topic?)",
 		},
 	},

@@ -154,7 +154,7 @@ func TestAvroTopicKillsAndRebalance(t *testing.T) {
 	}
 	b := e.startServe("serve-b")
 	c := e.startServe("serve-c")
-	waitLagBelow(t, w, "avro", total/4)
+	waitLagBelow(t, w, "avro", total/2) // c leaves with much left: a quarter drained between two polls on a quick machine
 	require.Positive(t, w.lagOf(t, "avro"), "the backlog drained before c could leave")
 	stopServe(t, c) // leaves mid-stream: its partitions move to b
 	w.waitCaughtUp(t, "avro", 4*time.Minute, b)

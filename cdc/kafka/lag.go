@@ -20,7 +20,7 @@ var lagDesc = prometheus.NewDesc("ragsync_kafka_consumer_lag_records",
 // for their schema stalls rather than dead-lettering them.
 var (
 	registryStalledDesc = prometheus.NewDesc("ragsync_kafka_schema_registry_stalled",
-		"1 while a partition waits for the schema registry (unreachable, a server error or refused credentials), else 0.", nil, nil)
+		"1 while the source waits for the schema registry (unreachable, a server error or refused credentials), else 0.", nil, nil)
 	registryRetriesDesc = prometheus.NewDesc("ragsync_kafka_schema_registry_retries_total",
 		"Attempts to decode a record that failed because the schema registry could not give its schema.", nil, nil)
 )

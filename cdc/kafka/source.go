@@ -57,7 +57,8 @@ type Config struct {
 	// (Record.Change, or Record.Err with the reason): the pipeline decodes
 	// nothing. Nil is a decoder with the default settings. With a schema
 	// registry (cdc.DecoderConfig.Schemas), a record whose schema the
-	// registry cannot give now holds its partition back until it can.
+	// registry cannot give now holds the source back (it hands over nothing
+	// meanwhile) until it can.
 	Decoder *cdc.Decoder
 	// Logger receives the Kafka client's warnings and the schema
 	// registry's stalls. Nil discards.
@@ -95,7 +96,7 @@ type Source struct {
 	decoder  *cdc.Decoder
 	logger   *slog.Logger
 
-	// registryStalled is set while a partition waits for the schema
+	// registryStalled is set while the source waits for the schema
 	// registry; registryRetries counts the failed attempts.
 	registryStalled atomic.Bool
 	registryRetries atomic.Int64
@@ -361,9 +362,12 @@ func (s *Source) next() (cut, bool) {
 
 // decode decodes the records of c into a batch. A record whose schema the
 // registry cannot give now (unreachable, a server error, refused
-// credentials) is retried with backoff, never dead-lettered: the partition
-// stalls, visibly (a warning, ragsync_kafka_schema_registry_stalled), and
-// goes on when the registry answers. It returns false when the partition
+// credentials) is retried with backoff, never dead-lettered: the source
+// stalls (Fetch hands over nothing meanwhile, so this member's other
+// partitions wait too), visibly (a warning,
+// ragsync_kafka_schema_registry_stalled), and goes on when the registry
+// answers. A rebalance meanwhile waits up to RevokeTimeout for the batch,
+// then takes the partition; the waiting batch is dropped. It returns false when the partition
 // was revoked or the source closed meanwhile, and the context's error
 // (with the records put back) when ctx ends first.
 func (s *Source) decode(ctx context.Context, c cut) (cdc.Batch, bool, error) {
@@ -395,7 +399,7 @@ func (s *Source) waitRegistry(ctx context.Context, c cut, r *kgo.Record, cause e
 	s.registryRetries.Add(1)
 	if !s.registryStalled.Swap(true) || attempt%20 == 19 {
 		if s.logger != nil {
-			s.logger.Warn("schema registry unavailable: the partition waits and retries (records are never dead-lettered for this); check source.kafka.registry",
+			s.logger.Warn("schema registry unavailable: the source waits and retries (records are never dead-lettered for this); check source.kafka.registry",
 				"partition", c.p.String(), "offset", r.Offset, "err", cause)
 		}
 	}

@@ -62,7 +62,7 @@ credentials), and each line names the schema (id, type, subject, version).`,
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false)
 			ctx := cmd.Context()
-			print := func(line int, m cdc.Record) error {
+			show := func(line int, m cdc.Record) error {
 				ch, err := dec.DecodeContext(ctx, m)
 				out := inspectLine{Line: line, Schema: describeFramed(ctx, reg, m.Value)}
 				if line == 0 {
@@ -95,9 +95,9 @@ credentials), and each line names the schema (id, type, subject, version).`,
 				if len(brokers) == 0 {
 					return errors.New("inspect: --topic needs --brokers (or source.kafka.brokers in --config)")
 				}
-				err = topicRecords(ctx, brokers, topics, max, func(m cdc.Record) error { return print(0, m) })
+				err = topicRecords(ctx, brokers, topics, max, func(m cdc.Record) error { return show(0, m) })
 			} else {
-				err = inspectLines(ctx, cmd, args, print)
+				err = inspectLines(ctx, cmd, args, show)
 			}
 			if err != nil {
 				return err
@@ -117,7 +117,7 @@ credentials), and each line names the schema (id, type, subject, version).`,
 }
 
 // inspectLines reads FILE (or stdin) as JSON values and prints each.
-func inspectLines(_ context.Context, cmd *cobra.Command, args []string, print func(int, cdc.Record) error) error {
+func inspectLines(_ context.Context, cmd *cobra.Command, args []string, show func(int, cdc.Record) error) error {
 	in := cmd.InOrStdin()
 	if len(args) == 1 && args[0] != "-" {
 		f, err := os.Open(args[0])
@@ -130,7 +130,7 @@ func inspectLines(_ context.Context, cmd *cobra.Command, args []string, print fu
 	// Each message is printed as soon as it is read, so a live
 	// `kcat -C -J | ragsync inspect` shows changes as they come.
 	return cdc.ScanValues(in, inspectMaxLine, func(line int, v []byte) error {
-		return print(line, file.ParseLine(v, int64(line)))
+		return show(line, file.ParseLine(v, int64(line)))
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -83,12 +84,25 @@ func topicRecords(ctx context.Context, brokers, topics []string, max int, each f
 	defer cl.Close()
 	n := 0
 	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
+		// The last offsets before the end may hold no record a consumer
+		// sees (a transaction's commit marker, as Debezium's exactly-once
+		// delivery writes): a partition with nothing more to give for
+		// inspectIdle is at its end.
+		pollCtx, cancel := context.WithTimeout(ctx, inspectIdle)
+		fs := cl.PollFetches(pollCtx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if fs.NumRecords() == 0 && pollCtx.Err() != nil {
+			return nil
+		}
 		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", t, p, err)) })
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", t, p, err))
+			}
+		})
 		if ferr != nil {
 			return ferr
 		}
@@ -124,6 +138,10 @@ func topicRecords(ctx context.Context, brokers, topics []string, max int, each f
 	}
 	return nil
 }
+
+// inspectIdle is how long inspect --topic waits for more records before
+// taking the partitions it still reads as ended.
+var inspectIdle = 5 * time.Second
 
 // describeFramed is the registry's schema of a framed value, or nil for a
 // value that is not framed or whose schema the registry cannot describe.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hamba/avro/v2"
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,40 @@ func TestInspectTopicThroughRegistry(t *testing.T) {
 
 	_, err = runCLI(t, "", "inspect", "--brokers", brokers, "--topic", "no.such.topic")
 	require.ErrorContains(t, err, "no.such.topic")
+}
+
+// A topic written in transactions (Debezium's exactly-once delivery) ends
+// with a commit marker no consumer sees: inspect --topic still ends, with
+// every record printed, instead of waiting for the marker's offset forever.
+func TestInspectTopicEndsAfterATransactionMarker(t *testing.T) {
+	const topic = "dbserver1.public.notes"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("inspect-test"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.BeginTransaction())
+	require.NoError(t, cl.ProduceSync(t.Context(),
+		&kgo.Record{Key: []byte(`{"id":1}`), Value: []byte(`{"op":"c","after":{"id":1},"source":{"connector":"postgresql","schema":"public","table":"notes","lsn":1000}}`)},
+	).FirstErr())
+	require.NoError(t, cl.EndTransaction(t.Context(), kgo.TryCommit))
+	old := inspectIdle
+	inspectIdle = 500 * time.Millisecond
+	t.Cleanup(func() { inspectIdle = old })
+
+	done := make(chan struct{})
+	var out string
+	go func() {
+		defer close(done)
+		out, err = runCLI(t, "", "inspect", "--brokers", strings.Join(c.ListenAddrs(), ","), "--topic", topic)
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("inspect --topic did not end at the transaction's commit marker")
+	}
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"doc_key":"1"`)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 1)
 }
