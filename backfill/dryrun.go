@@ -202,3 +202,6 @@ func (d *DryRun) Flush(context.Context) error { return nil }
 
 // ReportedModel is "": a dry run calls no provider.
 func (d *DryRun) ReportedModel() string { return "" }
+
+// SaveMarks records nothing: a dry run writes nothing.
+func (d *DryRun) SaveMarks(context.Context, []cdc.Mark) error { return nil }

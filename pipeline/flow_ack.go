@@ -35,6 +35,14 @@ func (f *flow) ackReady(ctx context.Context, retry bool) error {
 		}
 		return fn()
 	}
+	acked := false
+	defer func() {
+		if acked {
+			// What was acknowledged is committed: readers waiting for
+			// it may go on.
+			p.saveMarks(ctx)
+		}
+	}()
 	for {
 		_, before := f.oldestFetched()
 		ready := f.takeAckable()
@@ -53,6 +61,7 @@ func (f *flow) ackReady(ctx context.Context, retry bool) error {
 			p.metrics.batchSecs.Observe(p.now().Sub(t.fetched).Seconds())
 		}
 		f.acknowledged()
+		acked = true
 		if _, after := f.oldestFetched(); after != before {
 			// The oldest batch moved on: retries and failures noted so far
 			// belonged to it, and the stall check starts over.

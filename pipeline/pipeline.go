@@ -238,6 +238,9 @@ type Pipeline struct {
 	// writing by SetShadows, so the set changes only between applies.
 	shadowMu sync.RWMutex
 	shadows  []Target
+	// marks writes the source's watermark to the targets; nil when the
+	// source keeps none.
+	marks *watermark
 }
 
 // New checks that every stage is present and builds a pipeline.
@@ -277,6 +280,12 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	p.fingerprint = st.Splitter.Fingerprint()
 	p.shadows = slices.Clone(st.Shadows)
 	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
+	if src, ok := st.Source.(cdc.Watermarker); ok {
+		p.marks = &watermark{src: src, saved: map[string]cdc.Mark{}}
+		if cfg.Registerer != nil {
+			cfg.Registerer.MustRegister(newWatermarkCollector(p, cfg.IndexName))
+		}
+	}
 	return p, nil
 }
 
@@ -351,6 +360,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	go func() {
 		defer close(ackDone)
 		f.acknowledge(stopAcks)
+	}()
+	stopMarks := make(chan struct{})
+	marksDone := make(chan struct{})
+	go func() {
+		defer close(marksDone)
+		p.tickMarks(f.ctx, stopMarks)
+	}()
+	defer func() {
+		close(stopMarks)
+		<-marksDone
 	}()
 	eof := p.fetchLoop(f)
 	acksStopped := false

@@ -92,6 +92,10 @@ type Index interface {
 	Cached(ctx context.Context, hashes []string) (map[string]bool, error)
 	Lookup(ctx context.Context, id string, hashes []string) (sink.Lookup, error)
 	Flush(ctx context.Context) error
+	// SaveMarks records the source's watermark (what it acknowledged,
+	// which Flush made durable first) for readers that wait for their
+	// own writes; a lane never moves back.
+	SaveMarks(ctx context.Context, marks []cdc.Mark) error
 }
 
 // Target is an index the pipeline writes and the embedder of its model.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -46,6 +47,9 @@ type Source struct {
 	r    *bufio.Reader
 	line int64
 	tail []byte // a partial last line while following
+
+	name  string // the watermark's source: "file:" and the absolute path
+	marks lineMarks
 }
 
 // NewSource opens the file.
@@ -63,7 +67,11 @@ func NewSource(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open source.file.path: %w", err)
 	}
-	return &Source{cfg: cfg, f: f, r: bufio.NewReaderSize(f, 1<<20)}, nil
+	name := cfg.Path
+	if abs, err := filepath.Abs(cfg.Path); err == nil {
+		name = abs
+	}
+	return &Source{cfg: cfg, f: f, r: bufio.NewReaderSize(f, 1<<20), name: "file:" + name}, nil
 }
 
 // Close closes the file.
@@ -77,8 +85,13 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 		if err := ctx.Err(); err != nil {
 			return cdc.Batch{}, err
 		}
+		asked := time.Now()
 		b, err := s.r.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
+			if len(b) == 0 && len(s.tail) == 0 {
+				// Every line written before asked was read.
+				s.marks.atEnd(s.line, asked)
+			}
 			s.tail = append(s.tail, b...)
 			if len(msgs) > 0 {
 				break
@@ -113,10 +126,18 @@ func (s *Source) Fetch(ctx context.Context) (cdc.Batch, error) {
 		}
 		msgs = append(msgs, ParseLine(b, s.line))
 	}
+	var ts uint64
 	for i := range msgs {
 		msgs[i] = cdc.Decode(s.cfg.Decoder, msgs[i])
+		if msgs[i].Change != nil {
+			ts = max(ts, msgs[i].Change.Version.TS)
+		}
 	}
-	return cdc.Batch{Records: msgs, Ack: func(context.Context) error { return nil }}, nil
+	upTo := s.line
+	return cdc.Batch{Records: msgs, Ack: func(context.Context) error {
+		s.marks.applied(upTo, ts)
+		return nil
+	}}, nil
 }
 
 // envelope covers the two wrapped line shapes.

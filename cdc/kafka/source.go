@@ -117,6 +117,10 @@ type Source struct {
 	// next offset to hand out per partition.
 	targets  map[string]map[int32]int64
 	consumed map[string]map[int32]int64
+
+	// group names the watermark's source; marks are the partitions'.
+	group string
+	marks partMarks
 }
 
 // tp names a partition.
@@ -186,7 +190,8 @@ func NewSource(cfg Config) (*Source, error) {
 	}
 	asg := &assignment{parts: map[string]map[int32]bool{}}
 	s := &Source{topics: cfg.Topics, assigned: asg, maxPoll: cfg.MaxPollRecords, maxBytes: cfg.MaxPollBytes,
-		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, logger: cfg.Logger, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{}}
+		revokeTO: cfg.RevokeTimeout, decoder: cfg.Decoder, logger: cfg.Logger, pending: map[tp][]*kgo.Record{}, out: map[tp]int{}, epoch: map[tp]int{},
+		group: cfg.Group, marks: partMarks{parts: map[tp]*partMark{}}}
 	s.cond = sync.NewCond(&s.mu)
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { asg.set(m, true) }),
@@ -388,7 +393,13 @@ func (s *Source) decode(ctx context.Context, c cut) (cdc.Batch, bool, error) {
 	if s.registryStalled.Swap(false) && s.logger != nil {
 		s.logger.Info("schema registry answers again: the source goes on", "partition", c.p.String())
 	}
-	return cdc.Batch{Records: msgs, Lane: c.p.String(), Ack: s.ackFunc(c.p, c.epoch, c.recs[len(c.recs)-1])}, true, nil
+	var ts uint64
+	for _, m := range msgs {
+		if m.Change != nil {
+			ts = max(ts, m.Change.Version.TS)
+		}
+	}
+	return cdc.Batch{Records: msgs, Lane: c.p.String(), Ack: s.ackFunc(c.p, c.epoch, c.recs[len(c.recs)-1], ts)}, true, nil
 }
 
 // waitRegistry backs off after the registry failed to give r's schema
@@ -454,7 +465,7 @@ func (s *Source) release(c cut) {
 // ackFunc commits the offset after last, unless the partition was revoked
 // since the batch was handed out. It keeps only what the commit needs of
 // the last record, not the batch's values.
-func (s *Source) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Context) error {
+func (s *Source) ackFunc(p tp, epoch int, last *kgo.Record, commitTS uint64) func(context.Context) error {
 	mark := &kgo.Record{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset, LeaderEpoch: last.LeaderEpoch}
 	return func(ctx context.Context) error {
 		s.mu.Lock()
@@ -472,6 +483,9 @@ func (s *Source) ackFunc(p tp, epoch int, last *kgo.Record) func(context.Context
 				delete(s.out, p)
 			}
 			s.cond.Broadcast()
+			if current {
+				s.marks.applied(p, mark.Offset, commitTS)
+			}
 		}
 		s.mu.Unlock()
 		return nil
@@ -512,6 +526,7 @@ func (s *Source) revoke(m map[string][]int32, wait bool) {
 		s.epoch[p]++
 		delete(s.out, p)
 	}
+	s.marks.drop(parts)
 }
 
 // outstanding reports whether a batch of parts is handed out and not yet

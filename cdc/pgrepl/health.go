@@ -48,14 +48,19 @@ func (l *lagTracker) add(end pglogrepl.LSN, ts time.Time) {
 	l.mu.Unlock()
 }
 
-func (l *lagTracker) confirm(upTo pglogrepl.LSN) {
+// confirm drops the transactions up to upTo and returns the commit time
+// of the last of them (zero when none).
+func (l *lagTracker) confirm(upTo pglogrepl.LSN) time.Time {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	i := 0
+	var last time.Time
 	for i < len(l.pending) && l.pending[i].end <= upTo {
+		last = l.pending[i].ts
 		i++
 	}
 	l.pending = l.pending[i:]
-	l.mu.Unlock()
+	return last
 }
 
 func (l *lagTracker) seconds(now time.Time) float64 {

@@ -191,6 +191,8 @@ type Source struct {
 	// for Abandon; acks counts acknowledged batches.
 	created []string
 	acks    atomic.Int64
+	// marks holds what the watermark says beside the acknowledged LSN.
+	marks slotMarks
 }
 
 type fetched struct {
@@ -310,7 +312,9 @@ func (s *Source) batch(msgs []cdc.Record, upTo pglogrepl.LSN, after func(context
 			}
 		}
 		s.advance(upTo)
-		s.lag.confirm(pglogrepl.LSN(s.acked.Load()))
+		if ts := s.lag.confirm(pglogrepl.LSN(s.acked.Load())); !ts.IsZero() {
+			s.marks.committed(ts)
+		}
 		s.unacked.Add(-1)
 		select {
 		case s.ackNow <- struct{}{}:

@@ -63,6 +63,18 @@ type streamState struct {
 	committed  int // leading items of ready whose transaction committed
 	readyBytes int
 	walEnd     pglogrepl.LSN // the server's position, from keepalives and data
+	// walTime is the server's clock when it sent walEnd.
+	walTime time.Time
+}
+
+// seen notes the server's position and clock from a keepalive or data.
+func (st *streamState) seen(end pglogrepl.LSN, at time.Time) {
+	if end >= st.walEnd {
+		st.walEnd = end
+		if at.After(st.walTime) {
+			st.walTime = at
+		}
+	}
 }
 
 // stream runs START_REPLICATION from start and moves changes to Fetch until
@@ -87,6 +99,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 	st := &streamState{rels: map[uint32]*relation{}}
 	confirmed := start
 	nextStatus := time.Now()
+	var probed time.Time
 	batchBytes := max(s.cfg.MaxBufferBytes/4, 1)
 	for {
 		// Hand over what is ready as soon as Fetch can take it: whole
@@ -111,6 +124,9 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 		if idle && st.walEnd > pglogrepl.LSN(s.acked.Load()) {
 			s.advance(st.walEnd)
 		}
+		if idle && st.walEnd > 0 && pglogrepl.LSN(s.acked.Load()) >= st.walEnd {
+			s.marks.idle(st.walTime)
+		}
 		acked := pglogrepl.LSN(s.acked.Load())
 		if s.cfg.StopAtEnd && idle && st.walEnd >= s.stopAt {
 			_ = pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
@@ -127,9 +143,25 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 			}
 			nextStatus = time.Now().Add(s.cfg.StatusInterval)
 		}
+		if idle && time.Since(probed) >= watermarkProbe {
+			// Ask the server where it is: its answer (a keepalive) moves
+			// the idle slot's position, and with it the watermark, past
+			// WAL that carried nothing for the publication, such as the
+			// commit a reader got from pg_current_wal_lsn().
+			probed = time.Now()
+			confirmed = max(confirmed, acked)
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+				WALWritePosition: confirmed, WALFlushPosition: confirmed, WALApplyPosition: confirmed, ReplyRequested: true,
+			}); err != nil {
+				return fmt.Errorf("send standby status: %w", err)
+			}
+		}
 		wait := time.Until(nextStatus)
 		if len(st.ready) > 0 {
 			wait = min(wait, 10*time.Millisecond)
+		}
+		if idle {
+			wait = min(wait, max(time.Until(probed.Add(watermarkProbe)), time.Millisecond))
 		}
 		if st.readyBytes >= s.cfg.MaxBufferBytes || len(st.ready) >= 4*s.cfg.BatchSize {
 			// Back-pressure: stop reading, keep the status flowing.
@@ -166,7 +198,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 				if err != nil {
 					return fmt.Errorf("parse keepalive: %w", err)
 				}
-				st.walEnd = max(st.walEnd, ka.ServerWALEnd)
+				st.seen(ka.ServerWALEnd, ka.ServerTime)
 				if ka.ReplyRequested {
 					nextStatus = time.Time{}
 				}
@@ -258,7 +290,7 @@ func (s *Source) whatIsGone(ctx context.Context) (slotGone, pubGone bool) {
 
 // handle decodes one pgoutput message.
 func (s *Source) handle(st *streamState, x pglogrepl.XLogData) error {
-	st.walEnd = max(st.walEnd, x.ServerWALEnd)
+	st.seen(x.ServerWALEnd, x.ServerTime)
 	m, err := pglogrepl.ParseV2(x.WALData, false)
 	if err != nil {
 		return fmt.Errorf("parse pgoutput at %s: %w", x.WALStart, err)

@@ -1,0 +1,114 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ragsync/ragsync/cdc"
+	"github.com/ragsync/ragsync/cdc/file"
+	"github.com/ragsync/ragsync/pipeline"
+)
+
+// markCheckingIndex checks, at every watermark write, that every change at
+// or before the mark's line is already readable in the index: a
+// watermark must never claim what a search cannot see.
+type markCheckingIndex struct {
+	pipeline.Index
+	t      *testing.T
+	lineOf func(line int64) (doc string, n int) // the change a line carries
+	mu     sync.Mutex
+	marks  []cdc.Mark
+	bad    []string
+}
+
+func (x *markCheckingIndex) SaveMarks(ctx context.Context, marks []cdc.Mark) error {
+	for _, m := range marks {
+		want := map[string]int{}
+		for l := int64(1); l <= m.Ord.Int64(); l++ {
+			doc, n := x.lineOf(l)
+			want[doc] = n
+		}
+		for doc, n := range want {
+			d, ok, err := x.Document(ctx, doc)
+			if err != nil {
+				return err
+			}
+			got := -1
+			if ok {
+				got, _ = strconv.Atoi(strings.TrimPrefix(fmt.Sprint(d.Row["body"]), "edit "))
+			}
+			if got < n {
+				x.mu.Lock()
+				x.bad = append(x.bad, fmt.Sprintf("mark at line %d: %s holds edit %d, want >= %d", m.Ord.Int64(), doc, got, n))
+				x.mu.Unlock()
+			}
+		}
+	}
+	x.mu.Lock()
+	x.marks = append(x.marks, marks...)
+	x.mu.Unlock()
+	return x.Index.SaveMarks(ctx, marks)
+}
+
+// slowEmbedder answers after a random delay, so that documents finish out
+// of source order.
+type slowEmbedder struct{ countingEmbedder }
+
+func (e *slowEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
+	time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+	return e.countingEmbedder.EmbedCounted(ctx, texts, tokens)
+}
+
+// TestWatermarkNeverClaimsWhatIsNotSearchable: edits of ten documents,
+// applied concurrently with a provider of random latency; every
+// watermark written covers only changes the index already holds, and the
+// last one names the file's last line and is through the newest commit.
+func TestWatermarkNeverClaimsWhatIsNotSearchable(t *testing.T) {
+	b := setup(t)
+	const n = 300
+	var lines []string
+	for i := 1; i <= n; i++ {
+		m := event("u", i%10, int64(1000+i), fmt.Sprintf("edit %d", i))
+		lines = append(lines, fmt.Sprintf(`{"key":%s,"value":%s}`, m.Key, m.Value))
+	}
+	path := t.TempDir() + "/events.jsonl"
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	src, err := file.NewSource(file.Config{Path: path, BatchSize: 7})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	idx := &markCheckingIndex{Index: b.store, t: t, lineOf: func(l int64) (string, int) {
+		return "public.docs/" + strconv.Itoa(int(l)%10), int(l)
+	}}
+	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2, MaxInFlightDocuments: 10}, pipeline.Stages{
+		Source: src, Splitter: mustChunker(t), DeadLetters: b.dlq,
+		Target: pipeline.Target{Name: "docs", Index: idx, Embedder: &slowEmbedder{}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	if len(idx.bad) > 0 {
+		t.Fatalf("%d watermark writes claimed changes not yet searchable, e.g. %s", len(idx.bad), strings.Join(idx.bad[:min(5, len(idx.bad))], "; "))
+	}
+	require.NotEmpty(t, idx.marks)
+	stored, err := b.store.Watermarks(t.Context())
+	require.NoError(t, err)
+	require.Len(t, stored, 1)
+	require.Equal(t, strconv.Itoa(n), stored[0].Position)
+	require.Equal(t, cdc.PositionLine, stored[0].Kind)
+	require.True(t, strings.HasPrefix(stored[0].Source, "file:/"), stored[0].Source)
+	require.False(t, stored[0].Through.IsZero())
+	require.False(t, stored[0].Commit.IsZero())
+	require.False(t, stored[0].Through.Before(stored[0].Commit))
+	// p.Marks shows the same.
+	shown := p.Marks()
+	require.Len(t, shown, 1)
+	require.Equal(t, stored[0].Position, shown[0].Position)
+}
