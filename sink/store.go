@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,10 @@ type Store struct {
 	// the index at open (recordChunker); nil when it found none, or its
 	// own.
 	chunkerChange *chunkerChange
+	// marksWatch is the one listening connection of WaitAfter's readers,
+	// made at the first wait.
+	watchOnce  sync.Once
+	marksWatch *markWatch
 }
 
 // newStore checks cfg and builds a Store without a pool or any I/O.

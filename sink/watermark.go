@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,12 +142,24 @@ func (e *NotYetError) Error() string {
 func (e *NotYetError) Is(target error) bool { return target == ErrNotYet }
 
 // WaitAfter returns nil once the index's watermark passes a, or a
-// *NotYetError after timeout (0: check once). It listens on
-// WatermarkChannel on a connection of its own, so it wakes when a
-// pipeline writes a mark, and checks again every poll in case a
-// notification was missed (a reconnect).
+// *NotYetError after timeout (0: check once), or ctx's error when ctx
+// ends first.
+//
+// However many readers wait, a Store holds one connection for them: it
+// LISTENs on WatermarkChannel, and at each notification for its index
+// (and every second, in case one was missed) it reads the marks once and
+// releases every waiter they pass. It closes the connection once nobody
+// has waited for a while.
 func (s *Store) WaitAfter(ctx context.Context, a cdc.After, timeout time.Duration) error {
 	start := time.Now()
+	w := &markWaiter{after: a, done: make(chan struct{})}
+	watch := s.watch()
+	if timeout > 0 {
+		watch.add(w)
+		defer watch.remove(w)
+	}
+	// Checked after registering: a mark written from here on wakes the
+	// watch, which checks again.
 	ok, why, err := s.Passed(ctx, a)
 	if err != nil || ok {
 		return err
@@ -154,54 +167,164 @@ func (s *Store) WaitAfter(ctx context.Context, a cdc.After, timeout time.Duratio
 	if timeout <= 0 {
 		return &NotYetError{After: a.Text, Why: why}
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := s.pool.Acquire(wctx)
-	if err != nil {
-		return fmt.Errorf("wait for the watermark: %w", err)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
 	}
-	// A connection that listened goes back to no pool: closing it ends
-	// the LISTEN with it.
-	pc := conn.Hijack()
-	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(wctx, "LISTEN "+WatermarkChannel); err != nil {
-		return fmt.Errorf("wait for the watermark: %w", err)
+	// One last look, so that the reason is current.
+	if ok, why, err = s.Passed(ctx, a); err != nil || ok {
+		return err
 	}
+	return &NotYetError{After: a.Text, Waited: time.Since(start), Why: why}
+}
+
+// markWaiter is one reader waiting in WaitAfter.
+type markWaiter struct {
+	after cdc.After
+	done  chan struct{}
+}
+
+// markWatch is a Store's one listening connection and its waiters.
+type markWatch struct {
+	s       *Store
+	mu      sync.Mutex
+	waiters map[*markWaiter]struct{}
+	running bool
+	// wake ends the listener's current wait (nil: not waiting), so that it
+	// closes the connection as soon as the last waiter is gone.
+	wake context.CancelFunc
+}
+
+func (s *Store) watch() *markWatch {
+	s.watchOnce.Do(func() {
+		s.marksWatch = &markWatch{s: s, waiters: map[*markWaiter]struct{}{}}
+	})
+	return s.marksWatch
+}
+
+func (m *markWatch) add(w *markWaiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.waiters[w] = struct{}{}
+	if !m.running {
+		m.running = true
+		go m.listen()
+	}
+}
+
+func (m *markWatch) remove(w *markWaiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.waiters, w)
+	if len(m.waiters) == 0 && m.wake != nil {
+		m.wake()
+	}
+}
+
+// listen holds the listening connection while anyone waits: at every
+// notification for the index, and at least every second, it reads the
+// marks once and releases the waiters they pass. A lost connection is
+// opened again; meanwhile the waiters are checked every second. It ends,
+// closing the connection, when nobody waits.
+func (m *markWatch) listen() {
 	const poll = time.Second
-	want := s.cfg.Schema + "." + s.cfg.Index
+	want := m.s.cfg.Schema + "." + m.s.cfg.Index
+	ctx := context.Background()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+	}()
 	for {
-		// Checked after LISTEN: a write between the first check and
-		// LISTEN is seen here.
-		if wctx.Err() != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			// The wait is over: one last look, on the caller's context.
-			if ok, why, err = s.Passed(ctx, a); err != nil || ok {
-				return err
-			}
-			return &NotYetError{After: a.Text, Waited: time.Since(start), Why: why}
+		m.mu.Lock()
+		if len(m.waiters) == 0 {
+			m.running = false
+			m.mu.Unlock()
+			return
 		}
-		ok, why, err = s.Passed(wctx, a)
-		if err != nil && wctx.Err() == nil {
-			return err
+		wctx, cancel := context.WithTimeout(ctx, poll)
+		m.wake = cancel
+		m.mu.Unlock()
+		if conn == nil {
+			conn = m.connect(ctx)
 		}
-		if ok {
-			return nil
+		m.check(ctx)
+		if conn == nil {
+			<-wctx.Done()
 		}
-		for {
-			nctx, ncancel := context.WithTimeout(wctx, poll)
-			n, err := pc.WaitForNotification(nctx)
-			ncancel()
+		// Wait for a notification for this index, the poll, or the last
+		// waiter's leaving.
+		for conn != nil {
+			n, err := conn.WaitForNotification(wctx)
 			if err != nil {
-				if wctx.Err() == nil && nctx.Err() == nil {
-					return fmt.Errorf("wait for the watermark: %w", err)
+				if wctx.Err() == nil || !conn.PgConn().IsBusy() && conn.IsClosed() {
+					// The connection broke: open another at the next turn.
+					conn.Close(ctx)
+					conn = nil
 				}
-				break // poll, or the wait's end
+				break
 			}
 			if n.Payload == want {
 				break
 			}
+		}
+		m.mu.Lock()
+		m.wake = nil
+		m.mu.Unlock()
+		cancel()
+	}
+}
+
+// connect opens the listening connection (nil when it cannot: the
+// waiters are then polled).
+func (m *markWatch) connect(ctx context.Context) *pgx.Conn {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pc, err := m.s.pool.Acquire(cctx)
+	if err != nil {
+		return nil
+	}
+	// A connection that listened goes back to no pool: closing it ends
+	// the LISTEN with it.
+	conn := pc.Hijack()
+	if _, err := conn.Exec(cctx, "LISTEN "+WatermarkChannel); err != nil {
+		conn.Close(ctx)
+		return nil
+	}
+	return conn
+}
+
+// check reads the marks once and releases every waiter they pass.
+func (m *markWatch) check(ctx context.Context) {
+	m.mu.Lock()
+	n := len(m.waiters)
+	m.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stored, err := m.s.Watermarks(cctx)
+	if err != nil {
+		return
+	}
+	marks := make([]cdc.Mark, len(stored))
+	updated := make([]time.Time, len(stored))
+	for i, sm := range stored {
+		marks[i], updated[i] = sm.Mark, sm.Updated
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for w := range m.waiters {
+		if ok, _ := w.after.Passed(marks, updated); ok {
+			close(w.done)
+			delete(m.waiters, w)
 		}
 	}
 }

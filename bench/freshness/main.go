@@ -126,6 +126,7 @@ func main() {
 	flag.BoolVar(&o.metadata, "metadata", false, "through kafka and postgres-pipeline, measure each rate twice: text edits, then updates of only a column the text does not render that a declared field (semantic_tag: \"{{status}}\") renders, timed to the sink's commit and to the new value being filterable (metadata @> {\"semantic_tag\": …} on the index's view); -rates defaults to 50, -sources to kafka,postgres-pipeline")
 	flag.DurationVar(&o.probeEvery, "probe-interval", 10*time.Millisecond, "-metadata: how often the probe queries the index for changes not yet filterable (the filterable times are late by up to this much)")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the whole run to this file")
+	afterTries := flag.Int("after", 0, "instead of -sources, measure reading one's own writes through `ragsync serve` on the Postgres source: this many changes at the first of -rates, each followed by a wait for the watermark to pass its pg_current_wal_lsn() and a search for it")
 	var curve bool
 	var cur curveOptions
 	flag.BoolVar(&curve, "curve", false, "instead of -rates, raise the rate until applied < -curve-sustain × offered; report p99 against rate, the highest rate sustained and p99 at 80% of it")
@@ -177,6 +178,12 @@ func main() {
 		o.sources = append(o.sources, src)
 	}
 	failed := false
+	if *afterTries > 0 {
+		if err := runAfter(context.Background(), o, o.rates[0], *afterTries); err != nil {
+			fatalf("-after: %v", err)
+		}
+		return
+	}
 	if curve {
 		if cur.from <= 0 || cur.factor <= 1 || cur.sustain <= 0 {
 			fatalf("-curve: want -curve-from > 0, -curve-factor > 1 and -curve-sustain > 0")

@@ -33,107 +33,12 @@ import (
 // within the buckets, as Prometheus' histogram_quantile does.
 func runServe(ctx context.Context, o options, rate float64) (result, error) {
 	res := result{rate: rate}
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
-	schema := "bench_fresh_" + hex.EncodeToString(rb[:])
-	defer func() {
-		conn, err := pgx.Connect(context.Background(), o.url)
-		if err != nil {
-			warnf("clean up: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			warnf("clean up: drop schema %s: %v", schema, err)
-		}
-	}()
-	srv, closeSrv := fakeProvider(o)
-	defer closeSrv()
-	name, write, _, drop, err := pgSource(ctx, o)
+	sv, err := startServe(ctx, o, "")
 	if err != nil {
 		return res, err
 	}
-	defer drop()
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir, err := os.MkdirTemp("", "bench-freshness")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dir)
-	cfg := filepath.Join(dir, "ragsync.yaml")
-	workers := "pipeline:\n"
-	if o.workers > 0 {
-		workers += fmt.Sprintf("  workers: %d\n", o.workers)
-	}
-	if o.inFlightBytes > 0 {
-		workers += fmt.Sprintf("  max_in_flight_bytes: %d\n", o.inFlightBytes)
-	}
-	if o.inFlightDocs > 0 {
-		workers += fmt.Sprintf("  max_in_flight_documents: %d\n", o.inFlightDocs)
-	}
-	if workers == "pipeline:\n" {
-		workers = ""
-	}
-	yaml := fmt.Sprintf(`source:
-  kind: postgres
-  postgres:
-    url: %[1]s
-    slot: %[2]s
-    publication: %[2]s
-    initial_load: false
-tables:
-  - match: %[2]s.articles
-embedder:
-  provider: openai
-  base_url: %[3]s
-  model: text-embedding-3-small
-  dimensions: %[4]d
-  api_key: bench
-postgres:
-  url: %[1]s
-  schema: %[5]s
-index: bench
-http:
-  listen: %[6]s
-dlq:
-  path: %[7]s
-%[8]s`, o.url, name, srv.URL, o.dims, schema, addr, filepath.Join(dir, "dlq.jsonl"), workers)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		return res, err
-	}
-	logPath := filepath.Join(dir, "serve.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return res, err
-	}
-	defer logf.Close()
-	cmd := orphan.DieWithParent(exec.Command(o.bin, "serve", "--config", cfg))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("start %s serve: %w (build it with make build, or pass -bin)", o.bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	serveLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	base := "http://" + addr
-	if err := waitReady(base, exited, 2*time.Minute); err != nil {
-		return res, fmt.Errorf("%w\nserve's output:\n%s", err, serveLog())
-	}
+	defer sv.stop()
+	base, write, serveLog := sv.base, sv.write, sv.log
 
 	var before map[float64]float64
 	scraped := make(chan error, 1)
@@ -175,6 +80,141 @@ dlq:
 	res.p50, res.p95, res.p99 = q(0.50), q(0.95), q(0.99)
 	res.applied = total / o.duration.Seconds()
 	return res, nil
+}
+
+// served is `ragsync serve` running as a child process on a replication
+// slot of its own, into an index schema of its own, with the fake provider
+// in this process.
+type served struct {
+	base, schema, slot string
+	// write commits a change of a document in the source table.
+	write func(context.Context, int, string, time.Time) error
+	log   func() string
+	stop  func()
+}
+
+// startServe starts serve (o.bin) with tables[].text set to text ("" the
+// default: every text column) and waits until it is ready.
+func startServe(ctx context.Context, o options, text string) (sv served, err error) {
+	var undo []func()
+	sv.stop = func() {
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			sv.stop()
+		}
+	}()
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	schema := "bench_fresh_" + hex.EncodeToString(rb[:])
+	sv.schema = schema
+	undo = append(undo, func() {
+		conn, err := pgx.Connect(context.Background(), o.url)
+		if err != nil {
+			warnf("clean up: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			warnf("clean up: drop schema %s: %v", schema, err)
+		}
+	})
+	srv, closeSrv := fakeProvider(o)
+	undo = append(undo, closeSrv)
+	name, write, _, drop, err := pgSource(ctx, o)
+	if err != nil {
+		return sv, err
+	}
+	undo = append(undo, drop)
+	sv.slot, sv.write = name, write
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return sv, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir, err := os.MkdirTemp("", "bench-freshness")
+	if err != nil {
+		return sv, err
+	}
+	undo = append(undo, func() { os.RemoveAll(dir) })
+	cfg := filepath.Join(dir, "ragsync.yaml")
+	workers := "pipeline:\n"
+	if o.workers > 0 {
+		workers += fmt.Sprintf("  workers: %d\n", o.workers)
+	}
+	if o.inFlightBytes > 0 {
+		workers += fmt.Sprintf("  max_in_flight_bytes: %d\n", o.inFlightBytes)
+	}
+	if o.inFlightDocs > 0 {
+		workers += fmt.Sprintf("  max_in_flight_documents: %d\n", o.inFlightDocs)
+	}
+	if workers == "pipeline:\n" {
+		workers = ""
+	}
+	textLine := ""
+	if text != "" {
+		textLine = fmt.Sprintf("    text: %q\n", text)
+	}
+	yaml := fmt.Sprintf(`source:
+  kind: postgres
+  postgres:
+    url: %[1]s
+    slot: %[2]s
+    publication: %[2]s
+    initial_load: false
+tables:
+  - match: %[2]s.articles
+%[9]sembedder:
+  provider: openai
+  base_url: %[3]s
+  model: text-embedding-3-small
+  dimensions: %[4]d
+  api_key: bench
+postgres:
+  url: %[1]s
+  schema: %[5]s
+index: bench
+http:
+  listen: %[6]s
+dlq:
+  path: %[7]s
+%[8]s`, o.url, name, srv.URL, o.dims, schema, addr, filepath.Join(dir, "dlq.jsonl"), workers, textLine)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		return sv, err
+	}
+	logPath := filepath.Join(dir, "serve.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return sv, err
+	}
+	undo = append(undo, func() { logf.Close() })
+	cmd := orphan.DieWithParent(exec.Command(o.bin, "serve", "--config", cfg))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return sv, fmt.Errorf("start %s serve: %w (build it with make build, or pass -bin)", o.bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sv.log = func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	undo = append(undo, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	sv.base = "http://" + addr
+	if err := waitReady(sv.base, exited, 2*time.Minute); err != nil {
+		return sv, fmt.Errorf("%w\nserve's output:\n%s", err, sv.log())
+	}
+	return sv, nil
 }
 
 // waitReady waits for serve's /readyz to answer 200.
