@@ -297,9 +297,9 @@ type timingSink struct {
 	// firstAt is when the first upsert of all (measured or not) was
 	// applied: the pipeline is up.
 	firstAt time.Time
-	lat   []time.Duration
-	at    []time.Time // each lat's source commit
-	count int
+	lat     []time.Duration
+	at      []time.Time // each lat's source commit
+	count   int
 	// inserted counts the chunk rows the measured changes inserted.
 	inserted int
 	// metadataOnly counts the measured changes written as metadata-only
