@@ -285,7 +285,12 @@ func (r result) String() string {
 	if r.chunks > 0 {
 		chunks = fmt.Sprintf("%.0f", r.chunks)
 	}
-	return fmt.Sprintf("| %g | %d ms | %d ms | %d ms | %.1f | %.2f | %s |", r.rate, r.p50.Milliseconds(), r.p95.Milliseconds(), r.p99.Milliseconds(), r.applied, r.applied/r.rate, chunks)
+	// Quantiles that count changes still queued at a lower bound.
+	ge := ""
+	if r.censored > 0 {
+		ge = "≥ "
+	}
+	return fmt.Sprintf("| %g | %s%d ms | %s%d ms | %s%d ms | %.1f | %.2f | %s |", r.rate, ge, r.p50.Milliseconds(), ge, r.p95.Milliseconds(), ge, r.p99.Milliseconds(), r.applied, r.applied/r.rate, chunks)
 }
 
 // timingSink records, for every applied upsert, the time from the change's
