@@ -14,12 +14,20 @@
 // each source and rate it reports p50/p95/p99 of commit-to-index-commit time
 // (the return of the sink's commit of the document's chunks and vectors)
 // over the changes committed after a warm-up, and the applied rate against
-// the offered one. The postgres leg creates its schema, publication and
-// slot and drops them at the end.
+// the offered one. The warm-up starts once the pipeline has applied a first
+// change. Applied counts the window's changes that reached the index 2 s
+// after it; freshness waits longer, until all of them did or for half the
+// window, and counts a change still queued then at a lower bound (the
+// quantiles are then marked ≥). The postgres leg creates its schema,
+// publication and slot and drops them at the end.
 //
-// With -curve it instead raises the rate through each source until the
-// applied rate falls below 0.95 of the offered one, and reports the curve
-// of p99 against rate, the highest rate sustained, and p99 at 80% of it.
+// With -curve it instead raises the rate through each source until one is
+// not sustained. A rate is sustained when applied ≥ 0.95 × offered
+// (-curve-sustain) and the queue does not grow: the p50 freshness of the
+// changes committed in the last third of the measured window is at most
+// 1.5 × (-curve-growth) the p50 of those committed in its first third. It
+// prints both criteria per rate, the highest steady rate, and p99 at 80%
+// of it.
 // -metadata measures, through kafka and postgres-pipeline (at 50/s unless
 // -rates says otherwise), each rate twice with rows whose status column the
 // text does not render and a declared field does (fields: semantic_tag:
@@ -29,9 +37,10 @@
 // the document), with the count of writes that took the metadata-only path.
 //
 // -curve-drain N first drains a Kafka backlog of N changes made the same
-// way (the same documents, sizes, provider and pipeline) and reports the
-// highest rate sustained against that drain rate: what flowing at a fixed
-// rate costs against draining the same work as a backlog.
+// way (the same documents, change mix, sizes, provider latency and pipeline
+// settings) and reports the highest steady rate ÷ that drain rate: what
+// flowing at a fixed rate costs against draining the same work as a
+// backlog.
 //
 //	go run ./bench/freshness -sources kafka,postgres -rates 5,50 -latency 150ms -duration 30s
 //	go run ./bench/freshness -metadata -duration 30s
@@ -46,7 +55,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -129,13 +137,14 @@ func main() {
 	afterTries := flag.Int("after", 0, "instead of -sources, measure reading one's own writes through `ragsync serve` on the Postgres source: this many changes at the first of -rates, each followed by a wait for the watermark to pass its pg_current_wal_lsn() and a search for it")
 	var curve bool
 	var cur curveOptions
-	flag.BoolVar(&curve, "curve", false, "instead of -rates, raise the rate until applied < -curve-sustain × offered; report p99 against rate, the highest rate sustained and p99 at 80% of it")
+	flag.BoolVar(&curve, "curve", false, "instead of -rates, raise the rate until one is not sustained (applied < -curve-sustain × offered, or the p50 of the last third of the window > -curve-growth × the first third's); report both criteria per rate, the highest steady rate and p99 at 80% of it")
 	flag.Float64Var(&cur.from, "curve-from", 25, "-curve: the first rate (changes/s)")
 	flag.Float64Var(&cur.factor, "curve-factor", 1.5, "-curve: each rate is this times the last")
 	flag.Float64Var(&cur.limit, "curve-limit", 5000, "-curve: the highest rate tried")
 	flag.Float64Var(&cur.sustain, "curve-sustain", 0.95, "-curve: applied ÷ offered a rate needs to count as sustained")
+	flag.Float64Var(&cur.growth, "curve-growth", 1.5, "-curve: the most the p50 freshness of the changes committed in the last third of the window may be, as a multiple of the first third's, for a rate to count as sustained (a higher one: the queue grows)")
 	flag.IntVar(&cur.refine, "curve-refine", 0, "-curve: after the first rate not sustained, halve the gap between it and the last rate sustained this many times")
-	flag.IntVar(&cur.drain, "curve-drain", 0, "-curve through kafka: first drain a backlog of this many changes of the curve's own documents and provider latency, and report the highest rate sustained against that drain rate (like for like)")
+	flag.IntVar(&cur.drain, "curve-drain", 0, "-curve through kafka: first drain a backlog of this many changes made as the curve's (same documents, change mix, provider latency and pipeline settings), and report the highest steady rate ÷ that drain rate (like for like)")
 	flag.Parse()
 	if o.metadata {
 		set := map[string]bool{}
@@ -185,8 +194,8 @@ func main() {
 		return
 	}
 	if curve {
-		if cur.from <= 0 || cur.factor <= 1 || cur.sustain <= 0 {
-			fatalf("-curve: want -curve-from > 0, -curve-factor > 1 and -curve-sustain > 0")
+		if cur.from <= 0 || cur.factor <= 1 || cur.sustain <= 0 || cur.growth < 1 {
+			fatalf("-curve: want -curve-from > 0, -curve-factor > 1, -curve-sustain > 0 and -curve-growth ≥ 1")
 		}
 		for _, src := range o.sources {
 			if err := runCurve(context.Background(), o, src, cur); err != nil {
@@ -269,6 +278,13 @@ type result struct {
 	// after f50/f95/f99.
 	committed, filterable int
 	f50, f95, f99         time.Duration
+	// thirds: first and last are the p50s of the first and last thirds of
+	// the window, growth last ÷ first (see window.stats); censored counts
+	// the changes still queued when watching ended.
+	thirds      bool
+	first, last time.Duration
+	growth      float64
+	censored    int
 }
 
 func (r result) String() string {
@@ -276,18 +292,26 @@ func (r result) String() string {
 	if r.chunks > 0 {
 		chunks = fmt.Sprintf("%.0f", r.chunks)
 	}
-	return fmt.Sprintf("| %g | %d ms | %d ms | %d ms | %.1f | %.2f | %s |", r.rate, r.p50.Milliseconds(), r.p95.Milliseconds(), r.p99.Milliseconds(), r.applied, r.applied/r.rate, chunks)
+	// Quantiles that count changes still queued at a lower bound.
+	ge := ""
+	if r.censored > 0 {
+		ge = "≥ "
+	}
+	return fmt.Sprintf("| %g | %s%d ms | %s%d ms | %s%d ms | %.1f | %.2f | %s |", r.rate, ge, r.p50.Milliseconds(), ge, r.p95.Milliseconds(), ge, r.p99.Milliseconds(), r.applied, r.applied/r.rate, chunks)
 }
 
 // timingSink records, for every applied upsert, the time from the change's
 // source commit to the return of the sink's commit.
 type timingSink struct {
 	pipeline.Index
-	mu    sync.Mutex
-	from  time.Time // only changes committed after from count
-	lat   []time.Duration
-	at    []time.Time // each lat's source commit
-	count int
+	mu   sync.Mutex
+	from time.Time // only changes committed at or after from count
+	// firstAt is when the first upsert of all (measured or not) was
+	// applied: the pipeline is up.
+	firstAt time.Time
+	lat     []time.Duration
+	at      []time.Time // each lat's source commit
+	count   int
 	// inserted counts the chunk rows the measured changes inserted.
 	inserted int
 	// metadataOnly counts the measured changes written as metadata-only
@@ -300,7 +324,10 @@ func (s *timingSink) Upsert(ctx context.Context, d sink.Document) (sink.Outcome,
 	if err == nil && out.Applied {
 		now := time.Now()
 		s.mu.Lock()
-		if !s.from.IsZero() && d.SourceTS.After(s.from) {
+		if s.firstAt.IsZero() {
+			s.firstAt = now
+		}
+		if !s.from.IsZero() && !d.SourceTS.Before(s.from) {
 			s.lat = append(s.lat, now.Sub(d.SourceTS))
 			s.at = append(s.at, d.SourceTS)
 			s.count++
@@ -469,43 +496,101 @@ func run(ctx context.Context, o options, leg string, rate float64, drain int) (r
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(runCtx) }()
+	fail := func(err error) (result, error) {
+		stop()
+		<-ran
+		return res, err
+	}
+	// The warm-up starts once the pipeline has applied a change: joining
+	// the consumer group and opening connections can take longer than the
+	// warm-up, and would otherwise land in the first third and hide a
+	// growing queue behind a slow start.
+	if err := prime(ctx, b); err != nil {
+		return fail(err)
+	}
 
-	_, err = drive(ctx, o, rate, commit, func(from time.Time) {
+	var committed []time.Time
+	recorded := func(ctx context.Context, id int, body string, now time.Time) error {
+		if err := commit(ctx, id, body, now); err != nil {
+			return err
+		}
+		// As the source records it: Debezium's ts_ms and pgoutput's
+		// commit time reach the sink in whole milliseconds.
+		committed = append(committed, now.Truncate(time.Millisecond))
+		return nil
+	}
+	from, err := drive(ctx, o, rate, recorded, func(from time.Time) {
 		ts.mu.Lock()
 		ts.from = from
 		ts.mu.Unlock()
 	})
 	if err != nil {
-		stop()
-		<-ran
-		return res, err
+		return fail(err)
 	}
-	// Let the last changes land, then stop.
+	committed = slices.DeleteFunc(committed, func(t time.Time) bool { return t.Before(from) })
+	// Applied is counted 2 s after the window: changes committed in it
+	// that reached the index by then (a change overtaken by a later one
+	// of its document counts as applied only if its write happened).
 	time.Sleep(2 * time.Second)
-	stop()
-	if err := <-ran; err != nil {
-		return res, err
+	ts.mu.Lock()
+	appliedBy := len(ts.lat)
+	ts.mu.Unlock()
+	// Freshness is watched longer, until every change of the window is
+	// applied or for up to half the window: a queue that grew has its
+	// slowest changes at the end, and they must count.
+	settle := time.Now().Add(o.duration / 2)
+	for {
+		ts.mu.Lock()
+		n := len(ts.lat)
+		ts.mu.Unlock()
+		if n >= len(committed) || !time.Now().Before(settle) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	ts.mu.Lock()
-	lat := slices.Clone(ts.lat)
+	w := window{from: from, length: o.duration, committed: committed, at: slices.Clone(ts.at), lat: slices.Clone(ts.lat), stop: time.Now()}
 	inserted := ts.inserted
 	res.metadataOnly = ts.metadataOnly
 	if o.timeline {
 		printTimeline(ts.at, ts.lat)
 	}
 	ts.mu.Unlock()
-	if len(lat) == 0 {
+	stop()
+	if err := <-ran; err != nil {
+		return res, err
+	}
+	if len(w.lat) == 0 {
 		return res, fmt.Errorf("nothing applied in the measured window")
 	}
-	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
-	res.p50, res.p95, res.p99 = q(0.50), q(0.95), q(0.99)
-	// Applied in the window: changes committed in it that reached the
-	// index (a change overtaken by a later one of its document counts as
-	// applied only if its write happened).
-	res.applied = float64(len(lat)) / o.duration.Seconds()
+	st := w.stats()
+	res.p50, res.p95, res.p99 = st.p50, st.p95, st.p99
+	res.thirds, res.first, res.last, res.growth, res.censored = true, st.first, st.last, st.growth, st.censored
+	res.applied = float64(appliedBy) / o.duration.Seconds()
 	res.chunks = float64(inserted) / o.duration.Seconds()
 	return res, nil
+}
+
+// prime commits one change and waits until the pipeline has applied it.
+func prime(ctx context.Context, b *bench) error {
+	if err := b.commit(ctx, 0, text(1500), time.Now()); err != nil {
+		return fmt.Errorf("prime: %w", err)
+	}
+	if err := b.flush(ctx); err != nil {
+		return fmt.Errorf("prime: %w", err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		b.ts.mu.Lock()
+		up := !b.ts.firstAt.IsZero()
+		b.ts.mu.Unlock()
+		if up {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("prime: the pipeline applied nothing in 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // printTimeline prints, per second of source commits, the changes applied
@@ -535,11 +620,18 @@ func printTimeline(at []time.Time, lat []time.Duration) {
 }
 
 // drainBacklog measures the ceiling the curve is held against with the
-// curve's own work: n changes made by drive's generator (the same texts,
-// sizes and provider latency) are committed to the source before the
-// pipeline starts, and the pipeline, built as for a rate, drains them. The
-// result's applied is changes processed per second, from the pipeline's
-// start to the last change; chunks is chunk rows written per second.
+// curve's own work, so that highest steady rate ÷ drain rate compares like
+// with like and measures only what flowing at a fixed rate costs: n
+// changes are made by drive's generator (the same documents, the same
+// change mix — each a rewrite of a random one of o.docs documents with a
+// fresh 1.5–4 KB text — and the same Debezium shape), committed to the
+// source before the pipeline starts, and drained by a pipeline that setUp
+// built as for a rate (the same provider latency, coalescer, pipeline and
+// sink settings, partitions and a fresh index). The clock starts when the
+// first change is applied, as a rate's warm-up starts only once the
+// pipeline has applied one (see prime): joining the consumer group is
+// start-up, not throughput. The result's applied is changes processed per
+// second from then to the last; chunks is chunk rows written per second.
 func drainBacklog(ctx context.Context, o options, p *pipeline.Pipeline, ts *timingSink,
 	commit func(context.Context, int, string, time.Time) error, flush func(context.Context) error, n int) (result, error) {
 	ts.mu.Lock()
@@ -587,15 +679,21 @@ func drainBacklog(ctx context.Context, o options, p *pipeline.Pipeline, ts *timi
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	elapsed := time.Since(start)
+	end := time.Now()
 	stop()
 	if err := <-ran; err != nil {
 		return result{}, err
 	}
 	ts.mu.Lock()
-	inserted := ts.inserted
+	inserted, firstAt := ts.inserted, ts.firstAt
 	ts.mu.Unlock()
-	return result{rate: float64(n) / elapsed.Seconds(), applied: float64(n) / elapsed.Seconds(), chunks: float64(inserted) / elapsed.Seconds()}, nil
+	if firstAt.IsZero() || n < 2 {
+		return result{}, fmt.Errorf("drain: want at least 2 changes applied")
+	}
+	// The first change applied starts the clock: n-1 changes after it.
+	elapsed := end.Sub(firstAt).Seconds()
+	rate := float64(n-1) / elapsed
+	return result{rate: rate, applied: rate, chunks: float64(inserted) / elapsed}, nil
 }
 
 // drive commits changes at rate for the warm-up and o.duration: through
@@ -606,7 +704,8 @@ func drainBacklog(ctx context.Context, o options, p *pipeline.Pipeline, ts *timi
 func drive(ctx context.Context, o options, rate float64, commit func(context.Context, int, string, time.Time) error, measure func(from time.Time)) (time.Time, error) {
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
-	measureFrom := start.Add(o.warmup)
+	// A whole millisecond, as the commit times the sink sees are.
+	measureFrom := start.Add(o.warmup).Truncate(time.Millisecond)
 	end := measureFrom.Add(o.duration)
 	measure(measureFrom)
 	next := start

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -64,14 +63,6 @@ func (r result) metadataRow(kind string) string {
 	}
 	return fmt.Sprintf("| %s | %g | %d ms | %d ms | %d ms | %.1f | %.2f | %s | %d | %s |", kind, r.rate, r.p50.Milliseconds(), r.p95.Milliseconds(), r.p99.Milliseconds(),
 		r.applied, r.applied/r.rate, chunks, r.metadataOnly, filterable)
-}
-
-// quantiles returns p50, p95 and p99 of lat (sorted in place): exact, the
-// smallest value at or above each share.
-func quantiles(lat []time.Duration) (p50, p95, p99 time.Duration) {
-	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
-	return q(0.50), q(0.95), q(0.99)
 }
 
 // runMetadataLeg is the metadata leg of runMetadata at rate.

@@ -30,7 +30,12 @@ import (
 // The figures come from serve's own ragsync_pipeline_freshness_seconds: its
 // buckets are read when measuring starts and after the last change had two
 // seconds to land, and the quantiles of the difference are interpolated
-// within the buckets, as Prometheus' histogram_quantile does.
+// within the buckets, as Prometheus' histogram_quantile does. The thirds
+// of the window (see window.stats) are read from the same histogram,
+// scraped a third and two thirds into the window as well: serve's
+// histogram knows when each change was applied, not when it was
+// committed, so here the thirds are by the time of application (a queue
+// that grows still shows as a higher p50 in the last third).
 func runServe(ctx context.Context, o options, rate float64) (result, error) {
 	res := result{rate: rate}
 	sv, err := startServe(ctx, o, "")
@@ -40,14 +45,21 @@ func runServe(ctx context.Context, o options, rate float64) (result, error) {
 	defer sv.stop()
 	base, write, serveLog := sv.base, sv.write, sv.log
 
-	var before map[float64]float64
+	// scrapes holds the buckets at the start of the window, a third and
+	// two thirds into it.
+	var scrapes [3]map[float64]float64
 	scraped := make(chan error, 1)
 	_, err = drive(ctx, o, rate, write, func(from time.Time) {
 		go func() {
-			time.Sleep(time.Until(from))
-			var err error
-			before, err = freshnessBuckets(base)
-			scraped <- err
+			for k := range scrapes {
+				time.Sleep(time.Until(from.Add(time.Duration(k) * o.duration / 3)))
+				var err error
+				if scrapes[k], err = freshnessBuckets(base); err != nil {
+					scraped <- err
+					return
+				}
+			}
+			scraped <- nil
 		}()
 	})
 	if err != nil {
@@ -66,19 +78,32 @@ func runServe(ctx context.Context, o options, rate float64) (result, error) {
 		les = append(les, le)
 	}
 	slices.Sort(les)
-	counts := make([]float64, len(les))
-	for i, le := range les {
-		counts[i] = after[le] - before[le]
+	// between is the bucket counts observed from a to b.
+	between := func(a, b map[float64]float64) []float64 {
+		counts := make([]float64, len(les))
+		for i, le := range les {
+			counts[i] = b[le] - a[le]
+		}
+		return counts
 	}
+	counts := between(scrapes[0], after)
 	total := counts[len(counts)-1] // le=+Inf
 	if total <= 0 {
 		return res, fmt.Errorf("serve applied nothing in the measured window\nserve's output:\n%s", serveLog())
 	}
-	q := func(f float64) time.Duration {
+	q := func(f float64, counts []float64) time.Duration {
+		if counts[len(counts)-1] <= 0 {
+			return 0
+		}
 		return time.Duration(histogramQuantile(f, les, counts) * float64(time.Second))
 	}
-	res.p50, res.p95, res.p99 = q(0.50), q(0.95), q(0.99)
+	res.p50, res.p95, res.p99 = q(0.50, counts), q(0.95, counts), q(0.99, counts)
 	res.applied = total / o.duration.Seconds()
+	res.thirds = true
+	res.first, res.last = q(0.50, between(scrapes[0], scrapes[1])), q(0.50, between(scrapes[2], after))
+	if res.first > 0 {
+		res.growth = float64(res.last) / float64(res.first)
+	}
 	return res, nil
 }
 
