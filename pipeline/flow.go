@@ -253,7 +253,10 @@ func (f *flow) run(key string) {
 		}
 		w := q[0]
 		f.mu.Unlock()
-		if f.slots != nil {
+		// A delete takes no slot: it embeds nothing, and must not wait
+		// behind edits of other documents (see deletesFirst).
+		slot := f.slots != nil && w.change.Op != cdc.OpDelete
+		if slot {
 			select {
 			case f.slots <- struct{}{}:
 			case <-f.ctx.Done():
@@ -261,7 +264,7 @@ func (f *flow) run(key string) {
 			}
 		}
 		err := f.p.applyOne(f.ctx, w)
-		if f.slots != nil {
+		if slot {
 			<-f.slots
 		}
 		if err != nil {

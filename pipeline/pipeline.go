@@ -451,7 +451,11 @@ func (p *Pipeline) fetchLoop(f *flow) (eof bool) {
 func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 	now := p.now()
 	t := f.admit(b, now)
-	for _, m := range b.Records {
+	early := p.deletesFirst(f, t, b.Records, now)
+	for i, m := range b.Records {
+		if early[i] {
+			continue
+		}
 		if waited := f.waitRoom(); waited > 0 {
 			p.metrics.backpressure.Add(waited.Seconds())
 		}
@@ -497,6 +501,52 @@ func (p *Pipeline) dispatch(f *flow, b cdc.Batch) {
 		}
 		f.submit(&work{msg: m, change: ch, batch: t, cost: cost, key: key, fetched: now})
 	}
+}
+
+// deletesFirst hands over, before the rest of the batch and without
+// waiting for room, the deletes of documents that have no earlier change
+// in the batch, and returns which records it handed over. A delete
+// embeds nothing and costs little, so it need not wait behind edits of
+// other documents that wait for the provider: a document removed at its
+// source leaves the index as soon as its own earlier changes are applied.
+// No document's changes are reordered: its earlier changes (of earlier
+// batches) are already queued before the delete, and its later ones are
+// handed over after it. A batch with a truncate keeps its order (the
+// truncate orders every change of its table). Deletes still wait for the
+// source to deliver them: a partition is read in order.
+func (p *Pipeline) deletesFirst(f *flow, t *tracked, recs []cdc.Record, now time.Time) map[int]bool {
+	hasDelete := false
+	for _, m := range recs {
+		if m.Change == nil {
+			continue
+		}
+		switch m.Change.Op {
+		case cdc.OpTruncate:
+			return nil
+		case cdc.OpDelete:
+			hasDelete = true
+		}
+	}
+	if !hasDelete {
+		return nil
+	}
+	early := map[int]bool{}
+	seen := map[string]bool{}
+	for i, m := range recs {
+		if m.Change == nil {
+			continue
+		}
+		key := DocID(*m.Change)
+		if m.Change.Op == cdc.OpDelete && !seen[key] && f.ctx.Err() == nil {
+			ch := *m.Change
+			_, span := tracer().Start(withTraceParent(f.ctx, messageTraceParent(m)), "ragsync.receive")
+			endSpan(span, nil)
+			f.submit(&work{msg: m, change: ch, batch: t, cost: messageCost(m), key: key, fetched: now})
+			early[i] = true
+		}
+		seen[key] = true
+	}
+	return early
 }
 
 // received returns the change a record carries, or why it carries none.
