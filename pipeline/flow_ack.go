@@ -37,10 +37,11 @@ func (f *flow) ackReady(ctx context.Context, retry bool) error {
 	}
 	acked := false
 	defer func() {
-		if acked {
-			// What was acknowledged is committed: readers waiting for
-			// it may go on.
-			p.saveMarks(ctx)
+		if acked && p.marks != nil {
+			// What was acknowledged is committed: the watermark may
+			// move (written beside the acknowledgements, never holding
+			// them up; see tickMarks).
+			signal(p.marks.dirty)
 		}
 	}()
 	for {

@@ -281,7 +281,7 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	p.shadows = slices.Clone(st.Shadows)
 	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
 	if src, ok := st.Source.(cdc.Watermarker); ok {
-		p.marks = &watermark{src: src, saved: map[string]cdc.Mark{}}
+		p.marks = &watermark{src: src, saved: map[string]cdc.Mark{}, dirty: make(chan struct{}, 1)}
 		if cfg.Registerer != nil {
 			cfg.Registerer.MustRegister(newWatermarkCollector(p, cfg.IndexName))
 		}
@@ -367,10 +367,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		defer close(marksDone)
 		p.tickMarks(f.ctx, stopMarks)
 	}()
-	defer func() {
-		close(stopMarks)
-		<-marksDone
-	}()
 	eof := p.fetchLoop(f)
 	acksStopped := false
 	if eof && f.failure() == nil {
@@ -413,6 +409,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
+	// The watermark of what was acknowledged last, written once more now
+	// that the writer beside the acknowledgements has stopped.
+	close(stopMarks)
+	<-marksDone
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	p.saveMarks(mctx)
+	cancel()
 	if err := f.failure(); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -21,6 +21,8 @@ const markInterval = 100 * time.Millisecond
 // source that keeps no marks (a backfill) writes none.
 type watermark struct {
 	src cdc.Watermarker
+	// dirty is signalled after acknowledgements.
+	dirty chan struct{}
 	// mu serialises saves (the acknowledging goroutine and the ticker).
 	mu sync.Mutex
 	// saved are the marks last written to every target, by source and
@@ -91,7 +93,11 @@ func (p *Pipeline) saveMarks(ctx context.Context) {
 	}
 }
 
-// tickMarks saves the marks every markInterval until stop is closed.
+// tickMarks saves the marks after acknowledgements and every
+// markInterval until stop is closed. It runs beside the acknowledgements
+// rather than in their path, so a watermark write never holds up an
+// acknowledgement, and acknowledgements that come while a write is in
+// flight are covered by one more write.
 func (p *Pipeline) tickMarks(ctx context.Context, stop <-chan struct{}) {
 	if p.marks == nil {
 		return
@@ -105,8 +111,9 @@ func (p *Pipeline) tickMarks(ctx context.Context, stop <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.saveMarks(ctx)
+		case <-p.marks.dirty:
 		}
+		p.saveMarks(ctx)
 	}
 }
 
