@@ -12,7 +12,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
+.PHONY: bench-read-your-writes bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,7 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-avro bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, freshness with reuse repayment, per-package Go benchmarks
+bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-avro bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-read-your-writes bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, reading one's own writes, freshness with reuse repayment, per-package Go benchmarks
 
 # BASE_REV=<git revision> builds that revision's ragsync as bin/ragsync-base
 # and makes it BASE_BIN: bench-backlog and bench-throughput then run it
@@ -135,6 +135,9 @@ bench-freshness: services build ## commit-to-searchable p50/p95/p99 and applied 
 BENCH_FRESHNESS_CURVE_FLAGS ?= -sources kafka -latency 150ms -duration 30s -curve-from 60 -curve-factor 1.5 -curve-refine 3 -curve-sustain 0.95 -curve-growth 1.5 -curve-drain 20000
 bench-freshness-curve: services build ## max-rate curve: per rate applied ÷ offered and the last third's p50 ÷ the first's, the highest steady rate (≥ 0.95 applied, no queue growth), p99 at 80% of it, ÷ a like-for-like backlog drain (BENCH_FRESHNESS_CURVE_FLAGS)
 	$(GO) run ./bench/freshness -bin $(BIN) -curve $(BENCH_FRESHNESS_CURVE_FLAGS)
+
+bench-read-your-writes: services build ## 1,000 changes at 50/s through serve on the Postgres source, each waited for at its pg_current_wal_lsn() and searched: share found, latency from commit vs freshness p99 + 50 ms, watermark age p99 vs freshness p99 + 100 ms
+	$(GO) run ./bench/freshness -bin $(BIN) -after 1000 -rates 50 -latency 150ms $(BENCH_READ_YOUR_WRITES_FLAGS)
 
 bench-throughput: services build $(if $(BASE_REV),base-bin) ## write path: chunks/s vs raw HNSW inserts, CPU ms/chunk (serve, Postgres), an edit run, a 4 KB vs 64 KB edit sweep
 	$(GO) run ./bench/throughput -bin $(BIN) $(if $(BASE_BIN),-base-bin $(BASE_BIN)) $(BENCH_THROUGHPUT_FLAGS)
