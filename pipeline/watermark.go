@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math/big"
 	"sync"
 	"time"
 
@@ -132,19 +133,27 @@ type watermarkCollector struct {
 	p     *Pipeline
 	index string
 	desc  *prometheus.Desc
+	pos   *prometheus.Desc
 }
 
 func newWatermarkCollector(p *Pipeline, index string) *watermarkCollector {
 	return &watermarkCollector{p: p, index: index, desc: prometheus.NewDesc("ragsync_watermark_age_seconds",
 		"Seconds since the time watermark of each lane (every change committed at or before it is searchable), by index, source and lane; it grows while a lane's changes wait, and stays small while it is caught up.",
-		[]string{"index", "source", "lane"}, nil)}
+		[]string{"index", "source", "lane"}, nil),
+		pos: prometheus.NewDesc("ragsync_watermark_position",
+			"Each lane's watermark position as a number (an LSN, a Kafka offset, a line; a Redis entry id's milliseconds × 2^64 + its sequence), by index, source and lane: every change at or before it is searchable.",
+			[]string{"index", "source", "lane"}, nil)}
 }
 
-func (c *watermarkCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *watermarkCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.pos }
 
 func (c *watermarkCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.p.now()
 	for _, m := range c.p.Marks() {
+		if m.Ord != nil {
+			pos, _ := new(big.Float).SetInt(m.Ord).Float64()
+			ch <- prometheus.MustNewConstMetric(c.pos, prometheus.GaugeValue, pos, c.index, m.Source, m.Lane)
+		}
 		if m.Through.IsZero() {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -111,4 +112,41 @@ func TestWatermarkNeverClaimsWhatIsNotSearchable(t *testing.T) {
 	shown := p.Marks()
 	require.Len(t, shown, 1)
 	require.Equal(t, stored[0].Position, shown[0].Position)
+}
+
+// TestWatermarkMetrics: the age and position of every lane are exported.
+func TestWatermarkMetrics(t *testing.T) {
+	b := setup(t)
+	m := event("c", 1, 1000, "edit 1")
+	path := t.TempDir() + "/events.jsonl"
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`{"key":%s,"value":%s}`, m.Key, m.Value)+"\n"), 0o600))
+	src, err := file.NewSource(file.Config{Path: path})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	reg := prometheus.NewRegistry()
+	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2, IndexName: "docs", Registerer: reg}, pipeline.Stages{
+		Source: src, Splitter: mustChunker(t), DeadLetters: b.dlq,
+		Target: pipeline.Target{Name: "docs", Index: b.store, Embedder: &countingEmbedder{}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	found := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			if strings.HasPrefix(f.GetName(), "ragsync_watermark_") {
+				found[f.GetName()] = mt.GetGauge().GetValue()
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "index" {
+						require.Equal(t, "docs", l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, 1.0, found["ragsync_watermark_position"], "the last line applied")
+	age, ok := found["ragsync_watermark_age_seconds"]
+	require.True(t, ok)
+	require.Less(t, age, 60.0, "the file was read to its end just now")
 }
