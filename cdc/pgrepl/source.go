@@ -248,9 +248,10 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.run(rctx, st) }()
 	go func() { defer wg.Done(); s.monitor(rctx) }()
+	go func() { defer wg.Done(); s.readClock(rctx) }()
 	go func() { wg.Wait(); close(s.done) }()
 	return s, nil
 }

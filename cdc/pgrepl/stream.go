@@ -63,18 +63,6 @@ type streamState struct {
 	committed  int // leading items of ready whose transaction committed
 	readyBytes int
 	walEnd     pglogrepl.LSN // the server's position, from keepalives and data
-	// walTime is the server's clock when it sent walEnd.
-	walTime time.Time
-}
-
-// seen notes the server's position and clock from a keepalive or data.
-func (st *streamState) seen(end pglogrepl.LSN, at time.Time) {
-	if end >= st.walEnd {
-		st.walEnd = end
-		if at.After(st.walTime) {
-			st.walTime = at
-		}
-	}
 }
 
 // stream runs START_REPLICATION from start and moves changes to Fetch until
@@ -123,9 +111,6 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 		idle := len(st.ready) == 0 && s.unacked.Load() == 0 && st.tx == nil
 		if idle && st.walEnd > pglogrepl.LSN(s.acked.Load()) {
 			s.advance(st.walEnd)
-		}
-		if idle && st.walEnd > 0 && pglogrepl.LSN(s.acked.Load()) >= st.walEnd {
-			s.marks.idle(st.walTime)
 		}
 		acked := pglogrepl.LSN(s.acked.Load())
 		if s.cfg.StopAtEnd && idle && st.walEnd >= s.stopAt {
@@ -198,7 +183,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, start pglogrep
 				if err != nil {
 					return fmt.Errorf("parse keepalive: %w", err)
 				}
-				st.seen(ka.ServerWALEnd, ka.ServerTime)
+				st.walEnd = max(st.walEnd, ka.ServerWALEnd)
 				if ka.ReplyRequested {
 					nextStatus = time.Time{}
 				}
@@ -290,7 +275,7 @@ func (s *Source) whatIsGone(ctx context.Context) (slotGone, pubGone bool) {
 
 // handle decodes one pgoutput message.
 func (s *Source) handle(st *streamState, x pglogrepl.XLogData) error {
-	st.seen(x.ServerWALEnd, x.ServerTime)
+	st.walEnd = max(st.walEnd, x.ServerWALEnd)
 	m, err := pglogrepl.ParseV2(x.WALData, false)
 	if err != nil {
 		return fmt.Errorf("parse pgoutput at %s: %w", x.WALStart, err)
