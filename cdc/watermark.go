@@ -67,6 +67,14 @@ func (m Mark) Same(o Mark) bool {
 		m.Commit.Equal(o.Commit) && m.Through.Equal(o.Through) && m.CaughtUp == o.CaughtUp
 }
 
+// CommitSlack is how far a time watermark derived from commit times stays
+// behind them. A transaction stamps its commit time just before it writes
+// its commit record, and concurrent ones can write theirs in another order
+// than they stamped, so for a moment a commit stamped earlier can follow
+// one stamped later in the stream. Positions have no such window: they
+// are exact.
+const CommitSlack = 100 * time.Millisecond
+
 // Watermarker is a source that can say how far it has acknowledged. Marks
 // is called after acknowledgements and periodically (an idle source's
 // marks move too: a Postgres slot's server position, a caught-up Kafka

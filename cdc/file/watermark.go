@@ -32,8 +32,8 @@ func (m *lineMarks) applied(line int64, commitTS uint64) {
 			m.commit = t
 		}
 	}
-	if m.commit.After(m.through) {
-		m.through = m.commit
+	if t := m.commit.Add(-cdc.CommitSlack); t.After(m.through) {
+		m.through = t
 	}
 }
 

@@ -57,8 +57,8 @@ func (m *partMarks) applied(p tp, offset int64, commitTS uint64) {
 			pm.commit = t
 		}
 	}
-	if pm.commit.After(pm.through) {
-		pm.through = pm.commit
+	if t := pm.commit.Add(-cdc.CommitSlack); t.After(pm.through) {
+		pm.through = t
 	}
 }
 

@@ -22,17 +22,10 @@ const watermarkProbe = 100 * time.Millisecond
 // clockProbe is how often the server's clock and WAL insert position are
 // read (one SELECT on a connection of the source's own): once the slot
 // has acknowledged up to that position, every transaction committed
-// before that time (less commitSlack) is in the index, so the time
+// before that time (less cdc.CommitSlack) is in the index, so the time
 // watermark of an idle slot follows the server's clock.
 const clockProbe = 250 * time.Millisecond
 
-// commitSlack is how far the time watermark stays behind the commit times
-// it knows of. A transaction stamps its commit time just before it writes
-// its commit record, and concurrent ones can write theirs in another order
-// than they stamped, so for a moment a commit stamped earlier can follow
-// one stamped later in the WAL. Positions (LSNs) have no such window:
-// they are exact.
-const commitSlack = 100 * time.Millisecond
 
 // slotMarks is what the watermark says beside the acknowledged LSN: the
 // commit time of the last acknowledged transaction, and the server's
@@ -71,7 +64,7 @@ func (m *slotMarks) read(at time.Time, lsn pglogrepl.LSN) {
 
 // through is the time watermark at acked: the later of the last
 // acknowledged commit and the latest reading whose position is
-// acknowledged, less commitSlack; whether a reading passed says the slot
+// acknowledged, less cdc.CommitSlack; whether a reading passed says the slot
 // has caught up with the server at some point.
 func (m *slotMarks) through(acked pglogrepl.LSN) (time.Time, bool) {
 	m.mu.Lock()
@@ -92,7 +85,7 @@ func (m *slotMarks) through(acked pglogrepl.LSN) (time.Time, bool) {
 	if t.IsZero() {
 		return t, caught
 	}
-	return t.Add(-commitSlack), caught
+	return t.Add(-cdc.CommitSlack), caught
 }
 
 // readClock reads the server's clock and WAL insert position every
