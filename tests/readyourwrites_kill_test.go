@@ -341,13 +341,18 @@ func smallPoolURL(n int) string {
 // a reader's side. A writer creates, updates and deletes a few dozen
 // documents of a Postgres table, each version carrying a unique word,
 // while `ragsync serve` streams them by logical replication and is
-// SIGKILLed and restarted three times. After each commit, a reader (several
-// at once) takes the change's position, pg_current_wal_lsn() read after
-// COMMIT on the writer's connection (or on a few, the host's clock after
+// SIGKILLed and restarted three times. After about every other commit, a
+// reader (up to four at once; a commit finding all busy gets none) takes
+// the change's position, pg_current_wal_lsn() read after COMMIT on the
+// writer's connection (or for every fourth reader, the host's clock after
 // COMMIT), and waits with sink.Store.WaitAfter. Whenever the wait returns
 // nil the index must hold that change and everything committed before it:
 // every document at least as new as its last change before the position,
-// and a search for a just-written word finds its document. A wait that
+// and a search for a just-written word finds its document. After each
+// restart a reader also waits, by time and by position, for the last
+// change committed while serve was down (longer than the idle slot's 1 s
+// slack), the case where a time watermark taken from the server's clock
+// alone runs ahead of the WAL the slot has read. A wait that
 // ends in *sink.NotYetError (serve down) is no violation, but most checks
 // must pass; and the same reads made without waiting must see the index
 // behind, or the property could not fail.
@@ -392,12 +397,15 @@ func TestReadYourWritesThroughKills(t *testing.T) {
 	h := &rywHistory{start: uint64(start)}
 	rd := &rywReader{ix: ix, table: tbl, hist: h, wait: waitLimit}
 	stop := make(chan struct{})
+	stopWriting := sync.OnceFunc(func() { close(stop) })
 	changes := make(chan int, 1)
-	var writer sync.WaitGroup
+	var writer, checks sync.WaitGroup
+	// A failure below ends the test early: the writer and the readers
+	// must be done before it is (and before serve and the slot go).
+	t.Cleanup(func() { stopWriting(); writer.Wait(); checks.Wait() })
 	writer.Add(1)
 	go func() { defer writer.Done(); rywWriter(t, ctx, tbl, docs, h, stop, changes) }()
 
-	var checks sync.WaitGroup
 	var dispatched, skipped int
 	checks.Add(1)
 	go func() {
@@ -454,7 +462,7 @@ func TestReadYourWritesThroughKills(t *testing.T) {
 		waitPassed(t, ix, currentLSN(t, r.Conn), time.Minute)
 	}
 	time.Sleep(time.Second)
-	close(stop)
+	stopWriting()
 	writer.Wait()
 	checks.Wait()
 
