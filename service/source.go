@@ -21,14 +21,14 @@ import (
 )
 
 var (
-	_ pipeline.Source      = (*pgrepl.Source)(nil)
-	_ pipeline.Source      = (*redisstream.Source)(nil)
+	_ pipeline.Source = (*pgrepl.Source)(nil)
+	_ pipeline.Source = (*redisstream.Source)(nil)
 	// Every continuous source keeps a watermark for readers that wait for
 	// their own writes.
-	_ cdc.Watermarker = (*pgrepl.Source)(nil)
-	_ cdc.Watermarker = (*redisstream.Source)(nil)
-	_ cdc.Watermarker = (*kafka.Source)(nil)
-	_ cdc.Watermarker = (*file.Source)(nil)
+	_ cdc.Watermarker      = (*pgrepl.Source)(nil)
+	_ cdc.Watermarker      = (*redisstream.Source)(nil)
+	_ cdc.Watermarker      = (*kafka.Source)(nil)
+	_ cdc.Watermarker      = (*file.Source)(nil)
 	_ pipeline.DeadLetters = (*redisstream.DeadLetters)(nil)
 	_ monitor.LagSource    = (*redisstream.Source)(nil)
 	_ prometheus.Collector = (*redisstream.LagCollector)(nil)
