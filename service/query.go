@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/internal/vector"
 	"github.com/ragsync/ragsync/migrations"
@@ -95,4 +96,17 @@ func BumpFrontDoorGeneration(ctx context.Context, fcfg fallback.Config) error {
 	defer rdb.Close()
 	_, err = fallback.BumpGeneration(ctx, rdb, fcfg.Prefix, fcfg.Index)
 	return err
+}
+
+// WaitAfter waits until the configured index's watermark passes a (see
+// sink.Store.WaitAfter), reading only: nil once it has, a
+// *sink.NotYetError when it has not within timeout (0: check once). An
+// alias waits for its target, the index a search reads.
+func WaitAfter(ctx context.Context, cfg IndexConfig, a cdc.After, timeout time.Duration, logger *slog.Logger) error {
+	ix, err := Open(ctx, cfg, sink.Read, logger, nil)
+	if err != nil {
+		return err
+	}
+	defer ix.Close()
+	return ix.Store.WaitAfter(ctx, a, timeout)
 }

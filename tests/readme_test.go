@@ -56,6 +56,9 @@ func readmeCommands(t *testing.T) []string {
 			if strings.Contains(cmd, "--frontdoor") {
 				name += " --frontdoor"
 			}
+			if strings.Contains(cmd, "--after") {
+				name += " --after"
+			}
 			names = append(names, name)
 		}
 	}
@@ -136,6 +139,19 @@ frontdoor:
 			require.Equal(t, 0, code, out)
 			require.Regexp(t, `"doc_id":"public.articles/2","table":"public.articles","key":"2"`, out)
 			require.NotContains(t, out, "public.articles/3", "a deleted document never appears")
+		},
+		"query --after": func(t *testing.T) {
+			// serve --once read the file to its end: its watermark is past
+			// line 3, so the wait ends at once.
+			out, code := run("query", "--after", "3", "--after-timeout", "5s", "--tenant", "acme", "--json", "espresso grind size and water temperature")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, `"doc_id":"public.articles/2"`)
+			// An LSN on an index a file feeds is never passed.
+			out, code = run("query", "--after", "16/B374D848", "--after-timeout", "0", "--tenant", "acme", "--json", "espresso")
+			require.Equal(t, 6, code, out)
+			require.Contains(t, out, "not yet:")
+			require.Contains(t, out, `{"status":"not_yet","after":"16/B374D848"`)
+			require.NotContains(t, out, `"doc_id"`)
 		},
 		"query --via redis": func(t *testing.T) {
 			serve := ragsyncCmd("serve", "--config", e.cfg)

@@ -27,6 +27,10 @@ const (
 	// ExitInterrupted: a signal stopped the run before it drained its
 	// source; what was applied is committed, a rerun continues.
 	ExitInterrupted = 5
+	// ExitNotYet: query --after waited --after-timeout and the index's
+	// watermark did not pass the position or time: the index may not hold
+	// the change yet, so no hits were printed; ask again later.
+	ExitNotYet = 6
 	// ExitHardStop: a second SIGINT/SIGTERM ended a drain that hung
 	// (128 + SIGINT, as shells report it).
 	ExitHardStop = 130

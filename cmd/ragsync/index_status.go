@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -92,6 +93,9 @@ type indexStatus struct {
 	ChunkGroups []chunkGroupInfo `json:"chunk_groups"`
 	Leftovers   sink.Leftovers   `json:"-"`
 	Left        []leftover       `json:"left"`
+	// Watermarks is the index's watermark per source (see
+	// sourceWatermark); empty before any change was acknowledged.
+	Watermarks []sourceWatermark `json:"watermarks"`
 }
 
 // leftovers turns the counts into what is left to do, each with the
@@ -123,7 +127,7 @@ func newIndexStatusCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status [NAME]",
-		Short: "Show what a change of chunker settings or model version has left to re-cut or re-embed in an index",
+		Short: "Show an index's watermark and what a change of chunker settings or model version has left to re-cut or re-embed",
 		Long: `status shows index NAME (an index or an alias; default: the configured index:):
 the chunker settings it records (those its writers last started with), the
 chunks of its live documents by model version and chunker settings, and
@@ -140,7 +144,13 @@ what is left to do, each with the command that finishes it:
 
 It only reads: a role with SELECT on the schema can run it. It reads every
 chunk of the index once (index list and the ragsync_index_chunks metric
-count the chunk rows of deleted documents too, until ragsync purge).`,
+count the chunk rows of deleted documents too, until ragsync purge).
+
+It also shows the index's watermark, per source: the kind of position
+(lsn, offset, line, entry), how many lanes (Kafka partitions, Redis
+streams), the position when there is one lane (--json lists every lane),
+the time through which every committed change is searchable, how old that
+time is, and whether every lane was caught up. query --after waits on it.`,
 		Example: `  ragsync index status --config ragsync.yaml [--json]
   ragsync index status articles_v2 --config ragsync.yaml`,
 		Args: cobra.MaximumNArgs(1),
@@ -175,6 +185,15 @@ count the chunk rows of deleted documents too, until ragsync purge).`,
 			if st.Left == nil {
 				st.Left = []leftover{}
 			}
+			store, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Read, Schema: cfg.Postgres.Schema, Index: r.Index.Name, Physical: true})
+			if err != nil {
+				return err
+			}
+			marks, err := store.Watermarks(ctx)
+			if err != nil {
+				return err
+			}
+			st.Watermarks = sourceWatermarks(marks, time.Now())
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(st)
@@ -202,6 +221,9 @@ func printIndexStatus(out io.Writer, st indexStatus) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := printWatermarks(out, st.Watermarks); err != nil {
+		return err
 	}
 	fmt.Fprintln(out)
 	if len(st.Left) == 0 {

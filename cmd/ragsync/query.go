@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/fallback"
 	"github.com/ragsync/ragsync/service"
 	"github.com/ragsync/ragsync/sink"
@@ -26,6 +28,8 @@ func newQueryCmd(g *globals) *cobra.Command {
 		asJSON  bool
 		via     string
 		timeout time.Duration
+		after   string
+		wait    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "query TEXT",
@@ -46,9 +50,33 @@ proven afterwards. model and dimensions are always known.
 On an index that holds documents of tenants (tables[].tenant), a query
 must name one with --tenant, or ask for every tenant's documents on
 purpose with --all-tenants; without either it is refused, so that no
-answer mixes tenants by accident.`,
+answer mixes tenants by accident.
+
+Read your own writes: with --after POSITION|TIME, query first waits until
+the index's watermark passes the given position of the source (every change
+at or before it is searchable), then searches. POSITION is what the source
+calls the place of the change the application just wrote:
+
+  - Postgres (source.kind: postgres): SELECT pg_current_wal_lsn() run right
+    after the transaction's COMMIT, e.g. 16/B374D848;
+  - Kafka: the record's topic/partition/offset, e.g. dbserver1.public.articles/0/42
+    (several, comma-separated, for changes on several partitions), or the
+    change's commit time as RFC 3339, e.g. 2026-12-07T10:04:05.123Z (every
+    change committed at or before it; a change Debezium has not written to
+    the topic yet is unknown to ragsync, and clocks must agree);
+  - a file source: the change's line number;
+  - Redis Streams: stream/ms-seq, the entry id XADD returned, e.g.
+    dbserver1.public.articles/1700000000000-0.
+
+When the watermark does not pass within --after-timeout, query prints no
+hits and fails with a message starting "not yet:" that says where the
+watermark is, exit code 6; with --json it also prints one line
+{"status":"not_yet","after":...,"waited_seconds":...,"why":...} on
+stdout. Exit 6 means the index may not hold the change yet, not that the
+change is missing: ask again later. Without --after, query searches at once.`,
 		Example: `  ragsync query --config ragsync.yaml "how do I reset my router" -k 5
-  ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json`,
+  ragsync query --config ragsync.yaml "refund policy" --tenant acme --filter lang=en --json
+  ragsync query --config ragsync.yaml "refund policy" --after 16/B374D848 --after-timeout 5s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(args[0]) == "" {
@@ -68,6 +96,17 @@ answer mixes tenants by accident.`,
 				}
 				md[key] = val
 			}
+			var aft *cdc.After
+			if after != "" {
+				a, err := cdc.ParseAfter(after)
+				if err != nil {
+					return fmt.Errorf("--%w", err) // "--after: …": cdc names the setting "after"
+				}
+				aft = &a
+			}
+			if wait < 0 {
+				return fmt.Errorf("--after-timeout: %s is negative; give how long to wait, e.g. 10s (0 checks once)", wait)
+			}
 			cfg, err := g.loadValid(false)
 			if err != nil {
 				return err
@@ -78,13 +117,21 @@ answer mixes tenants by accident.`,
 				if all {
 					return errors.New("--all-tenants: the front door always answers for one tenant on an index with tenants; query without --via redis")
 				}
+				if aft != nil {
+					return errors.New("--after: the front door does not take it here; query without --via redis to wait for the position")
+				}
 				return queryViaRedis(cmd, cfg, fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md}, table, timeout, asJSON)
 			case "", "postgres":
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
-			hits, err := service.Search(ctx, cfg.indexConfig(), args[0], sink.Query{K: k, Tenant: tenant, AllTenants: all, Filter: md, Table: table},
-				newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false))
+			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+			if aft != nil {
+				if err := waitAfter(cmd, cfg, *aft, wait, asJSON, logger); err != nil {
+					return err
+				}
+			}
+			hits, err := service.Search(ctx, cfg.indexConfig(), args[0], sink.Query{K: k, Tenant: tenant, AllTenants: all, Filter: md, Table: table}, logger)
 			if errors.Is(err, sink.ErrTenantRequired) {
 				return errors.New("query: this index holds documents of tenants: pass --tenant NAME, or --all-tenants to search every tenant's documents")
 			}
@@ -102,7 +149,37 @@ answer mixes tenants by accident.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hits as JSON lines")
 	cmd.Flags().StringVar(&via, "via", "postgres", "postgres: search pgvector directly; redis: ask the front door over its Redis Stream protocol")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "with --via redis: how long to wait for the reply")
+	cmd.Flags().StringVar(&after, "after", "", "search only once the index holds every change at or before this source position or commit time (an LSN, topic/partition/offset, stream/ms-seq, a line, or an RFC 3339 time)")
+	cmd.Flags().DurationVar(&wait, "after-timeout", 10*time.Second, "with --after: how long to wait for the index to pass it before failing with \"not yet\" (exit 6); 0 checks once")
 	return cmd
+}
+
+// notYetJSON is the line query --after --json prints when the index has
+// not passed the position in time, so that a program reading the hits
+// tells "not yet" from "no hits".
+type notYetJSON struct {
+	Status string  `json:"status"` // "not_yet"
+	After  string  `json:"after"`
+	Waited float64 `json:"waited_seconds"`
+	Why    string  `json:"why"`
+}
+
+// waitAfter waits for the index to pass a; when it does not in time, it
+// prints the not-yet line (--json) and returns the not-yet error with
+// ExitNotYet.
+func waitAfter(cmd *cobra.Command, cfg Config, a cdc.After, wait time.Duration, asJSON bool, logger *slog.Logger) error {
+	err := service.WaitAfter(cmd.Context(), cfg.indexConfig(), a, wait, logger)
+	var ny *sink.NotYetError
+	if !errors.As(err, &ny) {
+		return err
+	}
+	if asJSON {
+		line := notYetJSON{Status: "not_yet", After: ny.After, Waited: ny.Waited.Seconds(), Why: ny.Why}
+		if err := json.NewEncoder(cmd.OutOrStdout()).Encode(line); err != nil {
+			return err
+		}
+	}
+	return &exitError{ExitNotYet, err}
 }
 
 // queryViaRedis sends the query through the front door's Redis Stream
