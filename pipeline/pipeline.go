@@ -277,6 +277,9 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 	p.fingerprint = st.Splitter.Fingerprint()
 	p.shadows = slices.Clone(st.Shadows)
 	p.metrics = newMetrics(cfg, p.inFlightSeconds, p.guard.ratio, p.inFlight)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(newBacklogGauges(cfg, p.Backlog)...)
+	}
 	return p, nil
 }
 
@@ -506,7 +509,10 @@ func (p *Pipeline) applyOne(ctx context.Context, it *work) error {
 	p.shadowMu.RLock()
 	defer p.shadowMu.RUnlock()
 	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
-	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
+	err := p.retry(ctx, "apply", func() error {
+		it.mark(stageSink) // each attempt begins by reading the index
+		return p.apply(ctx, it.change, it)
+	})
 	endSpan(span, err)
 	if ctx.Err() == nil {
 		// A change cut short by shutdown is neither slow nor failed.
