@@ -20,14 +20,15 @@ type FreshnessConfig struct {
 	// applied may get before /readyz answers 503 "degraded: …" with the
 	// backlog and the stage holding it. 0 means the default: 3 × Target
 	// when a target is set (a backlog that old has missed the target by
-	// far, not by a blip), else 5m (pipeline.stall_after's default).
+	// far, not by a blip), else never. Without a declared target, an old
+	// backlog is not a fault: a replay of old events, or a new consumer
+	// group reading a topic from its start, holds changes committed hours
+	// or days ago, and a readiness probe failing through the catch-up
+	// would hold up every rollout behind it.
 	DegradedAfter time.Duration `yaml:"degraded_after"`
 }
 
-// DefaultDegradedAfter is freshness.degraded_after without a target.
-const DefaultDegradedAfter = 5 * time.Minute
-
-// Degraded is freshness.degraded_after with its default.
+// Degraded is freshness.degraded_after with its default; 0: never.
 func (f FreshnessConfig) Degraded() time.Duration {
 	switch {
 	case f.DegradedAfter > 0:
@@ -35,7 +36,7 @@ func (f FreshnessConfig) Degraded() time.Duration {
 	case f.Target > 0:
 		return 3 * f.Target
 	}
-	return DefaultDegradedAfter
+	return 0
 }
 
 // validate checks the freshness: section, naming each field and its fix.
@@ -45,7 +46,7 @@ func (f FreshnessConfig) validate() error {
 		errs = append(errs, fmt.Errorf("freshness.target: %s must not be negative; set the freshness the index must keep, e.g. 2s (0 or unset: no target)", f.Target))
 	}
 	if f.DegradedAfter < 0 {
-		errs = append(errs, fmt.Errorf("freshness.degraded_after: %s must not be negative; set how old the oldest pending change may get before /readyz answers degraded, e.g. 1m (0 or unset: 3 × freshness.target, or 5m without a target)", f.DegradedAfter))
+		errs = append(errs, fmt.Errorf("freshness.degraded_after: %s must not be negative; set how old the oldest pending change may get before /readyz answers degraded, e.g. 1m (0 or unset: 3 × freshness.target, or never without a target)", f.DegradedAfter))
 	}
 	return errors.Join(errs...)
 }

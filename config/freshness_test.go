@@ -20,7 +20,7 @@ func TestFreshnessSettings(t *testing.T) {
 		wantErr      []string
 		wantWarning  string
 	}{
-		{name: "unset: no target, degraded after 5m", wantDegraded: 5 * time.Minute},
+		{name: "unset: no target, never degraded"},
 		{name: "a target alone: degraded after three times it", file: "freshness:\n  target: 2s\n",
 			wantTarget: 2 * time.Second, wantDegraded: 6 * time.Second},
 		{name: "degraded_after given wins", file: "freshness:\n  target: 2s\n  degraded_after: 1m\n",

@@ -72,7 +72,9 @@ type Config struct {
 	StallLogInterval time.Duration
 	// Settings names, per failing stage (StageEmbedder, StageSink,
 	// StageDeadLetters, StageSource), the settings to check, e.g.
-	// "embedder.base_url"; the stall summary prints it. Nil prints none.
+	// "embedder.base_url"; the stall summary prints it, and Backlog's
+	// Check names it for the stage holding the oldest pending change. Nil
+	// prints none.
 	Settings map[string]string
 	// DeadLetterWindow is how many of the latest messages the dead-letter
 	// guard looks at. Defaults to 100.
