@@ -73,6 +73,8 @@ func TestReadyzDegradedByTheBacklog(t *testing.T) {
 // the check off, whatever the backlog.
 func TestReadyzNeverDegradedWithoutBound(t *testing.T) {
 	gate := &freshnessGate{logger: slog.New(slog.DiscardHandler),
-		backlog: func() pipeline.Backlog { return pipeline.Backlog{Pending: 1, OldestAge: time.Hour, Stage: pipeline.BacklogSink} }}
+		backlog: func() pipeline.Backlog {
+			return pipeline.Backlog{Pending: 1, OldestAge: time.Hour, Stage: pipeline.BacklogSink}
+		}}
 	require.Empty(t, gate.check(t.Context()))
 }
