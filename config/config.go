@@ -54,6 +54,7 @@ type Config struct {
 	Purge     PurgeConfig     `yaml:"purge"`
 	Backfill  BackfillConfig  `yaml:"backfill"`
 	Monitor   monitor.Config  `yaml:"monitor"`
+	Freshness FreshnessConfig `yaml:"freshness"`
 }
 
 type SourceConfig struct {
@@ -577,6 +578,9 @@ func (c Config) Validate(needSource bool) error {
 		if err := c.FrontDoorConfig().Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.Freshness.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.validateMonitor(); err != nil {
 		errs = append(errs, err)

@@ -22,6 +22,10 @@ func (c Config) Warnings() []string {
 		ws = append(ws, fmt.Sprintf("embedder.api_key: ${%s} is not set, so no key is sent to %s; fine for a server that takes none, otherwise export %s (write api_key: \"\" to say none is needed)",
 			e.APIKeyUnset, hostOf(e.BaseURL), e.APIKeyUnset))
 	}
+	if f := c.Freshness; f.Target > 0 && f.DegradedAfter > 0 && f.DegradedAfter < f.Target {
+		ws = append(ws, fmt.Sprintf("freshness.degraded_after: %s is under freshness.target (%s), so /readyz reports degraded while the target still holds; raise it (unset: 3 × the target)",
+			f.DegradedAfter, f.Target))
+	}
 	return ws
 }
 

@@ -34,6 +34,7 @@ const (
 	TagQueryDrift = "query_drift"
 	TagLag        = "lag"
 	TagErrors     = "errors"
+	TagFreshness  = "freshness"
 )
 
 // Event is the fused monitor event: one signal with the metrics, warning
@@ -166,6 +167,10 @@ type Signal struct {
 	// Details carries the numbers behind the score (per-kind percentiles,
 	// per-projection PSI, …).
 	Details map[string]float64 `json:"details,omitempty"`
+	// Stage is, on the freshness signal, where the oldest change fetched
+	// and not yet applied is held: source, queued, provider or sink.
+	// Absent when nothing is pending, and on every other signal.
+	Stage string `json:"stage,omitempty"`
 }
 
 // MetricsSnapshot is the service's state at the check, from its own

@@ -55,6 +55,12 @@ type Deps struct {
 	// quote errors, which may quote an API key or a connection string):
 	// events leave the process on Kafka and Redis. nil keeps the text.
 	Redact func(string) string
+	// FreshnessTarget is freshness.target: with it, each check emits the
+	// freshness signal against it. 0: no target, no signal.
+	FreshnessTarget time.Duration
+	// Backlog reports the pipeline's backlog for the freshness signal's
+	// details. Nil reports none.
+	Backlog func() Backlog
 }
 
 // Monitor runs the checks of one index. Its methods are safe for
@@ -206,7 +212,8 @@ func (m *Monitor) Last() Status {
 }
 
 // Check runs every check once: canaries, the stored-vector sample, drift,
-// query drift, lag; then publishes one event per signal.
+// query drift, lag, errors and, with a target, freshness; then publishes
+// one event per signal.
 func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -260,6 +267,13 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 	}
 	sigs = append(sigs, tagged{tag: TagErrors, sig: Signal{Method: "dead_letters_per_second", Score: snap.ErrorRate,
 		Exceeded: snap.ErrorRate > 0, Details: map[string]float64{"retries_per_second": snap.RetryRate, "dead_letters": snap.DeadLetters}}})
+	if m.deps.FreshnessTarget > 0 {
+		var b Backlog
+		if m.deps.Backlog != nil {
+			b = m.deps.Backlog()
+		}
+		sigs = append(sigs, freshnessSignal(m.deps.FreshnessTarget, snap, m.snap.watermarkAge, b)...)
+	}
 
 	st.Events = m.events(now, sigs, snap)
 	for _, e := range st.Events {

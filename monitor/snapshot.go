@@ -17,6 +17,10 @@ type snapshotter struct {
 	// prevFresh is the freshness histogram's cumulative count per upper
 	// bound at the previous call, summed over sources and indexes.
 	prevFresh map[float64]float64
+	// watermarkAge is, at the last call, the largest
+	// ragsync_watermark_age_seconds over its series; 0 when the metric is
+	// absent (unknown).
+	watermarkAge float64
 }
 
 // sums adds up every series of the counters the snapshot uses, and the
@@ -49,6 +53,10 @@ func (s *snapshotter) sums() (map[string]float64, map[float64]float64) {
 				out["retries"] += m.GetCounter().GetValue()
 			case "ragsync_pipeline_lag_seconds":
 				out["lag_seconds"] = max(out["lag_seconds"], m.GetGauge().GetValue())
+			case "ragsync_watermark_age_seconds":
+				// The oldest watermark over indexes, sources and lanes: the
+				// index is as fresh as its most behind lane.
+				out["watermark_age"] = max(out["watermark_age"], m.GetGauge().GetValue())
 			}
 		}
 	}
@@ -57,6 +65,7 @@ func (s *snapshotter) sums() (map[string]float64, map[float64]float64) {
 
 func (s *snapshotter) take(now time.Time) MetricsSnapshot {
 	cur, fresh := s.sums()
+	s.watermarkAge = cur["watermark_age"]
 	snap := MetricsSnapshot{DeadLetters: cur["dead_letters"], LagSeconds: cur["lag_seconds"]}
 	snap.FreshnessP50Seconds = freshnessQuantile(0.5, fresh, s.prevFresh)
 	snap.FreshnessP99Seconds = freshnessQuantile(0.99, fresh, s.prevFresh)

@@ -13,8 +13,9 @@ import (
 )
 
 // apply applies one change to the target and its shadows. It is called for
-// different documents concurrently and for one document sequentially.
-func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
+// different documents concurrently and for one document sequentially. w,
+// when not nil, is the change in the flow, told which stage holds it.
+func (p *Pipeline) apply(ctx context.Context, ch cdc.Change, w *work) error {
 	switch ch.Op {
 	case cdc.OpMessage:
 		p.count(string(ch.Op), "skipped")
@@ -24,7 +25,7 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 	case cdc.OpDelete:
 		return p.delete(ctx, ch)
 	case cdc.OpCreate, cdc.OpUpdate, cdc.OpRead:
-		return p.upsert(ctx, ch)
+		return p.upsert(ctx, ch, w)
 	default:
 		return permanent(fmt.Errorf("unsupported op %q", ch.Op))
 	}
@@ -33,7 +34,7 @@ func (p *Pipeline) apply(ctx context.Context, ch cdc.Change) error {
 // upsert renders the change's row and writes the document to the target,
 // then to every shadow: as a metadata-only update when its text is the one
 // the target holds (see prepare), else cut in chunks, each through write.
-func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
+func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change, w *work) error {
 	op := string(ch.Op)
 	tbl, ok := p.table(ch.Table)
 	if !ok {
@@ -44,12 +45,13 @@ func (p *Pipeline) upsert(ctx context.Context, ch cdc.Change) error {
 	if err != nil || pr.pre == nil {
 		return err
 	}
+	pr.w = w
 	if pr.doc.MetadataOnly {
 		if done, err := p.upsertMetadata(ctx, ch, &pr); done || err != nil || pr.pre == nil {
 			return err
 		}
 	}
-	out, saved, err := p.write(ctx, p.st.Target, &pr.doc, pr.pre, true)
+	out, saved, err := p.write(ctx, p.st.Target, &pr.doc, pr.pre, true, w)
 	if err != nil {
 		return err
 	}
@@ -69,6 +71,8 @@ type prepared struct {
 	doc  sink.Document
 	text string
 	pre  *sink.Lookup
+	// w is the change in the flow (nil: none), for the backlog's stage.
+	w *work
 }
 
 // upsertMetadata writes a metadata-only update to the target (the

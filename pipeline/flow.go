@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ragsync/ragsync/cdc"
@@ -71,6 +72,10 @@ type tracked struct {
 	left    int
 	ack     func(context.Context) error
 	fetched time.Time
+	// records are the batch's messages while some are not handed over
+	// yet, and handed how many are, for the backlog (see handedLocked).
+	records []cdc.Record
+	handed  int
 }
 
 // work is one decoded change on its way through the pipeline.
@@ -84,6 +89,9 @@ type work struct {
 	key string
 	// fetched is when the change's batch was fetched.
 	fetched time.Time
+	// stage is where the change is held, for the backlog: an index of
+	// backlogStages, set by the write path as it goes (see work.mark).
+	stage atomic.Uint32
 }
 
 // tableState holds a table's truncate ordering: a truncate waits for every
@@ -151,7 +159,7 @@ func (f *flow) admit(b cdc.Batch, now time.Time) *tracked {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seq++
-	t := &tracked{seq: f.seq, lane: b.Lane, left: len(b.Records), ack: b.Ack, fetched: now}
+	t := &tracked{seq: f.seq, lane: b.Lane, left: len(b.Records), ack: b.Ack, fetched: now, records: b.Records}
 	l := f.lanes[b.Lane]
 	if l == nil {
 		l = &lane{}
@@ -182,6 +190,7 @@ func (f *flow) finishedLocked(t *tracked, cost int64) {
 // decode) as finished; it was never charged.
 func (f *flow) skip(t *tracked) {
 	f.mu.Lock()
+	f.handedLocked(t)
 	f.finishedLocked(t, 0)
 	f.mu.Unlock()
 }
@@ -191,6 +200,7 @@ func (f *flow) skip(t *tracked) {
 func (f *flow) submit(w *work) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.handedLocked(w.batch)
 	f.bytes += w.cost
 	ts := f.tables[w.change.Table]
 	if ts == nil {

@@ -72,7 +72,9 @@ type Config struct {
 	StallLogInterval time.Duration
 	// Settings names, per failing stage (StageEmbedder, StageSink,
 	// StageDeadLetters, StageSource), the settings to check, e.g.
-	// "embedder.base_url"; the stall summary prints it. Nil prints none.
+	// "embedder.base_url"; the stall summary prints it, and Backlog's
+	// Check names it for the stage holding the oldest pending change. Nil
+	// prints none.
 	Settings map[string]string
 	// DeadLetterWindow is how many of the latest messages the dead-letter
 	// guard looks at. Defaults to 100.
@@ -285,6 +287,9 @@ func New(cfg Config, st Stages) (*Pipeline, error) {
 		if cfg.Registerer != nil {
 			cfg.Registerer.MustRegister(newWatermarkCollector(p, cfg.IndexName))
 		}
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(newBacklogGauges(cfg, p.Backlog)...)
 	}
 	return p, nil
 }
@@ -578,7 +583,10 @@ func (p *Pipeline) applyOne(ctx context.Context, it *work) error {
 	p.shadowMu.RLock()
 	defer p.shadowMu.RUnlock()
 	ctx, span := tracer().Start(withTraceParent(ctx, it.change.TraceParent), "ragsync.apply", changeAttrs(it.change))
-	err := p.retry(ctx, "apply", func() error { return p.apply(ctx, it.change) })
+	err := p.retry(ctx, "apply", func() error {
+		it.mark(stageSink) // each attempt begins by reading the index
+		return p.apply(ctx, it.change, it)
+	})
 	endSpan(span, err)
 	if ctx.Err() == nil {
 		// A change cut short by shutdown is neither slow nor failed.

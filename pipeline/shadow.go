@@ -106,7 +106,7 @@ func (p *Pipeline) shadowUpsert(ctx context.Context, pr prepared) error {
 		if pre.Found && pre.Doc.Version.Compare(d.Version) > 0 {
 			return nil // the shadow holds a later change: nothing to pay for
 		}
-		_, _, err = p.write(ctx, t, &d, &pre, false)
+		_, _, err = p.write(ctx, t, &d, &pre, false, pr.w)
 		return err
 	})
 }

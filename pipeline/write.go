@@ -17,10 +17,11 @@ import (
 // write embeds what t lacks of doc and writes doc to t. primary marks the
 // pipeline's own target: it alone measures edits, reuses near-duplicate
 // vectors (whose debt is repaid in that index) and tells the Observer.
-// pre is what t holds of the document (Index.Lookup).
-func (p *Pipeline) write(ctx context.Context, t Target, doc *sink.Document, pre *sink.Lookup, primary bool) (sink.Outcome, savedChunks, error) {
+// pre is what t holds of the document (Index.Lookup). w, when not nil, is
+// the change in the flow, marked as held by the provider while embedding.
+func (p *Pipeline) write(ctx context.Context, t Target, doc *sink.Document, pre *sink.Lookup, primary bool, w *work) (sink.Outcome, savedChunks, error) {
 	ectx, span := tracer().Start(ctx, "ragsync.embed")
-	saved, err := p.embedMissing(ectx, t, doc, pre, primary)
+	saved, err := p.embedMissing(ectx, t, doc, pre, primary, w)
 	endSpan(span, err)
 	if err != nil {
 		return sink.Outcome{}, savedChunks{}, stageError{StageEmbedder, fmt.Errorf("embed %s: %w", doc.ID, err)}
@@ -62,7 +63,7 @@ func (p *Pipeline) commit(ctx context.Context, t Target, doc sink.Document, prim
 // similar enough, by setting VectorHash, and the edit's magnitude is
 // recorded. It returns how many distinct chunks took a cached or reused
 // vector, which the caller counts once the sink applied the document.
-func (p *Pipeline) embedMissing(ctx context.Context, t Target, doc *sink.Document, pre *sink.Lookup, primary bool) (savedChunks, error) {
+func (p *Pipeline) embedMissing(ctx context.Context, t Target, doc *sink.Document, pre *sink.Lookup, primary bool, w *work) (savedChunks, error) {
 	if primary {
 		measureEdit(pre.Chunks, doc)
 	}
@@ -90,7 +91,7 @@ func (p *Pipeline) embedMissing(ctx context.Context, t Target, doc *sink.Documen
 	if len(need.texts) == 0 {
 		return saved, nil
 	}
-	vecs, err := p.embedSlices(ctx, t, need, primary)
+	vecs, err := p.embedSlices(ctx, t, need, primary, w)
 	if err != nil {
 		return savedChunks{}, err
 	}
@@ -153,7 +154,7 @@ func countReused(chunks []sink.Chunk) int {
 // round trip and one transaction fewer per document. Its price is that a
 // crash between the embedding and the commit re-embeds at most one slice;
 // a failed transaction caches them (keepVectors).
-func (p *Pipeline) embedSlices(ctx context.Context, t Target, need needed, primary bool) ([][]float32, error) {
+func (p *Pipeline) embedSlices(ctx context.Context, t Target, need needed, primary bool, w *work) ([][]float32, error) {
 	label := "embedded"
 	if !primary {
 		label = "shadow_embedded"
@@ -165,10 +166,13 @@ func (p *Pipeline) embedSlices(ctx context.Context, t Target, need needed, prima
 	}
 	for lo := 0; lo < len(need.texts); lo += p.cfg.EmbedSliceChunks {
 		hi := min(lo+p.cfg.EmbedSliceChunks, len(need.texts))
+		w.mark(stageProvider)
 		got, err := t.Embedder.EmbedCounted(ctx, need.texts[lo:hi], need.tokens[lo:hi])
 		if err != nil {
+			// Left as held by the provider: the retry waits for it.
 			return nil, err
 		}
+		w.mark(stageSink)
 		if len(got) != hi-lo {
 			return nil, fmt.Errorf("embedder returned %d vectors for %d texts", len(got), hi-lo)
 		}

@@ -33,6 +33,10 @@ type MonitorConfig struct {
 	// DebtWindow is reuse.repay_window, against which the reuse debt's
 	// age is judged.
 	DebtWindow time.Duration
+	// FreshnessTarget is freshness.target (0: no freshness signal), and
+	// Backlog the pipeline's backlog its events carry (nil: none).
+	FreshnessTarget time.Duration
+	Backlog         func() monitor.Backlog
 }
 
 // monitorWiring is a monitor and the clients it publishes through.
@@ -69,7 +73,8 @@ func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.L
 		mc.Registerer = reg
 	}
 	deps := monitor.Deps{Pool: ix.Pool, Schema: ix.Schema, Index: ix.Name, Embedder: ix.Emb, Logs: logs,
-		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag, Redact: red.String}
+		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag, Redact: red.String,
+		FreshnessTarget: cfg.FreshnessTarget, Backlog: cfg.Backlog}
 	if reg != nil {
 		deps.Gatherer = reg
 	}

@@ -146,7 +146,7 @@ func TestHealthEndpointsRedactSecrets(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(red.Writer(&logs), nil))
 	var problem string
 	h := redactedHealth(red, sourceReadyz(func() string { return problem },
-		httpHandler(prometheus.NewRegistry(), ping, func() bool { return true }, logger)))
+		httpHandler(prometheus.NewRegistry(), ping, func() bool { return true }, func(context.Context) string { return "" }, logger)))
 
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()

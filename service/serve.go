@@ -47,6 +47,9 @@ type Config struct {
 	IndexPoll time.Duration
 	// HTTPListen is the address of /metrics, /healthz and /readyz; "" none.
 	HTTPListen string
+	// Freshness is the declared freshness target (the monitor's freshness
+	// signal) and when /readyz answers degraded.
+	Freshness FreshnessConfig
 	// Once drains the source and stops (serve --once): no front door, no
 	// HTTP server, no purge, family follower or repayment; the monitor
 	// only with MonitorOnce.
@@ -128,6 +131,16 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	if src.collector != nil {
 		reg.MustRegister(src.collector)
 	}
+	// The monitor is built before the pipeline; its freshness signal reads
+	// the pipeline's backlog once it exists.
+	var pipe atomic.Pointer[pipeline.Pipeline]
+	cfg.Monitor.FreshnessTarget = cfg.Freshness.Target
+	cfg.Monitor.Backlog = func() monitor.Backlog {
+		if p := pipe.Load(); p != nil {
+			return monitorBacklog(p)
+		}
+		return monitor.Backlog{}
+	}
 	mon := &monitorWiring{}
 	if cfg.Monitor.Enabled && (!cfg.Once || cfg.MonitorOnce) {
 		if mon, err = newMonitor(ctx, cfg.Monitor, ix, src.lag, reg, cfg.Logs, red, logger, true); err != nil {
@@ -176,6 +189,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	pipe.Store(p)
 	var repayer *pipeline.Repayer
 	if !cfg.Pipeline.Pipeline.Reuse.Disabled && !cfg.Once {
 		dc := cfg.Pipeline.Debt
@@ -243,7 +257,9 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 	}
 	g.Go(func() error { return mon.run(runCtx) })
 	if ln != nil {
-		handler := httpHandler(reg, pool.Ping, ready, logger)
+		gate := &freshnessGate{after: cfg.Freshness.DegradedAfter, backlog: p.Backlog, logger: logger.With("stage", "http")}
+		g.Go(func() error { gate.watch(runCtx); return nil })
+		handler := httpHandler(reg, pool.Ping, ready, gate.check, logger)
 		if src.unhealthy != nil {
 			handler = sourceReadyz(src.unhealthy, handler)
 		}
@@ -306,10 +322,12 @@ func purgePeriodically(ctx context.Context, st *sink.Store, opts sink.PurgeOptio
 }
 
 // httpHandler serves /metrics, /healthz (process alive) and /readyz
-// (Postgres reachable and the pipeline not failed). /readyz says what is
-// wrong with Postgres without the connection details (postgresProblem)
-// and logs the error itself once each time the problem changes.
-func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready func() bool, logger *slog.Logger) http.Handler {
+// (Postgres reachable, the pipeline not failed, and its backlog not older
+// than freshness.degraded_after: degraded returns what to say after
+// "degraded: ", or ""). /readyz says what is wrong with Postgres without
+// the connection details (postgresProblem) and logs the error itself once
+// each time the problem changes.
+func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, ready func() bool, degraded func(context.Context) string, logger *slog.Logger) http.Handler {
 	var lastProblem atomic.Pointer[string]
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -330,6 +348,10 @@ func httpHandler(reg *prometheus.Registry, ping func(context.Context) error, rea
 		lastProblem.Store(nil)
 		if !ready() {
 			http.Error(w, "pipeline stopped, stalled behind a failing dependency, or over its dead-letter limit (pipeline.dead_letter_max_ratio); see the logs", http.StatusServiceUnavailable)
+			return
+		}
+		if msg := degraded(r.Context()); msg != "" {
+			http.Error(w, "degraded: "+msg, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

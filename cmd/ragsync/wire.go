@@ -79,6 +79,7 @@ func (c Config) serviceConfig() (service.Config, error) {
 		PurgeInterval: c.Purge.Interval,
 		IndexPoll:     c.IndexPoll,
 		HTTPListen:    c.HTTP.Listen,
+		Freshness:     service.FreshnessConfig{Target: c.Freshness.Target, DegradedAfter: c.Freshness.Degraded()},
 	}
 	if c.FrontDoor.Enabled {
 		fc := c.FrontDoorConfig()
