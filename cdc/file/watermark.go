@@ -43,7 +43,7 @@ func (m *lineMarks) atEnd(line int64, at time.Time) {
 	m.endLine, m.endAt = line, at
 }
 
-// Marks returns the file's watermark once a line was applied: the last
+// Marks returns the file's watermark once it has had a line: the last
 // line applied, and the time watermark, which passes the newest commit
 // applied when every line of the file, as it was when its end was last
 // reached, is applied.
@@ -51,8 +51,8 @@ func (s *Source) Marks(context.Context) ([]cdc.Mark, error) {
 	m := &s.marks
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.line == 0 && m.endAt.IsZero() {
-		return nil, nil
+	if m.line == 0 && m.endLine == 0 {
+		return nil, nil // no line yet: nothing to name
 	}
 	caught := !m.endAt.IsZero() && m.line >= m.endLine
 	through := m.through
