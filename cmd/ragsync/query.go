@@ -26,6 +26,7 @@ func newQueryCmd(g *globals) *cobra.Command {
 		asJSON  bool
 		via     string
 		timeout time.Duration
+		after   string
 	)
 	cmd := &cobra.Command{
 		Use:   "query TEXT",
@@ -78,8 +79,18 @@ answer mixes tenants by accident.`,
 				if all {
 					return errors.New("--all-tenants: the front door always answers for one tenant on an index with tenants; query without --via redis")
 				}
-				return queryViaRedis(cmd, cfg, fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md}, table, timeout, asJSON)
+				// The front door answers not_yet itself before the client
+				// gives up: it may wait for the watermark for most of
+				// --timeout.
+				q := fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md, After: after}
+				if after != "" {
+					q.AfterTimeout = max(timeout*3/4, time.Millisecond)
+				}
+				return queryViaRedis(cmd, cfg, q, table, timeout, asJSON)
 			case "", "postgres":
+				if after != "" {
+					return errors.New("--after: only with --via redis in this build")
+				}
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
@@ -102,6 +113,7 @@ answer mixes tenants by accident.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hits as JSON lines")
 	cmd.Flags().StringVar(&via, "via", "postgres", "postgres: search pgvector directly; redis: ask the front door over its Redis Stream protocol")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "with --via redis: how long to wait for the reply")
+	cmd.Flags().StringVar(&after, "after", "", "answer only once the index holds every change at or before this source position (16/B374D848, topic/partition/offset, stream/ms-seq, a line) or RFC 3339 time; else exit 6 (not yet)")
 	return cmd
 }
 
@@ -132,6 +144,11 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 			line += ", reason: " + res.Reason
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	if res.Status == fallback.StatusNotYet {
+		// The status line (stdout) says it for a reader; the error
+		// (stderr) and the exit code for a script.
+		return &exitError{ExitNotYet, fmt.Errorf("query --after %s: %w: %s", q.After, errNotYet, strings.TrimPrefix(res.Reason, "not yet: "))}
 	}
 	return printHits(cmd, hits, asJSON)
 }
