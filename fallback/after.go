@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,15 +61,13 @@ func (s *markSnapshot) passed(a *cdc.After) (bool, string) {
 type watcher struct {
 	src    atomic.Pointer[Watermark]
 	kick   chan struct{} // a reading is wanted; capacity 1, so kicks coalesce
-	logger interface {
-		WarnContext(ctx context.Context, msg string, args ...any)
-	}
+	logger *slog.Logger
 
-	mu      sync.Mutex
-	seq     uint64
-	snap    *markSnapshot // nil until read
-	err     error         // of the last reading, nil if it succeeded
-	changed chan struct{} // closed at the next reading
+	mu       sync.Mutex
+	seq      uint64
+	snap     *markSnapshot // nil until read
+	err      error         // of the last reading, nil if it succeeded
+	changed  chan struct{} // closed at the next reading
 	relisten context.CancelFunc
 }
 
