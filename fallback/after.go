@@ -243,7 +243,8 @@ func (f *FrontDoor) afterWait(r request, now time.Time) time.Duration {
 // from a cache entry computed after it passed or from a search of its
 // own; or "not_yet" when it does not pass in time. A request that has to
 // wait gives its in-flight slot back and waits in a goroutine of its own
-// (at most max_after_waiters of them), holding no connection.
+// (at most max_after_waiters of them), holding no connection, and takes a
+// slot again to answer.
 func (f *FrontDoor) serveAfter(ctx context.Context, l lookup, deliveries int64, start time.Time) {
 	stream := f.keys.requests()
 	r := l.r
@@ -293,8 +294,20 @@ func (f *FrontDoor) waitAfter(ctx context.Context, l lookup, deliveries int64, s
 		var notYet *sink.NotYetError
 		switch {
 		case err == nil:
+			waited := time.Since(start)
+			// Many waiters pass at once when the watermark moves: their
+			// searches take in-flight slots like any other, so they queue
+			// here rather than on the database's pool (where they would
+			// time out and open the breaker for everyone).
+			select {
+			case f.inFlight <- struct{}{}:
+			case <-stop:
+				f.metrics.afterWaits.WithLabelValues(afterStopped).Inc()
+				return
+			}
+			defer func() { <-f.inFlight }()
 			f.metrics.afterWaits.WithLabelValues(afterPassed).Inc()
-			f.metrics.afterWait.WithLabelValues(afterPassed).Observe(time.Since(start).Seconds())
+			f.metrics.afterWait.WithLabelValues(afterPassed).Observe(waited.Seconds())
 			f.answerAfter(ctx, l, deliveries, start)
 			return
 		case errors.As(err, &notYet) && time.Until(deadline) > 0:

@@ -194,16 +194,18 @@ func TestAfterInvalid(t *testing.T) {
 
 // Many requests wait for one position: they hold neither in-flight slots
 // (other requests are answered meanwhile) nor connections (one LISTEN and
-// one reading at a time for all), and all are answered when it passes.
+// one reading at a time for all), and all are answered when it passes,
+// searching at most max_in_flight at a time.
 func TestAfterManyWaitersShareOneListen(t *testing.T) {
 	const waiters = 60
 	b, cm := setupAfter(t, func(c *Config) { c.MaxInFlight = 4 })
+	b.searcher.delay = 20 * time.Millisecond // searches overlap when they are not bounded
 	var wg sync.WaitGroup
 	results := make([]Result, waiters)
 	errs := make([]error, waiters)
 	for i := range waiters {
 		wg.Go(func() {
-			results[i], errs[i] = b.search(t, Query{Text: fmt.Sprintf("pgvector embeddings %d", i%3), K: 2, After: "0/300", AfterTimeout: 25 * time.Second})
+			results[i], errs[i] = b.search(t, Query{Text: fmt.Sprintf("pgvector embeddings %d", i), K: 2, After: "0/300", AfterTimeout: 25 * time.Second})
 		})
 	}
 	waitWaiting(t, b.fd, waiters)
@@ -221,6 +223,7 @@ func TestAfterManyWaitersShareOneListen(t *testing.T) {
 	require.Equal(t, int64(1), cm.maxListens.Load(), "one LISTEN connection for every waiter")
 	require.Equal(t, int64(1), cm.maxReads.Load(), "one reading of the watermark at a time for every waiter")
 	require.Equal(t, float64(waiters), afterWaits(b.fd, afterPassed))
+	require.LessOrEqual(t, b.searcher.peak.Load(), int64(4), "searches at once, against max_in_flight")
 }
 
 // A request with after whose search keeps failing is dead-lettered and

@@ -57,8 +57,11 @@ type FrontDoor struct {
 	// closed when Run's context ends, which ends the waits.
 	marks      *watcher
 	afterSlots chan struct{}
-	afterWG    sync.WaitGroup
-	stopping   atomic.Pointer[chan struct{}]
+	// inFlight bounds the requests past the cache (max_in_flight); the
+	// workers and the requests done waiting for the watermark share it.
+	inFlight chan struct{}
+	afterWG  sync.WaitGroup
+	stopping atomic.Pointer[chan struct{}]
 
 	// afterSearch, when set by a test, runs after a successful search and
 	// before the reply; returning true simulates the worker dying there.
@@ -104,6 +107,7 @@ func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, 
 	}
 	f.marks.logger = f.logger
 	f.afterSlots = make(chan struct{}, cfg.MaxAfterWaiters)
+	f.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	f.target.Store(&target{index: cfg.Index, emb: emb, search: search})
 	f.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
 		m.breakerState.Set(float64(s))
@@ -256,7 +260,7 @@ func (f *FrontDoor) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	inFlight := make(chan struct{}, f.cfg.MaxInFlight) // shared by the workers
+	inFlight := f.inFlight // shared by the workers
 	for i := range f.cfg.Workers {
 		consumer := fmt.Sprintf("%s-%d", f.cfg.Consumer, i)
 		g.Go(func() error {
