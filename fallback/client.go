@@ -97,7 +97,7 @@ var errClientClosed = errors.New("front door client is closed")
 // Search sends q and waits for its reply until ctx ends. The context's
 // deadline (or q.Deadline, whichever is earlier) travels as deadline_ms. A
 // reply with status error returns the Result and a *ReplyError; degraded
-// replies return no error — check Result.Status.
+// and not_yet replies return no error — check Result.Status.
 func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	id := randomID()
 	c.mu.Lock()
@@ -123,6 +123,12 @@ func (c *Client) Search(ctx context.Context, q Query) (Result, error) {
 	}
 	if q.TraceParent != "" {
 		values = append(values, fieldTraceParent, q.TraceParent)
+	}
+	if q.After != "" {
+		values = append(values, fieldAfter, q.After)
+		if q.AfterTimeout != 0 {
+			values = append(values, fieldAfterWait, strconv.FormatInt(max(q.AfterTimeout.Milliseconds(), 0), 10))
+		}
 	}
 
 	// Register before sending: the reply may beat the XADD's own reply.

@@ -125,6 +125,16 @@ type Config struct {
 	// BreakerCooldown is how long the breaker stays open before one probe
 	// request may try the real search again. Defaults to 10s.
 	BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
+	// MaxAfterWait caps how long a request with after waits for the
+	// index's watermark (its after_timeout_ms, DefaultAfterWait without
+	// one); past it the reply is not_yet. Defaults to 30s.
+	MaxAfterWait time.Duration `yaml:"max_after_wait"`
+	// MaxAfterWaiters bounds the requests of this process waiting for the
+	// watermark; one more is answered not_yet at once. A waiter holds no
+	// connection and no in-flight slot, only a goroutine: every one is
+	// woken by the process's single LISTEN on the watermark. Defaults to
+	// 1024.
+	MaxAfterWaiters int `yaml:"max_after_waiters"`
 	// Bloom sizes the Bloom filters of known tenants and document ids.
 	Bloom BloomConfig `yaml:"bloom"`
 	// Redact masks secrets in every text the front door writes to Redis
@@ -237,6 +247,12 @@ func (c Config) WithDefaults() Config {
 	if c.BreakerCooldown == 0 {
 		c.BreakerCooldown = 10 * time.Second
 	}
+	if c.MaxAfterWait == 0 {
+		c.MaxAfterWait = 30 * time.Second
+	}
+	if c.MaxAfterWaiters == 0 {
+		c.MaxAfterWaiters = 1024
+	}
 	c.Bloom = c.Bloom.WithDefaults()
 	return c
 }
@@ -268,6 +284,7 @@ func (c Config) Validate() error {
 		{"max_query_bytes", int64(c.MaxQueryBytes)}, {"reply_max_len", c.ReplyMaxLen},
 		{"max_filter_bytes", int64(c.MaxFilterBytes)}, {"max_request_bytes", int64(c.MaxRequestBytes)},
 		{"dlq_max_len", c.DLQMaxLen}, {"breaker_failures", int64(c.BreakerFailures)},
+		{"max_after_waiters", int64(c.MaxAfterWaiters)},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {
@@ -282,7 +299,7 @@ func (c Config) Validate() error {
 		{"search_timeout", c.SearchTimeout}, {"cache_ttl", c.CacheTTL}, {"negative_ttl", c.NegativeTTL},
 		{"stale_ttl", c.StaleTTL}, {"embedding_ttl", c.EmbeddingTTL}, {"lock_ttl", c.LockTTL},
 		{"lock_wait", c.LockWait}, {"reply_ttl", c.ReplyTTL}, {"idempotency_ttl", c.IdempotencyTTL},
-		{"breaker_cooldown", c.BreakerCooldown},
+		{"breaker_cooldown", c.BreakerCooldown}, {"max_after_wait", c.MaxAfterWait},
 	}
 	for _, d := range durations {
 		if d.v <= 0 {

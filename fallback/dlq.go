@@ -110,6 +110,13 @@ func withoutDeadline(values map[string]any) map[string]any {
 // of the request's tenant (see liveHits), else a full-text search (no
 // embedding needed), else an error carrying both reasons.
 func (f *FrontDoor) degrade(ctx context.Context, t *target, r request, ck cacheKeys, reason string) reply {
+	if r.After != nil {
+		// A stale answer may predate the change the request waits for,
+		// and a full-text one comes from another search than the one
+		// asked for: neither is given as if it held the change.
+		return reply{Status: StatusError, Source: SourceNone,
+			Reason: reason + "; a request with after gets no degraded answer, ask again later"}
+	}
 	if v, err := f.rdb.Get(ctx, f.keys.stale(ck.base)).Result(); err == nil {
 		if hits, err := f.liveHits(ctx, v, r); err == nil && len(hits) > 0 {
 			return reply{Status: StatusDegraded, Results: encodeWire(hits, r.K), Cached: true, Source: SourceStale, Reason: reason + "; answered from the last good result"}

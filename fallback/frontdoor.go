@@ -51,6 +51,18 @@ type FrontDoor struct {
 	logger  *slog.Logger
 	sf      singleflight.Group
 
+	// marks is the latest reading of the index's watermark, for requests
+	// with after; afterSlots bounds the requests waiting for it and
+	// afterWG holds them, so Run returns only after them. stopping is
+	// closed when Run's context ends, which ends the waits.
+	marks      *watcher
+	afterSlots chan struct{}
+	// inFlight bounds the requests past the cache (max_in_flight); the
+	// workers and the requests done waiting for the watermark share it.
+	inFlight chan struct{}
+	afterWG  sync.WaitGroup
+	stopping atomic.Pointer[chan struct{}]
+
 	// afterSearch, when set by a test, runs after a successful search and
 	// before the reply; returning true simulates the worker dying there.
 	afterSearch func(r request) (die bool)
@@ -91,7 +103,11 @@ func NewFrontDoor(cfg Config, rdb *redis.Client, emb Embedder, search Searcher, 
 		bloom:   NewBloom(rdb, cfg.Prefix, cfg.Index, cfg.Bloom),
 		metrics: m,
 		logger:  logger.With("stage", "frontdoor"),
+		marks:   newWatcher(),
 	}
+	f.marks.logger = f.logger
+	f.afterSlots = make(chan struct{}, cfg.MaxAfterWaiters)
+	f.inFlight = make(chan struct{}, cfg.MaxInFlight)
 	f.target.Store(&target{index: cfg.Index, emb: emb, search: search})
 	f.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
 		m.breakerState.Set(float64(s))
@@ -232,7 +248,19 @@ func (f *FrontDoor) Run(ctx context.Context) error {
 	}
 	f.logger.InfoContext(ctx, "front door started", "workers", f.cfg.Workers, "group", f.cfg.Group, "consumer", f.cfg.Consumer, "prefix", f.cfg.Prefix)
 	g, gctx := errgroup.WithContext(ctx)
-	inFlight := make(chan struct{}, f.cfg.MaxInFlight) // shared by the workers
+	// Requests waiting for the watermark stop when the workers do (gctx
+	// ends with g.Wait at the latest), and end before Run returns.
+	stop := make(chan struct{})
+	f.stopping.Store(&stop)
+	context.AfterFunc(gctx, func() { close(stop) })
+	defer f.afterWG.Wait()
+	if f.marks.source() != nil {
+		g.Go(func() error {
+			f.marks.run(gctx)
+			return nil
+		})
+	}
+	inFlight := f.inFlight // shared by the workers
 	for i := range f.cfg.Workers {
 		consumer := fmt.Sprintf("%s-%d", f.cfg.Consumer, i)
 		g.Go(func() error {

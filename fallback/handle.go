@@ -85,6 +85,12 @@ func (f *FrontDoor) queueServe(ctx context.Context, pipe redis.Pipeliner, msgs [
 			// before its ack reached us (see the miss path below).
 			l.replied = pipe.Exists(ctx, f.keys.replied(r.ReplyTo, r.ID))
 		}
+		if r.After != nil {
+			// Neither the cache nor the Bloom filters can be read before
+			// the watermark passes: serveAfter reads them then.
+			lookups = append(lookups, l)
+			continue
+		}
 		// A cached answer wins over the Bloom filter: it was right when
 		// cached and expires with its TTL.
 		l.serve = serveScript.EvalSha(ctx, pipe,
@@ -115,6 +121,10 @@ func (f *FrontDoor) finishServe(ctx context.Context, lookups []lookup, rest []fu
 			// anyway. A hit was already acknowledged by serveScript.
 			f.metrics.requests.WithLabelValues(outcomeDuplicate).Inc()
 			rest = append(rest, func(ctx context.Context) { f.ack(ctx, stream, l.msg.ID) })
+			continue
+		}
+		if l.r.After != nil {
+			rest = append(rest, func(ctx context.Context) { f.serveAfter(ctx, l, deliveries, start) })
 			continue
 		}
 		if !reloaded && redis.HasErrorPrefix(l.serve.Err(), "NOSCRIPT") && reload() == nil {
@@ -160,6 +170,15 @@ func (f *FrontDoor) finishServe(ctx context.Context, lookups []lookup, rest []fu
 // then a coalesced search. A failed search leaves the entry pending (no ack)
 // so XAUTOCLAIM retries it, until the last delivery dead-letters it.
 func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, start time.Time) {
+	f.answerMiss(ctx, l, deliveries, start, f.coalescedSearch)
+}
+
+// searchFunc searches for r and says where the results came from.
+type searchFunc func(ctx context.Context, t *target, r request, ck cacheKeys) ([]byte, string, error)
+
+// answerMiss is handleMiss with the search given: coalescedSearch, or
+// searchAfter for a request with after.
+func (f *FrontDoor) answerMiss(ctx context.Context, l lookup, deliveries int64, start time.Time, search searchFunc) {
 	stream := f.keys.requests()
 	r, ck := l.r, l.ck
 	ctx, span := startMissSpan(ctx, r.TraceParent)
@@ -179,7 +198,7 @@ func (f *FrontDoor) handleMiss(ctx context.Context, l lookup, deliveries int64, 
 		f.finish(ctx, stream, r, rep, outcomeOf(rep), start)
 		return
 	}
-	results, source, err := f.coalescedSearch(ctx, l.t, r, ck)
+	results, source, err := search(ctx, l.t, r, ck)
 	// The leader's searchVector reported to the breaker; a follower (or a
 	// Redis failure before any search) only gives its probe back.
 	f.breaker.Release()
@@ -365,27 +384,52 @@ func (f *FrontDoor) searchAndStore(ctx context.Context, t *target, r request, ck
 		release()
 		return v, SourceShared, nil
 	}
+	// Read before the search begins: the index held at least what this
+	// reading says when the search started.
+	snap, _, _ := f.marks.current()
 	results, err := f.searchVector(ctx, t, r)
 	if err != nil {
 		release()
 		return nil, "", err
 	}
-	pipe := f.rdb.TxPipeline()
-	if bytes.Equal(results, emptyResults) {
-		pipe.Set(ctx, f.keys.cache(ck.fresh), results, jitter(f.cfg.NegativeTTL, f.cfg.CacheJitter))
-	} else {
-		pipe.Set(ctx, f.keys.cache(ck.fresh), results, jitter(f.cfg.CacheTTL, f.cfg.CacheJitter))
-		pipe.Set(ctx, f.keys.stale(ck.base), results, f.cfg.StaleTTL)
-	}
-	// Release after the result is visible, inside the same MULTI, so a
-	// waiter never sees "no lock, no result" for a successful search.
-	releaseScript.Eval(ctx, pipe, []string{lockKey}, token)
-	if _, err := pipe.Exec(ctx); err != nil {
-		// The answer is good; only caching failed. Reply anyway.
-		f.logger.WarnContext(ctx, "store search result in cache", "id", r.ID, "error", err)
+	if !f.storeResult(ctx, r, ck, results, snap, func(pipe redis.Pipeliner) {
+		// Release after the result is visible, inside the same MULTI, so a
+		// waiter never sees "no lock, no result" for a successful search.
+		releaseScript.Eval(ctx, pipe, []string{lockKey}, token)
+	}) {
 		release()
 	}
 	return results, SourceSearch, nil
+}
+
+// storeResult caches a search's results (and, when not empty, keeps them
+// as the stale answer) with the reading of the watermark taken before the
+// search began, in one MULTI with whatever also adds; without a reading
+// it drops the one an earlier entry left, so no entry carries another's.
+// It reports whether the MULTI ran; a failure is logged, the answer is
+// good anyway.
+func (f *FrontDoor) storeResult(ctx context.Context, r request, ck cacheKeys, results []byte, snap *markSnapshot, also func(redis.Pipeliner)) bool {
+	pipe := f.rdb.TxPipeline()
+	ttl := jitter(f.cfg.CacheTTL, f.cfg.CacheJitter)
+	if bytes.Equal(results, emptyResults) {
+		ttl = jitter(f.cfg.NegativeTTL, f.cfg.CacheJitter)
+	} else {
+		pipe.Set(ctx, f.keys.stale(ck.base), results, f.cfg.StaleTTL)
+	}
+	pipe.Set(ctx, f.keys.cache(ck.fresh), results, ttl)
+	if b := encodeSnapshotOf(snap); b != nil {
+		pipe.Set(ctx, f.keys.cacheMarks(ck.fresh), b, ttl)
+	} else {
+		pipe.Del(ctx, f.keys.cacheMarks(ck.fresh))
+	}
+	if also != nil {
+		also(pipe)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		f.logger.WarnContext(ctx, "store search result in cache", "id", r.ID, "error", err)
+		return false
+	}
+	return true
 }
 
 // searchVector embeds the query (through the embedding cache) and runs the

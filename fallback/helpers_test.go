@@ -105,10 +105,19 @@ type countingSearcher struct {
 	// counts the searches held there.
 	gate    atomic.Pointer[chan struct{}]
 	waiting atomic.Int64
+	// active and peak count the vector searches running at once.
+	active, peak atomic.Int64
 }
 
 func (s *countingSearcher) Search(ctx context.Context, vec []float32, q sink.Query) ([]sink.Hit, error) {
 	s.searches.Add(1)
+	for n := s.active.Add(1); ; {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	defer s.active.Add(-1)
 	if s.delay > 0 {
 		time.Sleep(s.delay)
 	}

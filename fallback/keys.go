@@ -13,13 +13,17 @@ type keys struct {
 	prefix, index string
 }
 
-func (k keys) requests() string             { return k.prefix + ":requests" }
-func (k keys) dlq() string                  { return k.prefix + ":requests:dlq" }
-func (k keys) generation() string           { return k.prefix + ":generation:" + k.index }
-func (k keys) cache(fresh string) string    { return k.prefix + ":cache:" + fresh }
-func (k keys) stale(base string) string     { return k.prefix + ":stale:" + base }
-func (k keys) lock(fresh string) string     { return k.prefix + ":lock:" + fresh }
-func (k keys) embedding(text string) string { return k.embeddingOf(k.index, text) }
+func (k keys) requests() string          { return k.prefix + ":requests" }
+func (k keys) dlq() string               { return k.prefix + ":requests:dlq" }
+func (k keys) generation() string        { return k.prefix + ":generation:" + k.index }
+func (k keys) cache(fresh string) string { return k.prefix + ":cache:" + fresh }
+func (k keys) stale(base string) string  { return k.prefix + ":stale:" + base }
+
+// cacheMarks holds, beside a result cache entry, the reading of the
+// watermark taken before its search began (see answerAfter).
+func (k keys) cacheMarks(fresh string) string { return k.prefix + ":cachemarks:" + fresh }
+func (k keys) lock(fresh string) string       { return k.prefix + ":lock:" + fresh }
+func (k keys) embedding(text string) string   { return k.embeddingOf(k.index, text) }
 
 // embeddingOf keys a query embedding by the physical index searched (see
 // FrontDoor.SetTarget): after an alias moves to an index of another model,
@@ -44,7 +48,7 @@ func (k keys) reply(id string) string      { return k.prefix + ":reply:" + id }
 // replies; the reply namespace must not overlap any of them.
 func (k keys) families() []string {
 	p := k.prefix + ":"
-	return []string{p + "requests", p + "generation:", p + "cache:", p + "stale:", p + "lock:", p + "emb:",
+	return []string{p + "requests", p + "generation:", p + "cache:", p + "cachemarks:", p + "stale:", p + "lock:", p + "emb:",
 		p + "replied:", p + "fail:", p + "bloom:", p + "docs:"}
 }
 

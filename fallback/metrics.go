@@ -17,6 +17,15 @@ const (
 	outcomeInvalid     = "invalid"
 	outcomeRetry       = "retry"     // not answered yet: left pending for another delivery
 	outcomeDuplicate   = "duplicate" // request id already answered
+	outcomeNotYet      = "not_yet"   // the watermark did not pass the request's after in time
+)
+
+// Outcomes of a wait for the watermark (ragsync_frontdoor_after_waits_total).
+const (
+	afterPassed  = "passed"  // the watermark passed: answered
+	afterNotYet  = "not_yet" // timed out: answered not_yet
+	afterBusy    = "busy"    // max_after_waiters already waiting: answered not_yet at once
+	afterStopped = "stopped" // the front door stopped: left pending for another
 )
 
 type metrics struct {
@@ -28,6 +37,8 @@ type metrics struct {
 	deadLetters  prometheus.Counter
 	reclaimed    prometheus.Counter
 	embeddings   *prometheus.CounterVec
+	afterWaits   *prometheus.CounterVec
+	afterWait    *prometheus.HistogramVec
 }
 
 // newMetrics registers the front door's metrics on reg; nil reg means a
@@ -39,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ragsync_frontdoor_requests_total",
-			Help: "Front door requests by outcome (hit, miss, negative_hit, bloom_reject, coalesced, degraded, error, invalid, retry, duplicate).",
+			Help: "Front door requests by outcome (hit, miss, negative_hit, bloom_reject, coalesced, degraded, error, invalid, retry, duplicate, not_yet).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ragsync_frontdoor_request_duration_seconds",
@@ -71,7 +82,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Query embeddings by source (cache or computed).",
 		}, []string{"source"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.breakerState, m.pending, m.dlqEntries, m.deadLetters, m.reclaimed, m.embeddings} {
+	m.afterWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ragsync_frontdoor_after_waits_total",
+		Help: "Requests with after by how their wait for the watermark ended (passed, not_yet, busy, stopped).",
+	}, []string{"outcome"})
+	m.afterWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ragsync_frontdoor_after_wait_seconds",
+		Help:    "How long requests with after waited for the watermark, by outcome (passed, not_yet).",
+		Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
+	}, []string{"outcome"})
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.breakerState, m.pending, m.dlqEntries, m.deadLetters, m.reclaimed, m.embeddings, m.afterWaits, m.afterWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/ragsync/ragsync/cdc"
 )
 
 // Field names of request and reply entries (see docs/frontdoor.md).
@@ -27,6 +29,8 @@ const (
 	fieldCached      = "cached"
 	fieldSource      = "source"
 	fieldEntry       = "entry" // reply: the request's entry id, so a client can tell its reply from one to a reused id
+	fieldAfter       = "after"
+	fieldAfterWait   = "after_timeout_ms"
 )
 
 // Filter keys the front door interprets itself.
@@ -46,6 +50,10 @@ const (
 	StatusOK       Status = "ok"
 	StatusDegraded Status = "degraded"
 	StatusError    Status = "error"
+	// StatusNotYet answers a request with after when the index's
+	// watermark did not pass it in time: no hits, and a reason saying
+	// where the watermark is. Asking again later may succeed.
+	StatusNotYet Status = "not_yet"
 )
 
 // Source says where a reply's results came from (the reply's source field).
@@ -74,6 +82,16 @@ type Query struct {
 	Deadline time.Time
 	// TraceParent is a W3C traceparent passed through for tracing.
 	TraceParent string
+	// After, if set, asks for an answer only once the index holds every
+	// change at or before it: a source position or an RFC 3339 time, as
+	// cdc.ParseAfter reads them. Without it in time the reply has status
+	// not_yet.
+	After string
+	// AfterTimeout is how long the front door may wait for the watermark
+	// to pass After, sent as after_timeout_ms; the server caps it at its
+	// max_after_wait and at the deadline. 0 leaves it to the server
+	// (DefaultAfterWait); negative asks for no wait at all.
+	AfterTimeout time.Duration
 }
 
 // Hit is one result on the wire.
@@ -145,7 +163,7 @@ type Result struct {
 	ID     string
 	Status Status
 	Hits   []Hit
-	// Reason says why a reply is degraded or an error; empty for ok.
+	// Reason says why a reply is degraded, an error or not_yet; empty for ok.
 	Reason string
 	// Cached is true when the answer was not computed for this request
 	// (cache hit, or shared with a concurrent identical request).
@@ -170,6 +188,10 @@ type request struct {
 	OrigEntry   string // entry id the request first had, for a dead letter
 	Deadline    time.Time
 	TraceParent string
+	// After is the parsed after field, nil without one; AfterWait is how
+	// long the request asks to wait for it.
+	After     *cdc.After
+	AfterWait time.Duration
 }
 
 // normalizeQuery makes equivalent query texts share a cache key: Unicode NFC,
@@ -307,7 +329,34 @@ func parseRequest(entryID string, values map[string]any, cfg Config, now time.Ti
 			return r, &InvalidRequestError{Field: fieldDeadline, Reason: fmt.Sprintf("deadline passed %s ago", now.Sub(r.Deadline).Round(time.Millisecond))}
 		}
 	}
+	if err := r.parseAfter(values); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// parseAfter reads after and after_timeout_ms.
+func (r *request) parseAfter(values map[string]any) error {
+	as, ws := fieldString(values, fieldAfter), fieldString(values, fieldAfterWait)
+	if as == "" {
+		if ws != "" {
+			return &InvalidRequestError{Field: fieldAfterWait, Reason: "given without after; send after too, or neither"}
+		}
+		return nil
+	}
+	a, err := cdc.ParseAfter(as)
+	if err != nil {
+		return &InvalidRequestError{Field: fieldAfter, Reason: strings.TrimPrefix(err.Error(), "after: ")}
+	}
+	r.After, r.AfterWait = &a, DefaultAfterWait
+	if ws != "" {
+		ms, err := strconv.ParseInt(ws, 10, 64)
+		if err != nil || ms < 0 {
+			return &InvalidRequestError{Field: fieldAfterWait, Reason: fmt.Sprintf("%q is not a number of milliseconds (0 or more)", ws)}
+		}
+		r.AfterWait = time.Duration(min(ms, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	}
+	return nil
 }
 
 func (r *request) parseFilter(fs string, allowed []string) error {
@@ -442,7 +491,7 @@ func parseReply(values map[string]any) (Result, error) {
 		res.Hits = hits
 	}
 	switch res.Status {
-	case StatusOK, StatusDegraded, StatusError:
+	case StatusOK, StatusDegraded, StatusError, StatusNotYet:
 	default:
 		return res, fmt.Errorf("decode reply %s: unknown status %q", res.ID, res.Status)
 	}

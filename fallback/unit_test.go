@@ -31,6 +31,9 @@ func TestConfigValidate(t *testing.T) {
 		{name: "reply namespace of its own", mutate: func(c *Config) { c.ReplyPrefix = "replies:" }},
 		{name: "request bound below its parts", mutate: func(c *Config) { c.MaxRequestBytes = 5000 }, wantErr: []string{"frontdoor.max_request_bytes: must be >= max_query_bytes + max_filter_bytes (8192)"}},
 		{name: "negative filter bound", mutate: func(c *Config) { c.MaxFilterBytes = -1 }, wantErr: []string{"frontdoor.max_filter_bytes: must be > 0"}},
+		{name: "negative max_after_wait", mutate: func(c *Config) { c.MaxAfterWait = -time.Second }, wantErr: []string{"frontdoor.max_after_wait: must be a positive duration"}},
+		{name: "negative max_after_waiters", mutate: func(c *Config) { c.MaxAfterWaiters = -1 }, wantErr: []string{"frontdoor.max_after_waiters: must be > 0"}},
+		{name: "reply namespace inside the cached readings", mutate: func(c *Config) { c.ReplyPrefix = "ragsync:cachemarks:r:" }, wantErr: []string{"frontdoor.reply_prefix"}},
 		{name: "every problem at once", mutate: func(c *Config) { c.MaxK = -1; c.MinIdle = -time.Second; c.Bloom.Hashes = 99 },
 			wantErr: []string{"frontdoor.max_k", "frontdoor.min_idle", "frontdoor.bloom.hashes"}},
 	}
@@ -104,6 +107,18 @@ func TestParseRequest(t *testing.T) {
 		{name: "deadline passed", values: valid("deadline_ms", "999000"), wantErr: "deadline passed 1s ago"},
 		{name: "deadline garbage", values: valid("deadline_ms", "soon"), wantErr: "not a Unix time"},
 		{name: "deadline ahead", values: valid("deadline_ms", "1000500")},
+		{name: "after an LSN, default wait", values: valid("after", "16/B374D848"), check: func(t *testing.T, r request) {
+			require.NotNil(t, r.After)
+			require.Equal(t, "16/B374D848", r.After.Positions[0].Position)
+			require.Equal(t, DefaultAfterWait, r.AfterWait)
+		}},
+		{name: "after a time, no wait", values: valid("after", "2026-12-07T10:04:05Z", "after_timeout_ms", "0"), check: func(t *testing.T, r request) {
+			require.False(t, r.After.Time.IsZero())
+			require.Zero(t, r.AfterWait)
+		}},
+		{name: "no after", values: valid(), check: func(t *testing.T, r request) { require.Nil(t, r.After) }},
+		{name: "after garbage", values: valid("after", "yesterday"), wantErr: `after: "yesterday" is neither a position`},
+		{name: "after_timeout_ms negative", values: valid("after", "1", "after_timeout_ms", "-5"), wantErr: "after_timeout_ms: \"-5\" is not a number of milliseconds"},
 		// reply_to is confined to the reply namespace.
 		{name: "reply_to the request stream", values: valid("reply_to", "ragsync:requests"), wantErr: `reply_to: must be a key under "ragsync:reply:"`},
 		{name: "reply_to the generation key", values: valid("reply_to", "ragsync:generation:default"), wantErr: "reply_to: must be a key under"},
@@ -242,4 +257,24 @@ func TestParseReply(t *testing.T) {
 	require.ErrorContains(t, err, `unknown status "maybe"`)
 	_, err = parseReply(map[string]any{"id": "a", "status": "ok", "results": "{"})
 	require.Error(t, err)
+}
+
+func TestAfterWaitIsCapped(t *testing.T) {
+	f := &FrontDoor{cfg: Config{MaxAfterWait: 10 * time.Second}.WithDefaults()}
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		asked    time.Duration
+		deadline time.Time
+		want     time.Duration
+	}{
+		{"as asked", 3 * time.Second, time.Time{}, 3 * time.Second},
+		{"at most max_after_wait", time.Minute, time.Time{}, 10 * time.Second},
+		{"never past the deadline", 5 * time.Second, now.Add(2 * time.Second), 2 * time.Second},
+		{"deadline already passed", 5 * time.Second, now.Add(-time.Second), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, f.afterWait(request{AfterWait: tc.asked, Deadline: tc.deadline}, now))
+		})
+	}
 }

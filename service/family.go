@@ -157,6 +157,7 @@ func (f *family) follow(ctx context.Context) error {
 	}
 	from := f.fd.fd.Target()
 	f.fd.fd.SetTarget(r.Index.Name, f.tapQuery(emb), st)
+	f.fd.fd.SetWatermark(st)
 	if _, err := fallback.BumpGeneration(ctx, f.fd.rdb, f.fd.cfg.Prefix, f.fd.cfg.Index); err != nil {
 		// Cached answers carry the physical index: none crosses over.
 		f.logger.WarnContext(ctx, "bump the front door's cache generation after the switch", "error", err)

@@ -19,6 +19,9 @@ import (
 // after each commit.
 var _ pipeline.Observer = (*fallback.Changes)(nil)
 
+// The store is the watermark requests with after wait for.
+var _ fallback.Watermark = (*sink.Store)(nil)
+
 // frontDoor holds the query front door and its Redis client.
 type frontDoor struct {
 	fd  *fallback.FrontDoor
@@ -39,6 +42,9 @@ func newFrontDoor(ctx context.Context, fcfg fallback.Config, emb embedder.Client
 		rdb.Close()
 		return nil, err
 	}
+	// Requests with after wait for this index's watermark (one LISTEN
+	// connection per process, outside the pool).
+	fd.SetWatermark(st)
 	return &frontDoor{fd: fd, rdb: rdb, cfg: fcfg}, nil
 }
 

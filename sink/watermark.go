@@ -226,78 +226,57 @@ func (m *markWatch) remove(w *markWaiter) {
 	}
 }
 
-// listen holds the listening connection while anyone waits: at every
-// notification for the index, and at least every second, it reads the
-// marks once and releases the waiters they pass. A lost connection is
-// opened again; meanwhile the waiters are checked every second. It ends,
-// closing the connection, when nobody waits.
+// listen holds the listening connection (ListenMarks) while anyone
+// waits: at every notification for the index, and at least every second
+// (a notification is lost while the connection is down), it reads the
+// marks once and releases the waiters they pass. It ends, closing the
+// connection, when nobody waits.
 func (m *markWatch) listen() {
 	const poll = time.Second
-	want := m.s.cfg.Schema + "." + m.s.cfg.Index
-	ctx := context.Background()
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(ctx)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kick := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		for ctx.Err() == nil {
+			// Returns when the connection fails; listen again after a
+			// pause, the poll covering the gap.
+			_ = m.s.ListenMarks(ctx, notify)
+			select {
+			case <-ctx.Done():
+			case <-time.After(poll):
+			}
 		}
 	}()
+	defer func() { stop(); <-listening }()
+	t := time.NewTicker(poll)
+	defer t.Stop()
 	for {
 		m.mu.Lock()
 		if len(m.waiters) == 0 {
 			m.running = false
+			m.wake = nil
 			m.mu.Unlock()
 			return
 		}
-		wctx, cancel := context.WithTimeout(ctx, poll)
+		wctx, cancel := context.WithCancel(ctx)
 		m.wake = cancel
 		m.mu.Unlock()
-		if conn == nil {
-			conn = m.connect(ctx)
-		}
 		m.check(ctx)
-		if conn == nil {
-			<-wctx.Done()
+		select {
+		case <-kick:
+		case <-t.C:
+		case <-wctx.Done(): // the last waiter left
 		}
-		// Wait for a notification for this index, the poll, or the last
-		// waiter's leaving.
-		for conn != nil {
-			n, err := conn.WaitForNotification(wctx)
-			if err != nil {
-				if wctx.Err() == nil || !conn.PgConn().IsBusy() && conn.IsClosed() {
-					// The connection broke: open another at the next turn.
-					conn.Close(ctx)
-					conn = nil
-				}
-				break
-			}
-			if n.Payload == want {
-				break
-			}
-		}
-		m.mu.Lock()
-		m.wake = nil
-		m.mu.Unlock()
 		cancel()
 	}
-}
-
-// connect opens the listening connection (nil when it cannot: the
-// waiters are then polled).
-func (m *markWatch) connect(ctx context.Context) *pgx.Conn {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	pc, err := m.s.pool.Acquire(cctx)
-	if err != nil {
-		return nil
-	}
-	// A connection that listened goes back to no pool: closing it ends
-	// the LISTEN with it.
-	conn := pc.Hijack()
-	if _, err := conn.Exec(cctx, "LISTEN "+WatermarkChannel); err != nil {
-		conn.Close(ctx)
-		return nil
-	}
-	return conn
 }
 
 // check reads the marks once and releases every waiter they pass.

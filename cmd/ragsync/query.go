@@ -117,11 +117,19 @@ change is missing: ask again later. Without --after, query searches at once.`,
 				if all {
 					return errors.New("--all-tenants: the front door always answers for one tenant on an index with tenants; query without --via redis")
 				}
+				// The front door waits for the watermark itself (at most
+				// --after-timeout) and answers not_yet; the client waits a
+				// little longer than that for the answer.
+				q := fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md, After: after}
 				if aft != nil {
-					return errors.New("--after: the front door does not take it here; query without --via redis to wait for the position")
+					q.AfterTimeout = max(wait, time.Millisecond)
+					timeout = max(timeout, wait+2*time.Second)
 				}
-				return queryViaRedis(cmd, cfg, fallback.Query{Text: args[0], K: k, Tenant: tenant, Filter: md}, table, timeout, asJSON)
+				return queryViaRedis(cmd, cfg, q, table, timeout, asJSON)
 			case "", "postgres":
+				if after != "" {
+					return errors.New("--after: only with --via redis in this build")
+				}
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
@@ -182,6 +190,11 @@ func waitAfter(cmd *cobra.Command, cfg Config, a cdc.After, wait time.Duration, 
 	return &exitError{ExitNotYet, err}
 }
 
+// errNotYet is what a `query --after` that got no answer in time fails
+// with (in an exitError with ExitNotYet), whether it waited itself or the
+// front door answered not_yet.
+var errNotYet = sink.ErrNotYet
+
 // queryViaRedis sends the query through the front door's Redis Stream
 // protocol (service.SearchFrontDoor).
 func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table string, timeout time.Duration, asJSON bool) error {
@@ -209,6 +222,11 @@ func queryViaRedis(cmd *cobra.Command, cfg Config, q fallback.Query, table strin
 			line += ", reason: " + res.Reason
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), line)
+	}
+	if res.Status == fallback.StatusNotYet {
+		// The status line (stdout) says it for a reader; the error
+		// (stderr) and the exit code for a script.
+		return &exitError{ExitNotYet, fmt.Errorf("query --after %s: %w: %s", q.After, errNotYet, strings.TrimPrefix(res.Reason, "not yet: "))}
 	}
 	return printHits(cmd, hits, asJSON)
 }
