@@ -26,7 +26,6 @@ const watermarkProbe = 100 * time.Millisecond
 // watermark of an idle slot follows the server's clock.
 const clockProbe = 250 * time.Millisecond
 
-
 // slotMarks is what the watermark says beside the acknowledged LSN: the
 // commit time of the last acknowledged transaction, and the server's
 // clock at positions read from it.

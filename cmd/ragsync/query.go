@@ -127,9 +127,6 @@ change is missing: ask again later. Without --after, query searches at once.`,
 				}
 				return queryViaRedis(cmd, cfg, q, table, timeout, asJSON)
 			case "", "postgres":
-				if after != "" {
-					return errors.New("--after: only with --via redis in this build")
-				}
 			default:
 				return fmt.Errorf("--via %q: use postgres (direct) or redis (through the front door)", via)
 			}
