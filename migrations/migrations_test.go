@@ -28,7 +28,7 @@ func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 }
 
 var allTables = []string{"aliases", "backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes",
-	"monitor_canaries", "monitor_samples", "monitor_window_vectors", "monitor_windows", "source_loads", "source_objects", "source_streams", "truncations"}
+	"monitor_canaries", "monitor_samples", "monitor_window_vectors", "monitor_windows", "source_loads", "source_objects", "source_streams", "truncations", "watermarks"}
 
 func TestUpTwiceIsNoop(t *testing.T) {
 	t.Parallel()

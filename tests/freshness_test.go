@@ -111,14 +111,17 @@ http:
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
+	// Each attempt of the change begins with a read of the index (the sink
+	// stage) before the provider fails it again, so a probe can land in
+	// that read: wait for one that finds it at the provider, where it
+	// spends its time while the provider fails.
 	var body string
 	require.Eventually(t, func() bool {
 		var code int
 		code, body = readyz()
-		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "degraded:")
-	}, 60*time.Second, 50*time.Millisecond, "/readyz never degraded")
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "degraded:") && strings.Contains(body, "held by the provider stage")
+	}, 60*time.Second, 50*time.Millisecond, "/readyz never degraded naming the provider stage")
 	require.Contains(t, body, "1 changes pending")
-	require.Contains(t, body, "held by the provider stage")
 	require.Contains(t, body, "check embedder.base_url")
 	require.Equal(t, http.StatusServiceUnavailable, func() int { c, _ := readyz(); return c }(), "still degraded while the provider fails")
 
