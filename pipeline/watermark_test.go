@@ -150,3 +150,72 @@ func TestWatermarkMetrics(t *testing.T) {
 	require.True(t, ok)
 	require.Less(t, age, 60.0, "the file was read to its end just now")
 }
+
+// failingMarksIndex refuses the first fail watermark writes, as an index
+// database that is briefly unreachable would.
+type failingMarksIndex struct {
+	pipeline.Index
+	mu   sync.Mutex
+	fail int
+	seen int
+}
+
+func (x *failingMarksIndex) SaveMarks(ctx context.Context, marks []cdc.Mark) error {
+	x.mu.Lock()
+	x.seen++
+	failing := x.seen <= x.fail
+	x.mu.Unlock()
+	if failing {
+		return fmt.Errorf("connection refused")
+	}
+	return x.Index.SaveMarks(ctx, marks)
+}
+
+// TestWatermarkWriteFailuresDoNotStopThePipeline: a watermark that cannot
+// be written is written again later (the marks are not counted as saved),
+// and nothing else fails: every change is applied and acknowledged.
+func TestWatermarkWriteFailuresDoNotStopThePipeline(t *testing.T) {
+	b := setup(t)
+	var lines []string
+	for i := 1; i <= 20; i++ {
+		m := event("u", i%4, int64(1000+i), fmt.Sprintf("edit %d", i))
+		lines = append(lines, fmt.Sprintf(`{"key":%s,"value":%s}`, m.Key, m.Value))
+	}
+	path := t.TempDir() + "/events.jsonl"
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	src, err := file.NewSource(file.Config{Path: path, BatchSize: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	idx := &failingMarksIndex{Index: b.store, fail: 1000}
+	p, err := pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: src, Splitter: mustChunker(t), DeadLetters: b.dlq,
+		Target: pipeline.Target{Name: "docs", Index: idx, Embedder: &countingEmbedder{}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()), "a watermark that cannot be written stops nothing")
+	for d := range 4 {
+		_, ok := b.text(t, fmt.Sprintf("public.docs/%d", d))
+		require.True(t, ok, "document %d applied", d)
+	}
+	stored, err := b.store.Watermarks(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, stored, "every write failed")
+	require.Empty(t, p.Marks(), "nothing shown as written")
+
+	// The same file again, with the index answering after two refusals:
+	// the last line's mark is written in the end.
+	src2, err := file.NewSource(file.Config{Path: path, BatchSize: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src2.Close() })
+	idx = &failingMarksIndex{Index: b.store, fail: 2}
+	p, err = pipeline.New(pipeline.Config{RetryBackoff: 1, MaxRetryBackoff: 2}, pipeline.Stages{
+		Source: src2, Splitter: mustChunker(t), DeadLetters: b.dlq,
+		Target: pipeline.Target{Name: "docs", Index: idx, Embedder: &countingEmbedder{}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Run(t.Context()))
+	stored, err = b.store.Watermarks(t.Context())
+	require.NoError(t, err)
+	require.Len(t, stored, 1)
+	require.Equal(t, "20", stored[0].Position)
+}

@@ -112,13 +112,18 @@ func (s *Store) Passed(ctx context.Context, a cdc.After) (bool, string, error) {
 	if err != nil {
 		return false, "", err
 	}
+	ok, why := passes(a, stored)
+	return ok, why, nil
+}
+
+// passes is a.Passed over stored marks and when each was written.
+func passes(a cdc.After, stored []StoredMark) (bool, string) {
 	marks := make([]cdc.Mark, len(stored))
 	updated := make([]time.Time, len(stored))
 	for i, m := range stored {
 		marks[i], updated[i] = m.Mark, m.Updated
 	}
-	ok, why := a.Passed(marks, updated)
-	return ok, why, nil
+	return a.Passed(marks, updated)
 }
 
 // ErrNotYet is the error of WaitAfter when the watermark did not pass in
@@ -293,15 +298,10 @@ func (m *markWatch) check(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	marks := make([]cdc.Mark, len(stored))
-	updated := make([]time.Time, len(stored))
-	for i, sm := range stored {
-		marks[i], updated[i] = sm.Mark, sm.Updated
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for w := range m.waiters {
-		if ok, _ := w.after.Passed(marks, updated); ok {
+		if ok, _ := passes(w.after, stored); ok {
 			close(w.done)
 			delete(m.waiters, w)
 		}

@@ -18,7 +18,7 @@ func TestQueryViaRedisAfter(t *testing.T) {
 	require.Contains(t, out, "status ok")
 	require.Contains(t, out, "public.articles/1")
 
-	out, _, err = runCtx(t.Context(), "query", "--via", "redis", "--timeout", "1s", "--after", "99", "--config", cfg, "tide pools")
+	out, _, err = runCtx(t.Context(), "query", "--via", "redis", "--after-timeout", "1s", "--after", "99", "--config", cfg, "tide pools")
 	require.ErrorIs(t, err, errNotYet)
 	require.Equal(t, ExitNotYet, exitCode(err))
 	require.Contains(t, out, "status not_yet")
