@@ -623,4 +623,3 @@ func TestBitRecallWithDefaultCandidates(t *testing.T) {
 		d, n, sink.DefaultCandidates(10), rec, time.Since(start), len(queries))
 	require.GreaterOrEqual(t, rec, 0.85)
 }
-
