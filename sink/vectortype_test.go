@@ -623,3 +623,37 @@ func TestBitRecallWithDefaultCandidates(t *testing.T) {
 		d, n, sink.DefaultCandidates(10), rec, time.Since(start), len(queries))
 	require.GreaterOrEqual(t, rec, 0.85)
 }
+
+// An alias's view follows its target's type through promote and rollback:
+// its embedding column changes type with the target.
+func TestAliasViewFollowsVectorType(t *testing.T) {
+	pool, schema := pgtest.Schema(t)
+	ctx := context.Background()
+	openTyped(t, pool, schema, "docs_v1", sink.TypeVector, 8, sink.Write)
+	openTyped(t, pool, schema, "docs_v2", sink.TypeHalfvec, 8, sink.Write)
+	openTyped(t, pool, schema, "docs_v3", sink.TypeBit, 8, sink.Write)
+	cat := sink.NewCatalog(pool, schema)
+	view := sink.AliasView("docs")
+	_, err := cat.Promote(ctx, "docs", "docs_v1", true)
+	require.NoError(t, err)
+	require.Equal(t, "vector(8)", viewTypes(t, pool, schema, view)["embedding"])
+	_, err = cat.Promote(ctx, "docs", "docs_v2", true)
+	require.NoError(t, err)
+	require.Equal(t, "halfvec(8)", viewTypes(t, pool, schema, view)["embedding"])
+	_, err = cat.Promote(ctx, "docs", "docs_v3", true)
+	require.NoError(t, err)
+	cols := viewTypes(t, pool, schema, view)
+	require.Equal(t, "vector(8)", cols["embedding"])
+	require.Equal(t, "bit(8)", cols["embedding_bit"])
+	_, err = cat.Rollback(ctx, "docs")
+	require.NoError(t, err)
+	cols = viewTypes(t, pool, schema, view)
+	require.Equal(t, "halfvec(8)", cols["embedding"])
+	require.NotContains(t, cols, "embedding_bit")
+	// The alias opens its target with the target's type, whatever the
+	// configuration asks.
+	s, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Write, Schema: schema, Index: "docs", Model: "other", Dimensions: 3, Type: sink.TypeBit})
+	require.NoError(t, err)
+	require.Equal(t, sink.Identity{Name: "docs_v2", Alias: "docs", Model: embedder.HashingModel, Dimensions: 8, FullText: true, Type: sink.TypeHalfvec,
+		HNSW: sink.HNSW{}.WithDefaults()}, s.Identity())
+}
