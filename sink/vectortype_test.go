@@ -670,3 +670,49 @@ func TestAliasViewFollowsVectorType(t *testing.T) {
 	require.Equal(t, sink.Identity{Name: "docs_v2", Alias: "docs", Model: embedder.HashingModel, Dimensions: 8, FullText: true, Type: sink.TypeHalfvec,
 		HNSW: sink.HNSW{}.WithDefaults()}, s.Identity())
 }
+
+// With the HNSW index forced, a selective filter still yields K hits of
+// each type: the bit index's candidates are taken with the filter applied
+// by the iterative scan, not filtered after the candidates were cut.
+func TestVectorTypesFilteredThroughHNSWReturnK(t *testing.T) {
+	const d, n = 64, 1000
+	texts := typedCorpus(n, 5)
+	vecs := embedAll(t, d, texts)
+	for _, typ := range sink.VectorTypes {
+		t.Run(string(typ), func(t *testing.T) {
+			t.Parallel()
+			pool, schema := pgtest.Schema(t)
+			ctx := context.Background()
+			cfg := pool.Config()
+			cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+			cfg.ConnConfig.RuntimeParams["enable_sort"] = "off"
+			cfg.ConnConfig.RuntimeParams["enable_bitmapscan"] = "off"
+			forced, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(forced.Close)
+			// Written through the usual pool (the forced settings make the
+			// writes' own queries slow), searched through the forced one.
+			w := openTyped(t, pool, schema, "docs", typ, d, sink.Write)
+			byKey := map[int][]float32{}
+			rare := func(k int) bool { return k%100 == 7 }
+			for i := 0; i < n; i++ {
+				doc := typedDoc(i, 1, texts[i], vecs[i])
+				if rare(i) {
+					doc.Tenant = "rare"
+					byKey[i] = vecs[i]
+				}
+				_, err := w.Upsert(ctx, doc)
+				require.NoError(t, err)
+			}
+			_, err = forced.Exec(ctx, "ANALYZE "+schema+".chunks")
+			require.NoError(t, err)
+			s, err := sink.OpenIndex(ctx, forced, sink.Config{Mode: sink.Read, Schema: schema, Index: "docs"})
+			require.NoError(t, err)
+			q := sink.Query{K: 5, Tenant: "rare"}
+			require.True(t, usesHNSW(t, forced, s, "docs", vecs[3], q), "the test must exercise the HNSW path")
+			hits, err := s.Search(ctx, vecs[3], q)
+			require.NoError(t, err)
+			require.Equal(t, exactTop(vecs[3], byKey, rare, 5), hitDocs(hits))
+		})
+	}
+}
