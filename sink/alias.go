@@ -104,7 +104,7 @@ func scanIndex(r pgx.Row) (IndexInfo, error) {
 	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText,
 		&x.Type, &x.HNSW.M, &x.HNSW.EfConstruction, &x.HNSW.EfSearch, &x.Candidates)
 	x.HNSW = x.HNSW.WithDefaults()
-	if x.Type != TypeBit {
+	if spec, _ := x.Type.spec(); !spec.rerank {
 		x.Candidates = 0
 	}
 	return x, err

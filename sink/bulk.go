@@ -369,8 +369,8 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 	// column, encoded as halfvec by the client; through the temporary
 	// table they are cast by the insert that copies them.
 	vecCol, vecVal := "embedding", func(v []float32) any { return pgvector.NewVector(v) }
-	if s.cfg.Type == TypeHalfvec && s.cfg.SkipFullText {
-		vecCol, vecVal = halfColumn, func(v []float32) any { return pgvector.NewHalfVector(v) }
+	if s.cfg.SkipFullText {
+		vecCol, vecVal = s.vecColumn(), s.spec().encode
 	}
 	_, err = tx.CopyFrom(ctx, into,
 		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", vecCol,

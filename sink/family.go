@@ -312,7 +312,7 @@ func (c *Catalog) Stats(ctx context.Context) ([]IndexStats, error) {
 			&x.Type, &x.HNSW.M, &x.HNSW.EfConstruction, &x.HNSW.EfSearch, &x.Candidates,
 			&x.CreatedAt, &x.Documents, &x.Chunks, &x.DeletedChunks, &x.HNSWBytes)
 		x.HNSW = x.HNSW.WithDefaults()
-		if x.Type != TypeBit {
+		if spec, _ := x.Type.spec(); !spec.rerank {
 			x.Candidates = 0
 		}
 		return x, err

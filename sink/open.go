@@ -222,7 +222,7 @@ func openRead(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, erro
 	s.pool = pool
 	s.mode = Read
 	s.hnsw = cfg.HNSW.WithDefaults()
-	if cfg.Type == TypeBit {
+	if s.spec().rerank {
 		s.candidates = cfg.Candidates
 	}
 	return s, nil

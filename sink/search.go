@@ -175,14 +175,15 @@ func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
 	// K inline: with a cached statement Postgres may switch to a generic
 	// plan, and an unknown LIMIT can price the HNSW scan out.
 	limit := " LIMIT " + strconv.Itoa(q.K)
-	dist := "(" + s.hnswExpr("c") + " " + s.distOp() + " " + s.hnswQuery("$1") + ")"
-	if s.cfg.Type != TypeBit {
+	dist := "(" + s.hnswExpr("c") + " " + s.spec().distOp + " " + s.hnswQuery("$1") + ")"
+	if !s.spec().rerank {
 		return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL, " + provenanceCols +
 			from + " ORDER BY " + dist + limit, args
 	}
+	// The inner query yields each candidate's full vector as embedding.
 	cosine := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
 	return "SELECT c.doc_id, c.source_table, c.doc_key, c.position, c.text, 1 - " + cosine + ", c.metadata, c.reused, " + provenanceCols +
-		" FROM (SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, c.embedding, d.metadata, c.debt_since IS NOT NULL AS reused, " + provenanceCols +
+		" FROM (SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, " + s.vecOf("c") + " AS embedding, d.metadata, c.debt_since IS NOT NULL AS reused, " + provenanceCols +
 		from + " ORDER BY " + dist + " LIMIT " + strconv.Itoa(s.candidatesFor(q.K)) + ") c" +
 		" ORDER BY " + cosine + limit, args
 }
@@ -203,7 +204,7 @@ func (s *Store) candidatesFor(k int) int {
 // scan supplies the rest.
 func (s *Store) efSearch(k int) int {
 	ef := max(s.hnsw.WithDefaults().EfSearch, k)
-	if s.cfg.Type == TypeBit {
+	if s.spec().rerank {
 		ef = max(ef, s.candidatesFor(k))
 	}
 	return min(ef, MaxK)

@@ -96,7 +96,7 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	if err := lockDDL(ctx, tx, s.cfg.Schema); err != nil {
 		return err
 	}
-	if s.cfg.Type.needsHalfvec() {
+	if s.spec().needs07 {
 		if err := checkHalfvecSupport(ctx, tx, s.cfg.Type); err != nil {
 			return err
 		}
@@ -121,8 +121,8 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	if err := s.recordQuerySettings(ctx, tx, x); err != nil {
 		return err
 	}
-	if s.cfg.Type == TypeHalfvec {
-		if err := s.ensureHalfColumn(ctx, tx); err != nil {
+	if spec := s.spec(); spec.column != "embedding" {
+		if err := s.ensureColumn(ctx, tx, spec.column, spec.columnType); err != nil {
 			return err
 		}
 	}
@@ -165,7 +165,7 @@ func (s *Store) recordQuerySettings(ctx context.Context, tx pgx.Tx, x IndexInfo)
 		s.logger.InfoContext(ctx, "hnsw.ef_search recorded on the index", "was", x.HNSW.EfSearch, "now", ef)
 		x.HNSW.EfSearch = ef
 	}
-	if n := s.cfg.Candidates; n != 0 && s.cfg.Type == TypeBit && n != x.Candidates {
+	if n := s.cfg.Candidates; n != 0 && s.spec().rerank && n != x.Candidates {
 		if _, err := tx.Exec(ctx, "UPDATE "+s.tIndexes+" SET rerank_candidates = $2 WHERE name = $1", s.cfg.Index, n); err != nil {
 			return fmt.Errorf("record hnsw.rerank_candidates: %w", err)
 		}
@@ -224,19 +224,19 @@ const (
 	oneEmbedding = "chunks_one_embedding"
 )
 
-// ensureHalfColumn adds chunks.embedding_half the first time a halfvec
-// index is registered (under lockDDL, which register holds): the migration
+// ensureColumn adds chunks.embedding_half (column, of SQL type typ) the
+// first time a halfvec index is registered (under lockDDL, which register holds): the migration
 // cannot name the halfvec type, which pgvector before 0.7 lacks, and a
 // vector or bit index never needs the column. The column is nullable
 // without a default, so adding it rewrites nothing; embedding loses its
 // NOT NULL in exchange for a check that exactly one of the two is set,
 // added NOT VALID: every existing row has embedding set and the new
 // column NULL, so there is nothing to validate, and new rows are checked.
-func (s *Store) ensureHalfColumn(ctx context.Context, tx pgx.Tx) error {
+func (s *Store) ensureColumn(ctx context.Context, tx pgx.Tx, column, typ string) error {
 	var exists bool
 	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)",
-		s.tChunks, halfColumn).Scan(&exists); err != nil {
-		return fmt.Errorf("look for chunks.%s: %w", halfColumn, err)
+		s.tChunks, column).Scan(&exists); err != nil {
+		return fmt.Errorf("look for chunks.%s: %w", column, err)
 	}
 	if exists {
 		return nil
@@ -247,15 +247,15 @@ func (s *Store) ensureHalfColumn(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, "ALTER TABLE "+s.tChunks+" ADD COLUMN "+halfColumn+" halfvec, ALTER COLUMN embedding DROP NOT NULL,"+
-		" ADD CONSTRAINT "+oneEmbedding+" CHECK (num_nonnulls(embedding, "+halfColumn+") = 1) NOT VALID")
+	_, err := tx.Exec(ctx, "ALTER TABLE "+s.tChunks+" ADD COLUMN "+column+" "+typ+", ALTER COLUMN embedding DROP NOT NULL,"+
+		" ADD CONSTRAINT "+oneEmbedding+" CHECK (num_nonnulls(embedding, "+column+") = 1) NOT VALID")
 	if err != nil {
-		return fmt.Errorf("add chunks.%s for halfvec indexes (it waits for the queries on chunks to finish; retry when they have): %w", halfColumn, err)
+		return fmt.Errorf("add chunks.%s for %s indexes (it waits for the queries on chunks to finish; retry when they have): %w", column, s.cfg.Type, err)
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = DEFAULT"); err != nil {
 		return err
 	}
-	s.logger.InfoContext(ctx, "added the halfvec column to chunks (first halfvec index)")
+	s.logger.InfoContext(ctx, "added a vector column to chunks for the first index of its type", "column", column, "type", s.cfg.Type)
 	return nil
 }
 
@@ -303,89 +303,49 @@ func (s *Store) hnswDDL() string {
 		params = " WITH (" + strings.Join(with, ", ") + ")"
 	}
 	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((%s) %s)%s WHERE index_name = %s",
-		s.hnswIndexName(), s.tChunks, s.hnswExpr(""), s.opClass(), params, s.indexLit())
+		s.hnswIndexName(), s.tChunks, s.hnswExpr(""), s.spec().opClass, params, s.indexLit())
+}
+
+// spec is the index's vector type's row of typeSpecs.
+func (s *Store) spec() typeSpec {
+	x, _ := s.cfg.Type.spec() // validated
+	return x
+}
+
+// col is the index's vector column of the chunks table aliased as table
+// (empty: unqualified).
+func (s *Store) col(table string) string {
+	if table != "" {
+		table += "."
+	}
+	return table + s.spec().column
 }
 
 // hnswExpr is the HNSW index's expression over the chunks table aliased
 // as table (empty: unqualified): a query must order by exactly it for the
 // planner to use the index. The cast fixes the dimensions the index needs
 // while the columns stay untyped (indexes of every size share them).
-func (s *Store) hnswExpr(table string) string {
-	if table != "" {
-		table += "."
-	}
-	d := s.cfg.Dimensions
-	switch s.cfg.Type {
-	case TypeHalfvec:
-		return fmt.Sprintf("%s%s::halfvec(%d)", table, halfColumn, d)
-	case TypeBit:
-		return fmt.Sprintf("binary_quantize(%sembedding)::bit(%d)", table, d)
-	}
-	return fmt.Sprintf("%sembedding::vector(%d)", table, d)
-}
+func (s *Store) hnswExpr(table string) string { return s.spec().index(s.col(table), s.cfg.Dimensions) }
 
 // hnswQuery is the query vector (parameter param, a vector) as the HNSW
 // index's operator takes it.
-func (s *Store) hnswQuery(param string) string {
-	d := s.cfg.Dimensions
-	switch s.cfg.Type {
-	case TypeHalfvec:
-		return fmt.Sprintf("%s::halfvec(%d)", param, d)
-	case TypeBit:
-		return fmt.Sprintf("binary_quantize(%s::vector(%d))::bit(%d)", param, d, d)
-	}
-	return fmt.Sprintf("%s::vector(%d)", param, d)
-}
-
-// opClass is the HNSW index's operator class, distOp its distance
-// operator.
-func (s *Store) opClass() string {
-	switch s.cfg.Type {
-	case TypeHalfvec:
-		return "halfvec_cosine_ops"
-	case TypeBit:
-		return "bit_hamming_ops"
-	}
-	return "vector_cosine_ops"
-}
-
-func (s *Store) distOp() string {
-	if s.cfg.Type == TypeBit {
-		return "<~>"
-	}
-	return "<=>"
-}
+func (s *Store) hnswQuery(param string) string { return s.spec().query(param, s.cfg.Dimensions) }
 
 // vecOf is the one expression every reader of a chunk's vector uses: the
 // chunk (table alias, empty for unqualified) as a full-precision vector,
 // whichever column its index stores it in.
-func (s *Store) vecOf(table string) string { return vecExpr(s.cfg.Type, table) }
+func (s *Store) vecOf(table string) string { return s.spec().read(s.col(table)) }
 
+// vecExpr is Store.vecOf for an index of type t, over chunks aliased table.
 func vecExpr(t VectorType, table string) string {
-	if table != "" {
-		table += "."
-	}
-	if t == TypeHalfvec {
-		return table + halfColumn + "::vector"
-	}
-	return table + "embedding"
+	x, _ := t.spec()
+	return x.read(table + "." + x.column)
 }
 
 // vecColumn is the chunks column a write of the index sets, and
 // storeVec the value written there from a vector expression v.
-func (s *Store) vecColumn() string {
-	if s.cfg.Type == TypeHalfvec {
-		return halfColumn
-	}
-	return "embedding"
-}
-
-func (s *Store) storeVec(v string) string {
-	if s.cfg.Type == TypeHalfvec {
-		return v + "::halfvec"
-	}
-	return v
-}
+func (s *Store) vecColumn() string        { return s.spec().column }
+func (s *Store) storeVec(v string) string { return s.spec().store(v) }
 
 // hnswIndexName is the per-index HNSW index; Index is validated, so it needs
 // no quoting.

@@ -702,12 +702,12 @@ func (s *Store) queueGiven(b *pgx.Batch, given []docChunk) {
 		// what the insert returns caches the given vector.
 		" RETURNING content_hash, embedding, text, model_version) " +
 		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM ins ORDER BY content_hash", "$12", false)
-	if s.cfg.Type == TypeHalfvec {
+	if s.spec().rounded {
 		// The halfvec column holds a rounded copy: the cache takes the
 		// given full-precision vectors from the parameters instead (the
 		// insert runs whether or not its rows are read).
 		sql = "WITH u AS MATERIALIZED (SELECT * FROM " + params + "), ins AS (INSERT INTO " + s.tChunks +
-			" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, " + halfColumn + ", " + provColumns + ", tsv)" +
+			" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, " + s.vecColumn() + ", " + provColumns + ", tsv)" +
 			" SELECT $1, u.doc_id, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, " + s.storeVec("u.embedding") +
 			", u.model_version, u.chunker, u.source, u.source_position, u.committed_at, u.trace_id, " + s.tsvOf("u.text", "$9") + " FROM u) " +
 			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM u ORDER BY content_hash", "$12", false)

@@ -1,6 +1,11 @@
 package sink
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pgvector/pgvector-go"
+)
 
 // VectorType is how an index stores and indexes its vectors. It is fixed
 // when the index is created (indexes.vector_type); changing it means
@@ -28,13 +33,81 @@ const (
 // VectorTypes are the vector types, in the order they are documented.
 var VectorTypes = []VectorType{TypeVector, TypeHalfvec, TypeBit}
 
+// typeSpec is everything that differs between the vector types, so that
+// no other code switches on a type.
+type typeSpec struct {
+	// maxDims is MaxDimensionsFor; needs07 is whether the type needs
+	// pgvector 0.7 (halfvec, binary_quantize and their operator classes).
+	maxDims int
+	needs07 bool
+	// column is the chunks column holding the index's vectors, of SQL type
+	// columnType; rounded is whether it holds a rounded copy of the given
+	// vector (the cache is then fed from the given one).
+	column, columnType string
+	rounded            bool
+	// store is the stored value of a vector expression; read the full
+	// precision vector of a stored column expression.
+	store, read func(v string) string
+	// encode is a vector as a COPY into column sends it.
+	encode func(v []float32) any
+	// index is the HNSW index's expression over a stored column, query the
+	// query vector (a vector parameter) as its operator takes it; opClass
+	// and distOp are its operator class and distance operator.
+	index, query    func(v string, dims int) string
+	opClass, distOp string
+	// rerank says the HNSW index only yields candidates, re-ranked by
+	// cosine distance on the full vectors.
+	rerank bool
+}
+
+var typeSpecs = map[VectorType]typeSpec{
+	TypeVector: {
+		maxDims: 2000, column: "embedding", columnType: "vector",
+		store:   func(v string) string { return v },
+		read:    func(v string) string { return v },
+		encode:  func(v []float32) any { return pgvector.NewVector(v) },
+		index:   func(v string, d int) string { return fmt.Sprintf("%s::vector(%d)", v, d) },
+		query:   func(p string, d int) string { return fmt.Sprintf("%s::vector(%d)", p, d) },
+		opClass: "vector_cosine_ops", distOp: "<=>",
+	},
+	TypeHalfvec: {
+		maxDims: 4000, needs07: true, column: halfColumn, columnType: "halfvec", rounded: true,
+		store:   func(v string) string { return v + "::halfvec" },
+		read:    func(v string) string { return v + "::vector" },
+		encode:  func(v []float32) any { return pgvector.NewHalfVector(v) },
+		index:   func(v string, d int) string { return fmt.Sprintf("%s::halfvec(%d)", v, d) },
+		query:   func(p string, d int) string { return fmt.Sprintf("%s::halfvec(%d)", p, d) },
+		opClass: "halfvec_cosine_ops", distOp: "<=>",
+	},
+	TypeBit: {
+		maxDims: 16000, needs07: true, column: "embedding", columnType: "vector",
+		store:   func(v string) string { return v },
+		read:    func(v string) string { return v },
+		encode:  func(v []float32) any { return pgvector.NewVector(v) },
+		index:   func(v string, d int) string { return fmt.Sprintf("binary_quantize(%s)::bit(%d)", v, d) },
+		query:   func(p string, d int) string { return fmt.Sprintf("binary_quantize(%s::vector(%d))::bit(%d)", p, d, d) },
+		opClass: "bit_hamming_ops", distOp: "<~>", rerank: true,
+	},
+}
+
+// spec is t's row of typeSpecs ("" is TypeVector); ok is false for a
+// type that is none of them.
+func (t VectorType) spec() (typeSpec, bool) {
+	if t == "" {
+		t = TypeVector
+	}
+	x, ok := typeSpecs[t]
+	return x, ok
+}
+
 // ParseVectorType reads an index_type setting: "" is TypeVector; anything
 // but the three names is an error listing them.
 func ParseVectorType(s string) (VectorType, error) {
-	switch t := VectorType(s); t {
-	case "":
-		return TypeVector, nil
-	case TypeVector, TypeHalfvec, TypeBit:
+	t := VectorType(s)
+	if _, ok := t.spec(); ok {
+		if t == "" {
+			t = TypeVector
+		}
 		return t, nil
 	}
 	return "", fmt.Errorf("index_type: %q is not a vector type: set vector (up to %d dimensions), halfvec (up to %d) or bit (up to %d)",
@@ -46,20 +119,9 @@ func ParseVectorType(s string) (VectorType, error) {
 // (the vector column's storage limit; its bit HNSW index allows 64,000).
 // An unknown type allows none.
 func MaxDimensionsFor(t VectorType) int {
-	switch t {
-	case TypeVector, "":
-		return 2000
-	case TypeHalfvec:
-		return 4000
-	case TypeBit:
-		return 16000
-	}
-	return 0
+	x, _ := t.spec()
+	return x.maxDims
 }
-
-// needsHalfvec reports whether t needs pgvector 0.7's halfvec, bit
-// quantization and their operator classes.
-func (t VectorType) needsHalfvec() bool { return t == TypeHalfvec || t == TypeBit }
 
 // HNSW are an index's HNSW parameters; 0 means pgvector's default (M 16,
 // EfConstruction 64, EfSearch 40). M and EfConstruction are fixed when the
@@ -124,7 +186,8 @@ func (h HNSW) errors() []error {
 	return errs
 }
 
-// typeErrors checks the vector type against the dimensions.
+// typeErrors checks the vector type against the dimensions, naming the
+// types that hold more.
 func typeErrors(t VectorType, dims, candidates int) []error {
 	var errs []error
 	if _, err := ParseVectorType(string(t)); err != nil {
@@ -133,18 +196,20 @@ func typeErrors(t VectorType, dims, candidates int) []error {
 	if t == "" {
 		t = TypeVector
 	}
-	if limit := MaxDimensionsFor(t); dims > limit {
-		switch t {
-		case TypeVector:
-			errs = append(errs, fmt.Errorf("embedder.dimensions: %d is more than index_type vector allows (%d): set index_type: halfvec (up to %d) or bit (up to %d), or ask the model for fewer dimensions",
-				dims, limit, MaxDimensionsFor(TypeHalfvec), MaxDimensionsFor(TypeBit)))
-		case TypeHalfvec:
-			errs = append(errs, fmt.Errorf("embedder.dimensions: %d is more than index_type halfvec allows (%d): set index_type: bit (up to %d), or ask the model for fewer dimensions",
-				dims, limit, MaxDimensionsFor(TypeBit)))
-		default:
-			errs = append(errs, fmt.Errorf("embedder.dimensions: %d is more than index_type %s allows (%d): ask the model for fewer dimensions", dims, t, limit))
+	switch limit := MaxDimensionsFor(t); {
+	case dims > limit:
+		var larger []string
+		for _, o := range VectorTypes {
+			if MaxDimensionsFor(o) > limit {
+				larger = append(larger, fmt.Sprintf("%s (up to %d)", o, MaxDimensionsFor(o)))
+			}
 		}
-	} else if dims <= 0 {
+		fix := "ask the model for fewer dimensions"
+		if len(larger) > 0 {
+			fix = "set index_type: " + strings.Join(larger, " or ") + ", or " + fix
+		}
+		errs = append(errs, fmt.Errorf("embedder.dimensions: %d is more than index_type %s allows (%d): %s", dims, t, limit, fix))
+	case dims <= 0:
 		errs = append(errs, fmt.Errorf("embedder.dimensions: %d must be 1..%d, set it to the model's output size", dims, limit))
 	}
 	if candidates < 0 || candidates > MaxCandidates {

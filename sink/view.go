@@ -100,7 +100,7 @@ var viewColumns = []string{"id", "doc_id", "position", "text", "metadata", "tena
 // viewColumnsOf are the view's columns for an index of type t: a bit
 // index's view adds embedding_bit, its HNSW index's expression.
 func viewColumnsOf(t VectorType) []string {
-	if t == TypeBit {
+	if spec, _ := t.spec(); spec.rerank {
 		return append(slices.Clip(viewColumns), "embedding_bit")
 	}
 	return viewColumns
@@ -132,13 +132,12 @@ func missing(have, want []string) []string {
 // plan (the HNSW scan) is the one without it.
 func viewSQL(verb, view, schema, index string, dims int, t VectorType) string {
 	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	embedding := fmt.Sprintf("c.embedding::vector(%d) AS embedding", dims)
-	extra := ""
-	switch t {
-	case TypeHalfvec:
-		embedding = fmt.Sprintf("c.%s::halfvec(%d) AS embedding", halfColumn, dims)
-	case TypeBit:
-		extra = fmt.Sprintf(", binary_quantize(c.embedding)::bit(%d) AS embedding_bit", dims)
+	spec, _ := t.spec()
+	col := "c." + spec.column
+	embedding, extra := spec.index(col, dims)+" AS embedding", ""
+	if spec.rerank {
+		embedding = fmt.Sprintf("%s::vector(%d) AS embedding", spec.read(col), dims)
+		extra = ", " + spec.index(col, dims) + " AS embedding_bit"
 	}
 	return fmt.Sprintf("%s %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, d.source_table, d.doc_key,"+
 		" %s,"+
