@@ -50,6 +50,14 @@ type IndexInfo struct {
 	Family string
 	// FullText is whether the index's chunks carry a tsvector.
 	FullText bool
+	// Type is how the index stores and indexes its vectors (TypeVector
+	// for an index created before vector types existed).
+	Type VectorType
+	// HNSW are its HNSW parameters, pgvector's defaults filled in.
+	HNSW HNSW
+	// Candidates is how many candidates a bit index's search re-ranks as
+	// recorded; 0 is DefaultCandidates(k). Always 0 for the other types.
+	Candidates int
 }
 
 // Alias is one row of the aliases table.
@@ -88,11 +96,17 @@ type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const indexCols = "name, model, dimensions, state, coalesce(follows, ''), dual_write_since, coalesce(family, ''), full_text"
+const indexCols = "name, model, dimensions, state, coalesce(follows, ''), dual_write_since, coalesce(family, ''), full_text," +
+	" vector_type, coalesce(hnsw_m, 0), coalesce(hnsw_ef_construction, 0), coalesce(hnsw_ef_search, 0), coalesce(rerank_candidates, 0)"
 
 func scanIndex(r pgx.Row) (IndexInfo, error) {
 	var x IndexInfo
-	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText)
+	err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText,
+		&x.Type, &x.HNSW.M, &x.HNSW.EfConstruction, &x.HNSW.EfSearch, &x.Candidates)
+	x.HNSW = x.HNSW.WithDefaults()
+	if x.Type != TypeBit {
+		x.Candidates = 0
+	}
 	return x, err
 }
 
@@ -251,7 +265,7 @@ func (c *Catalog) Promote(ctx context.Context, alias, index string, force bool) 
 				previous = alias
 			}
 		}
-		out, err = c.move(ctx, tx, alias, index, previous, x.Dimensions)
+		out, err = c.move(ctx, tx, alias, index, previous, x.Dimensions, x.Type)
 		return err
 	})
 	if err != nil {
@@ -285,7 +299,7 @@ func (c *Catalog) Rollback(ctx context.Context, alias string) (Alias, error) {
 		if x.Family != "" && x.Family != alias {
 			return &FamilyError{Op: "index rollback", Index: x.Name, Family: alias, Owner: x.Family}
 		}
-		out, err = c.move(ctx, tx, alias, a.Previous, a.Index, x.Dimensions)
+		out, err = c.move(ctx, tx, alias, a.Previous, a.Index, x.Dimensions, x.Type)
 		return err
 	})
 	if err != nil {
@@ -296,7 +310,7 @@ func (c *Catalog) Rollback(ctx context.Context, alias string) (Alias, error) {
 
 // move sets the alias row, the two states and the view inside tx, so a
 // reader sees either the old target everywhere or the new one.
-func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous string, dims int) (Alias, error) {
+func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous string, dims int, t VectorType) (Alias, error) {
 	var prev *string
 	if previous != "" {
 		prev = &previous
@@ -320,12 +334,13 @@ func (c *Catalog) move(ctx context.Context, tx pgx.Tx, alias, index, previous st
 	}
 	// DROP + CREATE in one transaction: readers block on the view's lock
 	// and then see the new definition; CREATE OR REPLACE cannot change the
-	// embedding column's type (vector(D)) when dimensions change.
+	// embedding column's type (vector(D), halfvec(D)) when the dimensions
+	// or the vector type change.
 	view := pgx.Identifier{c.schema, AliasView(alias)}.Sanitize()
 	if _, err := tx.Exec(ctx, "DROP VIEW IF EXISTS "+view); err != nil {
 		return Alias{}, err
 	}
-	if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, c.schema, index, dims)); err != nil {
+	if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, c.schema, index, dims, t)); err != nil {
 		return Alias{}, err
 	}
 	return a, nil

@@ -12,7 +12,7 @@ import (
 )
 
 // MaxDimensions is the largest vector size pgvector's HNSW index accepts for
-// the vector type.
+// the vector type (TypeVector); see MaxDimensionsFor for the others.
 const MaxDimensions = 2000
 
 var indexNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
@@ -32,8 +32,27 @@ type Config struct {
 	// to create an index; ignored for an alias's target and in Read mode,
 	// which take the index's recorded identity.
 	Model string
-	// Dimensions is the model's output size, 1 to MaxDimensions; as Model.
+	// Dimensions is the model's output size, 1 to MaxDimensionsFor(Type);
+	// as Model.
 	Dimensions int
+	// Type is a new index's vector type ("" is TypeVector). An existing
+	// index keeps the type it was created with: a Config asking another
+	// (non-empty) one fails with ErrIndexMismatch naming ragsync reindex.
+	// Ignored for an alias's target and in Read mode, like Model.
+	Type VectorType
+	// HNSW are a new index's HNSW parameters. M and EfConstruction are
+	// fixed when the index is created: an explicit different value for an
+	// existing index fails with ErrIndexMismatch naming ragsync reindex.
+	// EfSearch is a query-time setting: a writer's explicit value is
+	// recorded on the index at open, and searches use the recorded value
+	// (raised to k when k is larger); a reader's explicit value applies to
+	// its own handle only.
+	HNSW HNSW
+	// Candidates is, for a bit index, how many candidates the bit index
+	// yields for re-ranking by cosine on the full vectors (0 is
+	// DefaultCandidates(k)). Recorded and read like HNSW.EfSearch; ignored
+	// by the other types.
+	Candidates int
 	// Create lets Write and Bulk register a new index in a schema that
 	// holds other indexes or aliases (see OpenIndex).
 	Create bool
@@ -122,9 +141,8 @@ func (c Config) validate() error {
 	if c.GroupDocuments < 1 || c.Groups < 0 {
 		errs = append(errs, fmt.Errorf("group documents %d and groups %d: want at least 1 document per group and no negative group count", c.GroupDocuments, c.Groups))
 	}
-	if c.Dimensions <= 0 || c.Dimensions > MaxDimensions {
-		errs = append(errs, fmt.Errorf("embedder.dimensions: %d must be 1..%d, set it to the model's output size", c.Dimensions, MaxDimensions))
-	}
+	errs = append(errs, typeErrors(c.Type, c.Dimensions, c.Candidates)...)
+	errs = append(errs, c.HNSW.errors()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}

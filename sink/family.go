@@ -296,7 +296,8 @@ func (c *Catalog) List(ctx context.Context, configured string) ([]IndexStats, []
 
 // Stats lists every index with its sizes, by name. It reads only.
 func (c *Catalog) Stats(ctx context.Context) ([]IndexStats, error) {
-	rows, err := c.pool.Query(ctx, "SELECT i.name, i.model, i.dimensions, i.state, coalesce(i.follows, ''), i.dual_write_since, coalesce(i.family, ''), i.full_text, i.created_at,"+
+	rows, err := c.pool.Query(ctx, "SELECT i.name, i.model, i.dimensions, i.state, coalesce(i.follows, ''), i.dual_write_since, coalesce(i.family, ''), i.full_text,"+
+		" i.vector_type, coalesce(i.hnsw_m, 0), coalesce(i.hnsw_ef_construction, 0), coalesce(i.hnsw_ef_search, 0), coalesce(i.rerank_candidates, 0), i.created_at,"+
 		" (SELECT count(*) FROM "+c.tDocs+" d WHERE d.index_name = i.name AND d.deleted_at IS NULL),"+
 		" (SELECT count(*) FILTER (WHERE d.deleted_at IS NULL) FROM "+c.tChunks+" ch JOIN "+c.tDocs+" d ON d.index_name = ch.index_name AND d.id = ch.doc_id WHERE ch.index_name = i.name),"+
 		" (SELECT count(*) FILTER (WHERE d.deleted_at IS NOT NULL) FROM "+c.tChunks+" ch JOIN "+c.tDocs+" d ON d.index_name = ch.index_name AND d.id = ch.doc_id WHERE ch.index_name = i.name),"+
@@ -308,7 +309,12 @@ func (c *Catalog) Stats(ctx context.Context) ([]IndexStats, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexStats, error) {
 		var x IndexStats
 		err := r.Scan(&x.Name, &x.Model, &x.Dimensions, &x.State, &x.Follows, &x.DualWriteSince, &x.Family, &x.FullText,
+			&x.Type, &x.HNSW.M, &x.HNSW.EfConstruction, &x.HNSW.EfSearch, &x.Candidates,
 			&x.CreatedAt, &x.Documents, &x.Chunks, &x.DeletedChunks, &x.HNSWBytes)
+		x.HNSW = x.HNSW.WithDefaults()
+		if x.Type != TypeBit {
+			x.Candidates = 0
+		}
 		return x, err
 	})
 	if err != nil {

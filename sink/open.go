@@ -59,6 +59,14 @@ type Identity struct {
 	// FullText is whether the index's chunks carry a tsvector (text and
 	// hybrid search read them).
 	FullText bool
+	// Type is how the index stores and indexes its vectors.
+	Type VectorType
+	// HNSW are its HNSW parameters, defaults filled in; EfSearch is the
+	// one this handle's searches use (before raising it to k).
+	HNSW HNSW
+	// Candidates is how many candidates a bit index's search re-ranks; 0
+	// is DefaultCandidates(k). Always 0 for the other types.
+	Candidates int
 }
 
 // OpenIndex is the one way to open an index. cfg.Index is an index or an
@@ -79,6 +87,9 @@ type Identity struct {
 //     cfg.Dimensions, unless the schema holds other indexes or aliases
 //     and cfg.Create is false: beside them an unknown name is far more
 //     often a typo than a new index, so it is an *UnknownIndexError.
+//     A new index is created with cfg.Type and cfg.HNSW; an existing one
+//     keeps its own, and a cfg.Type or build parameter (HNSW.M,
+//     HNSW.EfConstruction) set to another value is ErrIndexMismatch.
 //
 // Bulk on an index that holds documents opens it in Write mode (Store.Mode
 // says which). The handle implements the pipeline's whole write contract
@@ -102,7 +113,11 @@ func OpenIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 	}
 	switch {
 	case found && r.Alias != nil:
+		// The target's identity, build parameters included: what the
+		// configuration asks describes the index it named, which the
+		// alias has moved on from.
 		cfg.alias, cfg.Index, cfg.Model, cfg.Dimensions = cfg.Index, r.Index.Name, r.Index.Model, r.Index.Dimensions
+		cfg.Type, cfg.HNSW.M, cfg.HNSW.EfConstruction = r.Index.Type, 0, 0
 	case found && cfg.Model == "" && cfg.Dimensions == 0:
 		cfg.Model, cfg.Dimensions = r.Index.Model, r.Index.Dimensions
 	case !found && !cfg.Create:
@@ -114,6 +129,11 @@ func OpenIndex(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 	}
 	if cfg.KeepFullText && found {
 		cfg.SkipFullText = !r.Index.FullText
+	}
+	if found && cfg.Type == "" {
+		// An existing index keeps its type; only an explicit other one is
+		// refused (register).
+		cfg.Type = r.Index.Type
 	}
 	s, err := openWrite(ctx, pool, cfg)
 	if err != nil {
@@ -165,7 +185,7 @@ func openWrite(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, err
 	if err := registerChunks(s.cfg.Registerer, NewCatalog(pool, s.cfg.Schema)); err != nil {
 		return nil, fmt.Errorf("open index %s: %w", s.cfg.Index, err)
 	}
-	s.logger.InfoContext(ctx, "index ready", "model", s.cfg.Model, "dimensions", s.cfg.Dimensions, "schema", s.cfg.Schema)
+	s.logger.InfoContext(ctx, "index ready", "model", s.cfg.Model, "dimensions", s.cfg.Dimensions, "type", s.cfg.Type, "schema", s.cfg.Schema)
 	return s, nil
 }
 
@@ -186,12 +206,25 @@ func openRead(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, erro
 		cfg.alias = cfg.Index
 	}
 	cfg.Index, cfg.Model, cfg.Dimensions, cfg.SkipFullText = r.Index.Name, r.Index.Model, r.Index.Dimensions, !r.Index.FullText
+	cfg.Type, cfg.HNSW.M, cfg.HNSW.EfConstruction = r.Index.Type, r.Index.HNSW.M, r.Index.HNSW.EfConstruction
+	// A reader searches with the recorded query settings, unless its own
+	// configuration sets them (for its handle only: it records nothing).
+	if cfg.HNSW.EfSearch == 0 {
+		cfg.HNSW.EfSearch = r.Index.HNSW.EfSearch
+	}
+	if cfg.Candidates == 0 {
+		cfg.Candidates = r.Index.Candidates
+	}
 	s, err := newStore(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s.pool = pool
 	s.mode = Read
+	s.hnsw = cfg.HNSW.WithDefaults()
+	if cfg.Type == TypeBit {
+		s.candidates = cfg.Candidates
+	}
 	return s, nil
 }
 
@@ -211,7 +244,8 @@ func (c *Catalog) resolve(ctx context.Context, name string, physical bool) (Reso
 // Identity is the index the handle opened: its name, the alias it was
 // opened by, its model, dimensions and full-text setting.
 func (s *Store) Identity() Identity {
-	return Identity{Name: s.cfg.Index, Alias: s.cfg.alias, Model: s.cfg.Model, Dimensions: s.cfg.Dimensions, FullText: !s.cfg.SkipFullText}
+	return Identity{Name: s.cfg.Index, Alias: s.cfg.alias, Model: s.cfg.Model, Dimensions: s.cfg.Dimensions, FullText: !s.cfg.SkipFullText,
+		Type: s.cfg.Type, HNSW: s.hnsw, Candidates: s.candidates}
 }
 
 // Mode is what the handle does now: Bulk until Finish, then Write; Read

@@ -31,6 +31,11 @@ type Store struct {
 	// vecType is "vector(D)": queries cast with exactly the HNSW index's
 	// expression so the planner can use it.
 	vecType string
+	// hnsw are the index's HNSW parameters (defaults filled in, EfSearch
+	// the recorded or this handle's), candidates the recorded re-rank
+	// candidates of a bit index (0: DefaultCandidates).
+	hnsw       HNSW
+	candidates int
 	// truncatePageRows overrides truncatePageRows (tests page small tables).
 	truncatePageRows int
 	// group lets concurrent Upserts share a transaction; nil writes each
@@ -59,6 +64,9 @@ func newStore(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Type == "" {
+		cfg.Type = TypeVector
+	}
 	q := func(table string) string { return pgx.Identifier{cfg.Schema, table}.Sanitize() }
 	s := &Store{
 		cfg:      cfg,
@@ -69,6 +77,7 @@ func newStore(cfg Config) (*Store, error) {
 		tCache:   q("embedding_cache"),
 		tTruncs:  q("truncations"),
 		vecType:  fmt.Sprintf("vector(%d)", cfg.Dimensions),
+		hnsw:     cfg.HNSW.WithDefaults(),
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -86,19 +95,35 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	if err := lockDDL(ctx, tx, s.cfg.Schema); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, "INSERT INTO "+s.tIndexes+" (name, model, dimensions) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
-		s.cfg.Index, s.cfg.Model, s.cfg.Dimensions)
+	if s.cfg.Type.needsHalfvec() {
+		if err := checkHalfvecSupport(ctx, tx, s.cfg.Type); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+s.tIndexes+" (name, model, dimensions, vector_type, hnsw_m, hnsw_ef_construction) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
+		s.cfg.Index, s.cfg.Model, s.cfg.Dimensions, string(s.cfg.Type), nullIfZero(s.cfg.HNSW.M), nullIfZero(s.cfg.HNSW.EfConstruction))
 	if err != nil {
 		return err
 	}
-	var model string
-	var dims int
-	if err := tx.QueryRow(ctx, "SELECT model, dimensions FROM "+s.tIndexes+" WHERE name = $1", s.cfg.Index).Scan(&model, &dims); err != nil {
+	cat := &Catalog{schema: s.cfg.Schema, tIndexes: s.tIndexes}
+	x, _, err := cat.index(ctx, tx, s.cfg.Index)
+	if err != nil {
 		return err
 	}
-	if model != s.cfg.Model || dims != s.cfg.Dimensions {
+	if x.Model != s.cfg.Model || x.Dimensions != s.cfg.Dimensions {
 		return fmt.Errorf("%w: index %q holds model %q with %d dimensions, config asks for model %q with %d: choose a new index name (index:) and build it with ragsync reindex --to NAME (or ragsync backfill)",
-			ErrIndexMismatch, s.cfg.Index, model, dims, s.cfg.Model, s.cfg.Dimensions)
+			ErrIndexMismatch, s.cfg.Index, x.Model, x.Dimensions, s.cfg.Model, s.cfg.Dimensions)
+	}
+	if err := s.checkBuild(x); err != nil {
+		return err
+	}
+	if err := s.recordQuerySettings(ctx, tx, x); err != nil {
+		return err
+	}
+	if s.cfg.Type == TypeHalfvec {
+		if err := s.ensureHalfColumn(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if err := s.syncFullText(ctx, tx); err != nil {
 		return err
@@ -108,7 +133,103 @@ func (s *Store) register(ctx context.Context, tx pgx.Tx) error {
 	if _, err = tx.Exec(ctx, s.hnswDDL()); err != nil {
 		return err
 	}
-	return ensureIndexView(ctx, tx, s.cfg.Schema, s.cfg.Index, s.cfg.Dimensions)
+	return ensureIndexView(ctx, tx, s.cfg.Schema, s.cfg.Index, s.cfg.Dimensions, s.cfg.Type)
+}
+
+// checkBuild refuses a Config that asks an existing index for another
+// vector type or other build parameters than it was created with: they
+// are fixed by its HNSW index, and only a new index can have others.
+func (s *Store) checkBuild(x IndexInfo) error {
+	asked := s.cfg.HNSW.WithDefaults()
+	switch {
+	case x.Type != s.cfg.Type:
+		return fmt.Errorf("%w: index %q stores vectors as %s, config asks for index_type %s: the type is fixed when an index is built; build a new index with ragsync reindex --to NAME --index-type %s (then ragsync index promote NAME), or set index_type: %s",
+			ErrIndexMismatch, s.cfg.Index, x.Type, s.cfg.Type, s.cfg.Type, x.Type)
+	case s.cfg.HNSW.M != 0 && asked.M != x.HNSW.M, s.cfg.HNSW.EfConstruction != 0 && asked.EfConstruction != x.HNSW.EfConstruction:
+		return fmt.Errorf("%w: index %q was built with hnsw.m %d and hnsw.ef_construction %d, config asks for %d and %d: they are fixed when an index is built; build a new index with ragsync reindex --to NAME --index-type %s --hnsw-m %d --hnsw-ef-construction %d, or remove them from hnsw:",
+			ErrIndexMismatch, s.cfg.Index, x.HNSW.M, x.HNSW.EfConstruction, asked.M, asked.EfConstruction, x.Type, asked.M, asked.EfConstruction)
+	}
+	s.hnsw = x.HNSW
+	return nil
+}
+
+// recordQuerySettings records this writer's explicit ef_search and
+// candidates on the index (readers take them from there) and keeps the
+// resulting values for the handle's own searches.
+func (s *Store) recordQuerySettings(ctx context.Context, tx pgx.Tx, x IndexInfo) error {
+	if ef := s.cfg.HNSW.EfSearch; ef != 0 && ef != x.HNSW.EfSearch {
+		if _, err := tx.Exec(ctx, "UPDATE "+s.tIndexes+" SET hnsw_ef_search = $2 WHERE name = $1", s.cfg.Index, ef); err != nil {
+			return fmt.Errorf("record hnsw.ef_search: %w", err)
+		}
+		s.logger.InfoContext(ctx, "hnsw.ef_search recorded on the index", "was", x.HNSW.EfSearch, "now", ef)
+		x.HNSW.EfSearch = ef
+	}
+	if n := s.cfg.Candidates; n != 0 && s.cfg.Type == TypeBit && n != x.Candidates {
+		if _, err := tx.Exec(ctx, "UPDATE "+s.tIndexes+" SET rerank_candidates = $2 WHERE name = $1", s.cfg.Index, n); err != nil {
+			return fmt.Errorf("record hnsw.rerank_candidates: %w", err)
+		}
+		s.logger.InfoContext(ctx, "hnsw.rerank_candidates recorded on the index", "was", x.Candidates, "now", n)
+		x.Candidates = n
+	}
+	s.hnsw, s.candidates = x.HNSW, x.Candidates
+	return nil
+}
+
+func nullIfZero(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// checkHalfvecSupport fails unless the server's pgvector has halfvec and
+// binary_quantize (0.7.0 and later), naming the command that updates it.
+func checkHalfvecSupport(ctx context.Context, q rowQuerier, t VectorType) error {
+	var version string
+	var ok bool
+	err := q.QueryRow(ctx, "SELECT extversion, string_to_array(split_part(extversion, '-', 1), '.')::int[] >= '{0,7,0}'::int[]"+
+		" FROM pg_extension WHERE extname = 'vector'").Scan(&version, &ok)
+	if err != nil {
+		return fmt.Errorf("read the pgvector version: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: index_type %s needs pgvector 0.7.0 or later, the server has %s: install a newer pgvector and run ALTER EXTENSION vector UPDATE in the database (as its owner or a superuser), or set index_type: vector",
+			ErrInvalidConfig, t, version)
+	}
+	return nil
+}
+
+// halfColumn is the column a halfvec index stores its vectors in, and
+// oneEmbedding the check that each chunk has exactly one vector.
+const (
+	halfColumn   = "embedding_half"
+	oneEmbedding = "chunks_one_embedding"
+)
+
+// ensureHalfColumn adds chunks.embedding_half the first time a halfvec
+// index is registered (under lockDDL, which register holds): the migration
+// cannot name the halfvec type, which pgvector before 0.7 lacks, and a
+// vector or bit index never needs the column. The column is nullable
+// without a default, so adding it rewrites nothing; embedding loses its
+// NOT NULL in exchange for a check that exactly one of the two is set,
+// added NOT VALID: every existing row has embedding set and the new
+// column NULL, so there is nothing to validate, and new rows are checked.
+func (s *Store) ensureHalfColumn(ctx context.Context, tx pgx.Tx) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)",
+		s.tChunks, halfColumn).Scan(&exists); err != nil {
+		return fmt.Errorf("look for chunks.%s: %w", halfColumn, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err := tx.Exec(ctx, "ALTER TABLE "+s.tChunks+" ADD COLUMN "+halfColumn+" halfvec, ALTER COLUMN embedding DROP NOT NULL,"+
+		" ADD CONSTRAINT "+oneEmbedding+" CHECK (num_nonnulls(embedding, "+halfColumn+") = 1) NOT VALID")
+	if err != nil {
+		return fmt.Errorf("add chunks.%s for halfvec indexes: %w", halfColumn, err)
+	}
+	s.logger.InfoContext(ctx, "added the halfvec column to chunks (first halfvec index)")
+	return nil
 }
 
 // syncFullText records whether this store writes full text. Switching it
@@ -139,10 +260,104 @@ func (s *Store) syncFullText(ctx context.Context, tx pgx.Tx) error {
 }
 
 // hnswDDL creates the index's HNSW index if it is missing (Bulk drops it
-// for a first load and builds it at the end).
+// for a first load and builds it at the end), on the index's type's
+// expression (hnswExpr), with the build parameters that differ from
+// pgvector's defaults.
 func (s *Store) hnswDDL() string {
-	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((embedding::%s) vector_cosine_ops) WHERE index_name = %s",
-		s.hnswIndexName(), s.tChunks, s.vecType, s.indexLit())
+	var with []string
+	if s.hnsw.M != defaultHNSWM {
+		with = append(with, fmt.Sprintf("m = %d", s.hnsw.M))
+	}
+	if s.hnsw.EfConstruction != defaultHNSWEfConstruction {
+		with = append(with, fmt.Sprintf("ef_construction = %d", s.hnsw.EfConstruction))
+	}
+	params := ""
+	if len(with) > 0 {
+		params = " WITH (" + strings.Join(with, ", ") + ")"
+	}
+	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s USING hnsw ((%s) %s)%s WHERE index_name = %s",
+		s.hnswIndexName(), s.tChunks, s.hnswExpr(""), s.opClass(), params, s.indexLit())
+}
+
+// hnswExpr is the HNSW index's expression over the chunks table aliased
+// as table (empty: unqualified): a query must order by exactly it for the
+// planner to use the index. The cast fixes the dimensions the index needs
+// while the columns stay untyped (indexes of every size share them).
+func (s *Store) hnswExpr(table string) string {
+	if table != "" {
+		table += "."
+	}
+	d := s.cfg.Dimensions
+	switch s.cfg.Type {
+	case TypeHalfvec:
+		return fmt.Sprintf("%s%s::halfvec(%d)", table, halfColumn, d)
+	case TypeBit:
+		return fmt.Sprintf("binary_quantize(%sembedding)::bit(%d)", table, d)
+	}
+	return fmt.Sprintf("%sembedding::vector(%d)", table, d)
+}
+
+// hnswQuery is the query vector (parameter param, a vector) as the HNSW
+// index's operator takes it.
+func (s *Store) hnswQuery(param string) string {
+	d := s.cfg.Dimensions
+	switch s.cfg.Type {
+	case TypeHalfvec:
+		return fmt.Sprintf("%s::halfvec(%d)", param, d)
+	case TypeBit:
+		return fmt.Sprintf("binary_quantize(%s::vector(%d))::bit(%d)", param, d, d)
+	}
+	return fmt.Sprintf("%s::vector(%d)", param, d)
+}
+
+// opClass is the HNSW index's operator class, distOp its distance
+// operator.
+func (s *Store) opClass() string {
+	switch s.cfg.Type {
+	case TypeHalfvec:
+		return "halfvec_cosine_ops"
+	case TypeBit:
+		return "bit_hamming_ops"
+	}
+	return "vector_cosine_ops"
+}
+
+func (s *Store) distOp() string {
+	if s.cfg.Type == TypeBit {
+		return "<~>"
+	}
+	return "<=>"
+}
+
+// vecOf is the one expression every reader of a chunk's vector uses: the
+// chunk (table alias, empty for unqualified) as a full-precision vector,
+// whichever column its index stores it in.
+func (s *Store) vecOf(table string) string { return vecExpr(s.cfg.Type, table) }
+
+func vecExpr(t VectorType, table string) string {
+	if table != "" {
+		table += "."
+	}
+	if t == TypeHalfvec {
+		return table + halfColumn + "::vector"
+	}
+	return table + "embedding"
+}
+
+// vecColumn is the chunks column a write of the index sets, and
+// storeVec the value written there from a vector expression v.
+func (s *Store) vecColumn() string {
+	if s.cfg.Type == TypeHalfvec {
+		return halfColumn
+	}
+	return "embedding"
+}
+
+func (s *Store) storeVec(v string) string {
+	if s.cfg.Type == TypeHalfvec {
+		return v + "::halfvec"
+	}
+	return v
 }
 
 // hnswIndexName is the per-index HNSW index; Index is validated, so it needs

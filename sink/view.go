@@ -50,7 +50,7 @@ func lockDDL(ctx context.Context, tx pgx.Tx, schema string) error {
 // alias's view. CREATE OR REPLACE keeps the view's privileges and
 // whatever depends on it, and can only append columns, which is why new
 // columns always go last.
-func ensureIndexView(ctx context.Context, tx pgx.Tx, schema, index string, dims int) error {
+func ensureIndexView(ctx context.Context, tx pgx.Tx, schema, index string, dims int, t VectorType) error {
 	views := []string{IndexView(index)}
 	rows, err := tx.Query(ctx, "SELECT name FROM "+pgx.Identifier{schema, "aliases"}.Sanitize()+" WHERE index_name = $1 ORDER BY name", index)
 	if err != nil {
@@ -76,13 +76,13 @@ func ensureIndexView(ctx context.Context, tx pgx.Tx, schema, index string, dims 
 			// promote creates it; nothing to upgrade here.
 			continue
 		case len(cols) == 0:
-			if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, schema, index, dims)); err != nil {
+			if _, err := tx.Exec(ctx, viewSQL("CREATE VIEW", view, schema, index, dims, t)); err != nil {
 				return fmt.Errorf("create view %s: %w", view, err)
 			}
-		case !hasAll(cols, viewColumns):
-			if _, err := tx.Exec(ctx, viewSQL("CREATE OR REPLACE VIEW", view, schema, index, dims)); err != nil {
+		case !hasAll(cols, viewColumnsOf(t)):
+			if _, err := tx.Exec(ctx, viewSQL("CREATE OR REPLACE VIEW", view, schema, index, dims, t)); err != nil {
 				return fmt.Errorf("add the columns %s to view %s: %w (if the view was changed by hand, drop it and start again: ragsync creates it)",
-					strings.Join(missing(cols, viewColumns), ", "), view, err)
+					strings.Join(missing(cols, viewColumnsOf(t)), ", "), view, err)
 			}
 		}
 	}
@@ -96,6 +96,15 @@ func ensureIndexView(ctx context.Context, tx pgx.Tx, schema, index string, dims 
 // before ragsync recorded provenance: unknown.
 var viewColumns = []string{"id", "doc_id", "position", "text", "metadata", "tenant", "source_table", "doc_key", "embedding",
 	"model", "dimensions", "model_version", "chunker", "source", "source_position", "committed_at", "trace_id"}
+
+// viewColumnsOf are the view's columns for an index of type t: a bit
+// index's view adds embedding_bit, its HNSW index's expression.
+func viewColumnsOf(t VectorType) []string {
+	if t == TypeBit {
+		return append(slices.Clip(viewColumns), "embedding_bit")
+	}
+	return viewColumns
+}
 
 func hasAll(have, want []string) bool { return len(missing(have, want)) == 0 }
 
@@ -111,18 +120,30 @@ func missing(have, want []string) []string {
 
 // viewSQL is the create statement (verb: CREATE VIEW or CREATE OR REPLACE
 // VIEW) of either kind of view: index's live chunks, with embedding cast
-// to vector(dims) and the index name as a literal, exactly the HNSW
-// index's expression and predicate (see hnswDDL, indexLit). index is a
-// validated index name (no quoting needed in the literal). The model is
-// read from the index's catalog row by an uncorrelated subquery, which
-// Postgres runs once per query, so the view's plan (the HNSW scan) is the
-// one without it.
-func viewSQL(verb, view, schema, index string, dims int) string {
+// exactly as the HNSW index's expression of its type (see hnswExpr) and
+// the index name as a literal, its predicate (see indexLit), so that
+// "ORDER BY embedding <=> $1" on the view uses the HNSW index: vector(dims)
+// for vector, halfvec(dims) for halfvec; a bit index's view has the full
+// vector(dims) as embedding (to re-rank) and the quantized bit(dims) as
+// embedding_bit (ORDER BY embedding_bit <~> binary_quantize($1) uses its
+// HNSW index). index is a validated index name (no quoting needed in the
+// literal). The model is read from the index's catalog row by an
+// uncorrelated subquery, which Postgres runs once per query, so the view's
+// plan (the HNSW scan) is the one without it.
+func viewSQL(verb, view, schema, index string, dims int, t VectorType) string {
 	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
+	embedding := fmt.Sprintf("c.embedding::vector(%d) AS embedding", dims)
+	extra := ""
+	switch t {
+	case TypeHalfvec:
+		embedding = fmt.Sprintf("c.%s::halfvec(%d) AS embedding", halfColumn, dims)
+	case TypeBit:
+		extra = fmt.Sprintf(", binary_quantize(c.embedding)::bit(%d) AS embedding_bit", dims)
+	}
 	return fmt.Sprintf("%s %s AS SELECT c.id, c.doc_id, c.position, c.text, d.metadata, d.tenant, d.source_table, d.doc_key,"+
-		" c.embedding::vector(%d) AS embedding,"+
+		" %s,"+
 		" (SELECT i.model FROM %s i WHERE i.name = '%s') AS model, %d AS dimensions,"+
-		" c.model_version, c.chunker, c.source, c.source_position, c.committed_at, c.trace_id"+
+		" c.model_version, c.chunker, c.source, c.source_position, c.committed_at, c.trace_id%s"+
 		" FROM %s c JOIN %s d ON d.index_name = c.index_name AND d.id = c.doc_id"+
-		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", verb, view, dims, q("indexes"), index, dims, q("chunks"), q("documents"), index)
+		" WHERE c.index_name = '%s' AND d.deleted_at IS NULL", verb, view, embedding, q("indexes"), index, dims, extra, q("chunks"), q("documents"), index)
 }
