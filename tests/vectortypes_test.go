@@ -306,6 +306,8 @@ func TestLargeModelVectorTypes(t *testing.T) {
 			require.Positive(t, measured, "stored 3,072-dimension vectors were read and measured")
 			out, _ = e.run(false, "monitor")
 			require.Contains(t, out, "canary_p50_cosine storage ("+tc.vt+")", "monitor prints the storage's part")
+			out, _ = e.run(false, "fidelity", "check", "--sample", "4")
+			require.Contains(t, out, "uniform_share_over_bound storage ("+tc.vt+")", "fidelity check prints it too")
 
 			to := "articles_" + tc.to
 			out, _ = e.run(false, "reindex", "--to", to, "--index-type", tc.to)
