@@ -40,6 +40,15 @@ type Config struct {
 	Embedder embedder.Config `yaml:"embedder"`
 	Postgres PostgresConfig  `yaml:"postgres"`
 	Index    string          `yaml:"index"`
+	// IndexType is how a new index stores and indexes its vectors: vector,
+	// halfvec or bit (sink.VectorType), fixed when the index is created.
+	// Empty: vector for a new index, and an existing one keeps its own
+	// (after ragsync reindex --index-type and a promote, a config that
+	// names no type keeps working).
+	IndexType string `yaml:"index_type"`
+	// HNSW are a new index's HNSW parameters and its query-time search
+	// settings (0: the default).
+	HNSW HNSWConfig `yaml:"hnsw"`
 	// IndexPoll is how often serve reads the aliases and index states:
 	// within it, a new shadow index (ragsync reindex) starts receiving
 	// every change and an alias moved by ragsync index promote or
@@ -238,6 +247,100 @@ func (c Config) FullText() bool {
 		return *c.Postgres.FullText
 	}
 	return c.FrontDoor.Enabled
+}
+
+// HNSWConfig is hnsw: the HNSW parameters of the index (sink.HNSW) and
+// the bit index's re-rank candidates. 0 is the default everywhere: 16, 64
+// and 40 (pgvector's), and sink's candidate default.
+type HNSWConfig struct {
+	// M and EfConstruction are fixed when the index is built; another
+	// value for an existing index is refused, naming ragsync reindex.
+	M              int `yaml:"m"`
+	EfConstruction int `yaml:"ef_construction"`
+	// EfSearch is the candidate list of a query: recorded on the index by
+	// its writers, read by every query (raised to k when k is larger).
+	EfSearch int `yaml:"ef_search"`
+	// RerankCandidates is, for index_type bit only, how many candidates
+	// the bit index yields for the re-rank on the full vectors.
+	RerankCandidates int `yaml:"rerank_candidates"`
+}
+
+// HNSW limits as pgvector 0.8 accepts them.
+const (
+	hnswMinM, hnswMaxM    = 2, 100
+	hnswMaxEfConstruction = 1000
+	hnswMaxEfSearch       = 1000
+)
+
+// VectorType is index_type as the sink names it; "" when unset (a new
+// index is vector, an existing one keeps its own).
+func (c Config) VectorType() sink.VectorType {
+	if c.IndexType == "" {
+		return ""
+	}
+	return sink.VectorType(c.IndexType)
+}
+
+// SinkHNSW is hnsw: as the sink takes it (0: the default, or the
+// existing index's).
+func (c Config) SinkHNSW() sink.HNSW {
+	return sink.HNSW{M: c.HNSW.M, EfConstruction: c.HNSW.EfConstruction, EfSearch: c.HNSW.EfSearch}
+}
+
+// validateIndexType checks index_type, hnsw: and embedder.dimensions
+// against the type's limit, each error naming the setting that fixes it.
+func (c Config) validateIndexType() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	t, err := sink.ParseVectorType(c.IndexType)
+	if err != nil {
+		add("index_type: %q is not one of vector (the default), halfvec, bit", c.IndexType)
+	} else if dims, limit := c.Embedder.Dimensions, sink.MaxDimensionsFor(t); dims > limit {
+		switch t {
+		case sink.TypeVector:
+			add("embedder.dimensions: %d is more than index_type vector allows (%d): set index_type: halfvec (up to %d) or bit (up to %d), or ask the model for fewer dimensions",
+				dims, limit, sink.MaxDimensionsFor(sink.TypeHalfvec), sink.MaxDimensionsFor(sink.TypeBit))
+		case sink.TypeHalfvec:
+			add("embedder.dimensions: %d is more than index_type halfvec allows (%d): set index_type: bit (up to %d), or ask the model for fewer dimensions",
+				dims, limit, sink.MaxDimensionsFor(sink.TypeBit))
+		default:
+			add("embedder.dimensions: %d is more than index_type %s allows (%d): ask the model for fewer dimensions", dims, t, limit)
+		}
+	}
+	h := c.HNSW
+	switch {
+	case h.M < 0:
+		add("hnsw.m: %d must not be negative (0 means the default, 16)", h.M)
+	case h.M > 0 && (h.M < hnswMinM || h.M > hnswMaxM):
+		add("hnsw.m: %d must be %d..%d (0 means the default, 16)", h.M, hnswMinM, hnswMaxM)
+	}
+	m := h.M
+	if m == 0 {
+		m = 16
+	}
+	switch {
+	case h.EfConstruction < 0:
+		add("hnsw.ef_construction: %d must not be negative (0 means the default, 64)", h.EfConstruction)
+	case h.EfConstruction > hnswMaxEfConstruction:
+		add("hnsw.ef_construction: %d must be at most %d (0 means the default, 64)", h.EfConstruction, hnswMaxEfConstruction)
+	case h.EfConstruction > 0 && h.EfConstruction < 2*m:
+		add("hnsw.ef_construction: %d must be at least twice hnsw.m (%d): set it to %d or more, or lower hnsw.m", h.EfConstruction, m, 2*m)
+	case h.EfConstruction == 0 && 2*m > 64:
+		add("hnsw.ef_construction: the default, 64, is less than twice hnsw.m (%d): set hnsw.ef_construction to %d or more", m, 2*m)
+	}
+	switch {
+	case h.EfSearch < 0:
+		add("hnsw.ef_search: %d must not be negative (0 means the default, 40)", h.EfSearch)
+	case h.EfSearch > hnswMaxEfSearch:
+		add("hnsw.ef_search: %d must be at most %d (0 means the default, 40)", h.EfSearch, hnswMaxEfSearch)
+	}
+	switch {
+	case h.RerankCandidates < 0:
+		add("hnsw.rerank_candidates: %d must not be negative (0 means the default)", h.RerankCandidates)
+	case h.RerankCandidates > 0 && err == nil && t != sink.TypeBit:
+		add("hnsw.rerank_candidates: only an index_type bit index re-ranks candidates; remove it, or set index_type: bit")
+	}
+	return errs
 }
 
 type PipelineConfig struct {
@@ -556,6 +659,7 @@ func (c Config) Validate(needSource bool) error {
 	if !IndexName.MatchString(c.Index) {
 		add("index: %q must be lower-case letters, digits and _ starting with a letter (at most 41 characters)", c.Index)
 	}
+	errs = append(errs, c.validateIndexType()...)
 	if c.Postgres.URL == "" {
 		add("postgres.url: set the Postgres URL of the index, e.g. postgres://postgres@127.0.0.1:5432/ragsync")
 	}

@@ -171,6 +171,11 @@ type Signal struct {
 	// and not yet applied is held: source, queued, provider or sink.
 	// Absent when nothing is pending, and on every other signal.
 	Stage string `json:"stage,omitempty"`
+	// Storage is, on the fidelity signals of a halfvec or bit index, the
+	// part of the distances the index's storage accounts for on its own
+	// (see StorageError). Absent for a vector index and on every other
+	// signal.
+	Storage *StorageError `json:"storage,omitempty"`
 }
 
 // MetricsSnapshot is the service's state at the check, from its own

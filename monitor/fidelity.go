@@ -152,14 +152,18 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			return nil, nil, nil, fmt.Errorf("re-embed %d canaries: %w", len(cs), err)
 		}
 		m.metrics.tokens.WithLabelValues("canary").Add(float64(tokens))
+		// A baseline is compared as the index would store its vector
+		// (rounded to half precision for halfvec), so the score is what
+		// a query meets; Storage says how much of it the rounding is.
 		ms := make([]Measurement, len(cs))
 		for i, c := range cs {
-			ms[i] = Measurement{Kind: KindCanary, Cosine: CosineDistance(c.vec, vecs[i]), L2: L2(c.vec, vecs[i])}
+			base := stored(m.deps.VectorType, c.vec)
+			ms[i] = Measurement{Kind: KindCanary, Cosine: CosineDistance(base, vecs[i]), L2: L2(base, vecs[i])}
 		}
 		a := aggregate(KindCanary, ms, m.cfg.CosineBound, l2Bound)
 		aggs = append(aggs, a)
 		sigs = append(sigs, tagged{tag: TagFidelity, sig: Signal{Method: "canary_p50_cosine", Score: a.P50, Threshold: m.cfg.CosineBound,
-			Exceeded: a.P50 > m.cfg.CosineBound, Details: aggDetails(a, l2Bound)}})
+			Exceeded: a.P50 > m.cfg.CosineBound, Details: aggDetails(a, l2Bound), Storage: storageError(m.deps.VectorType, vecs)}})
 	} else if len(cs) > 0 {
 		m.logger.WarnContext(ctx, "canary check skipped: monitor.max_tokens_per_hour is spent; raise it or lower monitor.sample_size",
 			"tokens", tokens, "budget_left", m.budget.remaining())
@@ -231,8 +235,13 @@ func (m *Monitor) checkFidelity(ctx context.Context, opts CheckOptions) ([]Aggre
 			if u := aggs[len(aggs)-1]; u.Kind == KindUniform && u.N > 0 {
 				score = u.ShareOver
 			}
+			// The stored vectors were read as the index holds them
+			// (a halfvec index's rounded), so their distances include
+			// the storage's part, which Storage measures on the same
+			// fresh vectors.
 			sigs = append(sigs, tagged{tag: TagFidelity, sig: Signal{Method: "uniform_share_over_bound", Score: score,
-				Threshold: m.cfg.MaxShareOverBound, Exceeded: score > m.cfg.MaxShareOverBound, Details: det},
+				Threshold: m.cfg.MaxShareOverBound, Exceeded: score > m.cfg.MaxShareOverBound, Details: det,
+				Storage: storageError(m.deps.VectorType, vecs)},
 				sample: sampleProvenance(ms, m.cfg.CosineBound)})
 		}
 	}

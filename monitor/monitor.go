@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // Embedder is the live embedder the monitor re-embeds with.
@@ -61,6 +62,11 @@ type Deps struct {
 	// Backlog reports the pipeline's backlog for the freshness signal's
 	// details. Nil reports none.
 	Backlog func() Backlog
+	// VectorType is the index's type (sink.IndexInfo.Type): a canary
+	// baseline is compared as the index stores it, and the fidelity
+	// signals of a halfvec or bit index carry the storage's own error
+	// (Signal.Storage). "" is vector.
+	VectorType sink.VectorType
 }
 
 // Monitor runs the checks of one index. Its methods are safe for

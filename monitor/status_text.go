@@ -57,6 +57,11 @@ func (st Status) Write(w io.Writer, asJSON bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, e := range st.Events {
+		if s := e.Signal.Storage; s != nil {
+			fmt.Fprintf(w, "%s %s\n", e.Signal.Method, s)
+		}
+	}
 	fmt.Fprintln(w, st.Baselines.String())
 	if d := st.Debt; d != nil {
 		repaid := "n/a outside serve"

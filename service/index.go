@@ -40,6 +40,12 @@ type IndexConfig struct {
 	// shadows when opened for writing; a change is reported at open (see
 	// sink.Store.ChunkerChange). "" for a command that does not chunk.
 	Chunker string
+	// Type, HNSW and Candidates are a new index's vector type, HNSW
+	// parameters and bit re-rank candidates (index_type, hnsw:); "" and 0
+	// leave an existing index's recorded ones (sink.Config).
+	Type       sink.VectorType
+	HNSW       sink.HNSW
+	Candidates int
 }
 
 // Index is an opened index: its handle (Store, which carries the
@@ -144,6 +150,9 @@ func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.
 		// Full text only where something reads it.
 		SkipFullText: !cfg.FullText,
 		Chunker:      cfg.Chunker,
+		Type:         cfg.Type,
+		HNSW:         cfg.HNSW,
+		Candidates:   cfg.Candidates,
 		Logger:       logger,
 		Registerer:   reg,
 	}
@@ -156,8 +165,9 @@ func openOn(ctx context.Context, pool *pgxpool.Pool, cfg IndexConfig, mode sink.
 
 // openShadow opens index x, which follows the primary ix, on ix's pool
 // with the config's embedder settings but x's identity: its model,
-// dimensions and full-text setting, so that opening a shadow never
-// switches its full text on or off. Its metrics are not registered: the
+// dimensions, full-text setting, vector type and HNSW parameters (it
+// passes none of the config's), so that opening a shadow never switches
+// its full text on or off, nor fails on the config's index_type. Its metrics are not registered: the
 // primary's are.
 func openShadow(ctx context.Context, cfg IndexConfig, primary *Index, x sink.IndexInfo, logger *slog.Logger) (*Index, error) {
 	st, err := openStore(ctx, primary.Pool, sink.Config{Mode: sink.Write, Schema: cfg.Schema, Index: x.Name, Physical: true, KeepFullText: true,

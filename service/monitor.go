@@ -74,7 +74,7 @@ func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.L
 	}
 	deps := monitor.Deps{Pool: ix.Pool, Schema: ix.Schema, Index: ix.Name, Embedder: ix.Emb, Logs: logs,
 		Debt: ix.Store, DebtWindow: cfg.DebtWindow, ModelVersion: ix.Emb.ReportedModel, Lag: lag, Redact: red.String,
-		FreshnessTarget: cfg.FreshnessTarget, Backlog: cfg.Backlog}
+		FreshnessTarget: cfg.FreshnessTarget, Backlog: cfg.Backlog, VectorType: ix.Store.Identity().Type}
 	if reg != nil {
 		deps.Gatherer = reg
 	}

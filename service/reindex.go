@@ -39,8 +39,8 @@ type ReindexConfig struct {
 
 // The steps a re-index reports.
 const (
-	StepStarted   = "started"    // From, Model, Dimensions: the first pass begins
-	StepFirstPass = "first pass" // From, Model, Dimensions, Documents, Took, Stats (Err when it failed)
+	StepStarted   = "started"    // From, Model, Dimensions, Type: the first pass begins
+	StepFirstPass = "first pass" // From, Model, Dimensions, Type, Documents, Took, Stats (Err when it failed)
 	StepNoServe   = "no serve"   // no serve of the family runs: nothing to wait for
 	StepDualWrite = "dual-write" // Since: a running serve writes the target too
 	StepCatchUp   = "catch-up"   // Documents, Took, Stats (Err when it failed)
@@ -54,11 +54,13 @@ type ReindexStep struct {
 	From       string
 	Model      string
 	Dimensions int
-	Documents  int64
-	Took       time.Duration
-	Stats      pipeline.Snapshot
-	Since      time.Time
-	Err        error
+	// Type is the target's vector type.
+	Type      sink.VectorType
+	Documents int64
+	Took      time.Duration
+	Stats     pipeline.Snapshot
+	Since     time.Time
+	Err       error
 }
 
 // Reindex builds the target from the family's live index: a first pass
@@ -124,10 +126,11 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	if err := cat.Claim(ctx, to, family, cfg.Force); err != nil {
 		return err
 	}
-	report(ReindexStep{Step: StepStarted, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions()})
+	vt := ix.Store.Identity().Type
+	report(ReindexStep{Step: StepStarted, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Type: vt})
 	start := time.Now()
 	n, stats, err := reindexPass(ctx, cfg, ix, from)
-	report(ReindexStep{Step: StepFirstPass, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Documents: n,
+	report(ReindexStep{Step: StepFirstPass, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Type: vt, Documents: n,
 		Took: time.Since(start), Stats: stats, Err: err})
 	if err != nil {
 		return fmt.Errorf("reindex stopped: %w (fix the cause and run it again: done documents are no-ops)", err)

@@ -26,6 +26,8 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 		{name: "typo in a section", file: "embeder:\n  model: x\n", want: []string{"embeder (line 1): unknown setting; did you mean embedder?"}},
 		{name: "inside a list", file: "tables:\n  - match: public.a\n    metdata: [x]\n", want: []string{"tables[0].metdata (line 3): unknown setting; did you mean metadata?"}},
 		{name: "inlined front-door settings", file: "frontdoor:\n  enabled: true\n  cache_tl: 5m\n", want: []string{"frontdoor.cache_tl (line 3): unknown setting; did you mean cache_ttl?"}},
+		{name: "typo in index_type", file: "index_typ: halfvec\n", want: []string{"index_typ (line 1): unknown setting; did you mean index_type?"}},
+		{name: "typo in hnsw", file: "hnsw:\n  ef_serch: 100\n", want: []string{"hnsw.ef_serch (line 2): unknown setting; did you mean ef_search?"}},
 		{name: "nothing close", file: "zzzzzzzzzz: 1\n", want: []string{"zzzzzzzzzz (line 1): unknown setting; see the README"}, wantNone: []string{"did you mean"}},
 		{name: "every unknown key at once", file: "chunker:\n  target_token: 1\nembeder: {}\n", want: []string{"chunker.target_token", "embeder (line 3)"}},
 	}
@@ -41,9 +43,10 @@ func TestConfigErrorsInTheUsersWords(t *testing.T) {
 			}
 		})
 	}
-	cfg, err := config.Load(writeFile(t, "frontdoor:\n  enabled: true\n  cache_ttl: 5m\n  bloom:\n    bits: 1024\ntables:\n  - match: public.a\n    metadata: [x]\n"), nil)
+	cfg, err := config.Load(writeFile(t, "frontdoor:\n  enabled: true\n  cache_ttl: 5m\n  bloom:\n    bits: 1024\ntables:\n  - match: public.a\n    metadata: [x]\nindex_type: bit\nhnsw:\n  rerank_candidates: 500\n"), nil)
 	require.NoError(t, err, "valid nested, inlined and listed keys pass")
 	require.EqualValues(t, 1024, cfg.FrontDoor.Bloom.Bits)
+	require.Equal(t, 500, cfg.HNSW.RerankCandidates)
 }
 
 // TestHashingProviderIgnoresModelWithAWarning: provider hashing has one

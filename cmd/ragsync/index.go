@@ -27,21 +27,44 @@ func newIndexCmd(g *globals) *cobra.Command {
 
 // indexInfo is one row of ragsync index list.
 type indexInfo struct {
-	Name       string    `json:"name"`
-	Model      string    `json:"model"`
-	Dimensions int       `json:"dimensions"`
-	Documents  int64     `json:"documents"`
-	Chunks     int64     `json:"chunks"`
-	Deleted    int64     `json:"deleted_chunks"`
-	HNSWBytes  int64     `json:"hnsw_bytes"`
-	State      string    `json:"state"`
-	Follows    string    `json:"follows,omitempty"`
-	Family     string    `json:"family,omitempty"`
-	Aliases    []string  `json:"aliases,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	Name       string `json:"name"`
+	Model      string `json:"model"`
+	Dimensions int    `json:"dimensions"`
+	// Type is how the index stores and indexes its vectors; HNSW its
+	// HNSW parameters with the defaults filled in; RerankCandidates the
+	// bit index's candidates re-ranked per query (0: the default, and
+	// always for another type).
+	Type             string    `json:"type"`
+	HNSW             hnswInfo  `json:"hnsw"`
+	RerankCandidates int       `json:"rerank_candidates"`
+	Documents        int64     `json:"documents"`
+	Chunks           int64     `json:"chunks"`
+	Deleted          int64     `json:"deleted_chunks"`
+	HNSWBytes        int64     `json:"hnsw_bytes"`
+	State            string    `json:"state"`
+	Follows          string    `json:"follows,omitempty"`
+	Family           string    `json:"family,omitempty"`
+	Aliases          []string  `json:"aliases,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
 	// ChunkGroups counts the index's chunk rows by model version and
 	// chunker fingerprint.
 	ChunkGroups []chunkGroupInfo `json:"chunk_groups"`
+}
+
+// hnswInfo is an index's HNSW parameters in ragsync index list --json.
+type hnswInfo struct {
+	M              int `json:"m"`
+	EfConstruction int `json:"ef_construction"`
+	EfSearch       int `json:"ef_search"`
+}
+
+// vectorTypeOf is t as the CLI prints it: an index recorded before types
+// existed reads as vector.
+func vectorTypeOf(t sink.VectorType) string {
+	if t == "" {
+		return string(sink.TypeVector)
+	}
+	return string(t)
 }
 
 // openCatalog opens the configured schema's catalog, migrated
@@ -54,8 +77,13 @@ func newIndexListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "Show each index with its model, dimensions, documents, chunks, HNSW size and state, and the aliases",
-		Long: `list shows every index in postgres.schema and every alias. CHUNKS counts
+		Short: "Show each index with its model, dimensions, vector type, HNSW parameters, documents, chunks, HNSW size and state, and the aliases",
+		Long: `list shows every index in postgres.schema and every alias. TYPE is how the
+index stores and indexes its vectors (vector, halfvec or bit: index_type, or
+reindex --index-type); M and EF_CONSTRUCTION are the HNSW parameters it was
+built with, EF_SEARCH the candidate list its queries use (raised to k when k
+is larger); --json adds rerank_candidates, a bit index's candidates per
+query (0: the default). CHUNKS counts
 the chunks of live documents (what queries can find); DELETED the chunks that
 soft-deleted documents still hold until ragsync purge removes them. State is "live"
 for an alias's target, and for the configured index (index:) when no alias
@@ -103,7 +131,10 @@ finishes it. It only reads: a role with SELECT on the schema can run it.`,
 			byIndex := chunkGroupsByIndex(groups)
 			infos := make([]indexInfo, len(stats))
 			for i, x := range stats {
-				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions, Documents: x.Documents, Chunks: x.Chunks, Deleted: x.DeletedChunks,
+				h := x.HNSW.WithDefaults()
+				infos[i] = indexInfo{Name: x.Name, Model: x.Model, Dimensions: x.Dimensions,
+					Type: vectorTypeOf(x.Type), HNSW: hnswInfo{M: h.M, EfConstruction: h.EfConstruction, EfSearch: h.EfSearch}, RerankCandidates: x.Candidates,
+					Documents: x.Documents, Chunks: x.Chunks, Deleted: x.DeletedChunks,
 					HNSWBytes: x.HNSWBytes, State: x.State, Follows: x.Follows, Family: x.Family, Aliases: x.Aliases, CreatedAt: x.CreatedAt,
 					ChunkGroups: byIndex[x.Name]}
 				if infos[i].ChunkGroups == nil {
@@ -121,9 +152,10 @@ finishes it. It only reads: a role with SELECT on the schema can run it.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tDOCUMENTS\tCHUNKS\tDELETED\tHNSW\tSTATE\tFAMILY\tALIASES")
+			fmt.Fprintln(tw, "NAME\tMODEL\tDIMENSIONS\tTYPE\tM\tEF_CONSTRUCTION\tEF_SEARCH\tDOCUMENTS\tCHUNKS\tDELETED\tHNSW\tSTATE\tFAMILY\tALIASES")
 			for _, x := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions, x.Documents, x.Chunks, x.Deleted,
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f MiB\t%s\t%s\t%s\n", x.Name, x.Model, x.Dimensions,
+					x.Type, x.HNSW.M, x.HNSW.EfConstruction, x.HNSW.EfSearch, x.Documents, x.Chunks, x.Deleted,
 					float64(x.HNSWBytes)/(1<<20), x.State, dash(x.Family), strings.Join(x.Aliases, ","))
 			}
 			if err := tw.Flush(); err != nil {

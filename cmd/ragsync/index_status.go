@@ -85,14 +85,18 @@ type leftover struct {
 
 // indexStatus is ragsync index status's report.
 type indexStatus struct {
-	Index       string           `json:"index"`
-	Alias       string           `json:"alias,omitempty"`
-	Model       string           `json:"model"`
-	Dimensions  int              `json:"dimensions"`
-	Chunker     *string          `json:"chunker"`
-	ChunkGroups []chunkGroupInfo `json:"chunk_groups"`
-	Leftovers   sink.Leftovers   `json:"-"`
-	Left        []leftover       `json:"left"`
+	Index      string `json:"index"`
+	Alias      string `json:"alias,omitempty"`
+	Model      string `json:"model"`
+	Dimensions int    `json:"dimensions"`
+	// Type, HNSW and RerankCandidates are as in index list.
+	Type             string           `json:"type"`
+	HNSW             hnswInfo         `json:"hnsw"`
+	RerankCandidates int              `json:"rerank_candidates"`
+	Chunker          *string          `json:"chunker"`
+	ChunkGroups      []chunkGroupInfo `json:"chunk_groups"`
+	Leftovers        sink.Leftovers   `json:"-"`
+	Left             []leftover       `json:"left"`
 	// Watermarks is the index's watermark per source (see
 	// sourceWatermark); empty before any change was acknowledged.
 	Watermarks []sourceWatermark `json:"watermarks"`
@@ -129,6 +133,7 @@ func newIndexStatusCmd(g *globals) *cobra.Command {
 		Use:   "status [NAME]",
 		Short: "Show an index's watermark and what a change of chunker settings or model version has left to re-cut or re-embed",
 		Long: `status shows index NAME (an index or an alias; default: the configured index:):
+its vector type and HNSW parameters (a bit index's re-ranked candidates too),
 the chunker settings it records (those its writers last started with), the
 chunks of its live documents by model version and chunker settings, and
 what is left to do, each with the command that finishes it:
@@ -179,6 +184,8 @@ time is, and whether every lane was caught up. query --after waits on it.`,
 			}
 			st := indexStatus{Index: r.Index.Name, Model: r.Index.Model, Dimensions: r.Index.Dimensions, Chunker: nilIfEmpty(l.Chunker),
 				ChunkGroups: chunkGroupInfos(l.Groups), Leftovers: l, Left: leftovers(l, r.Index.Name)}
+			h := r.Index.HNSW.WithDefaults()
+			st.Type, st.HNSW, st.RerankCandidates = vectorTypeOf(r.Index.Type), hnswInfo{M: h.M, EfConstruction: h.EfConstruction, EfSearch: h.EfSearch}, r.Index.Candidates
 			if r.Alias != nil {
 				st.Alias = name
 			}
@@ -211,6 +218,15 @@ func printIndexStatus(out io.Writer, st indexStatus) error {
 		fmt.Fprintf(out, " (alias %s)", st.Alias)
 	}
 	fmt.Fprintf(out, ": model %s, %d dimensions, chunker %s\n", st.Model, st.Dimensions, orUnknown(st.Chunker))
+	fmt.Fprintf(out, "type %s, HNSW m %d, ef_construction %d, ef_search %d", st.Type, st.HNSW.M, st.HNSW.EfConstruction, st.HNSW.EfSearch)
+	if st.Type == string(sink.TypeBit) {
+		if st.RerankCandidates > 0 {
+			fmt.Fprintf(out, ", %d candidates re-ranked on the full vectors", st.RerankCandidates)
+		} else {
+			fmt.Fprint(out, ", the default candidates re-ranked on the full vectors")
+		}
+	}
+	fmt.Fprintln(out)
 	if len(st.ChunkGroups) > 0 {
 		fmt.Fprintln(out)
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)

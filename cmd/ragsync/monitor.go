@@ -263,6 +263,11 @@ Example:
 				if err := monitor.WriteAggregates(out, st.Fidelity); err != nil {
 					return err
 				}
+				for _, e := range fid {
+					if s := e.Signal.Storage; s != nil {
+						fmt.Fprintf(out, "%s %s\n", e.Signal.Method, s)
+					}
+				}
 				fmt.Fprintln(out, st.Baselines.String())
 			}
 			if len(breached) > 0 {

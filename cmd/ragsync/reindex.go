@@ -14,23 +14,27 @@ import (
 	"github.com/ragsync/ragsync/config"
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/service"
+	"github.com/ragsync/ragsync/sink"
 )
 
 func newReindexCmd(g *globals) *cobra.Command {
-	var to, model string
-	var dims, pageRows int
+	var to, model, indexType string
+	var dims, pageRows, hnswM, hnswEfConstruction int
 	var bulkMode string
 	var waitServe time.Duration
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "reindex",
-		Short: "Build another index (model, dimensions) from the documents the current one stores",
+		Short: "Build another index (model, dimensions, vector type) from the documents the current one stores",
 		Long: `reindex builds index --to from the documents stored in the configured index
-(index:), with --model and --dimensions: it needs no access to the document
-database. Every document keeps its version, deleted ones their tombstone, so
-running reindex again later only applies what changed in between; an empty
-target is loaded with COPY and its HNSW index built at the end. The embedding
-cache serves chunks already embedded with the same model and dimensions.
+(index:), with --model and --dimensions, stored and indexed as --index-type
+(vector, halfvec or bit) with the HNSW parameters --hnsw-m and
+--hnsw-ef-construction: it needs no access to the document database. Every
+document keeps its version, deleted ones their tombstone, so running reindex
+again later only applies what changed in between; an empty target is loaded
+with COPY and its HNSW index built at the end. The embedding cache serves
+chunks already embedded with the same model and dimensions, whatever the
+type: changing only the type or the HNSW parameters re-embeds nothing.
 
 After the first pass the new index follows the configured one: a running
 serve writes every change to both (within index_poll); reindex waits for
@@ -46,8 +50,9 @@ anything is written: writing into it would merge two indexes and serve
 foreign documents to its users. --force takes it over anyway (the rare real
 case: adopting an index built by hand with ragsync backfill); the live index
 of another alias is refused even then.`,
-		Example: `  ragsync reindex --config ragsync.yaml --to articles_v2 --model text-embedding-3-large --dimensions 1024`,
-		Args:    cobra.NoArgs,
+		Example: `  ragsync reindex --config ragsync.yaml --to articles_v2 --model text-embedding-3-large --dimensions 1024
+  ragsync reindex --config ragsync.yaml --to articles_half --index-type halfvec --hnsw-m 24 --hnsw-ef-construction 128`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
 			if err != nil {
@@ -74,6 +79,20 @@ of another alias is refused even then.`,
 			if cmd.Flags().Changed("dimensions") {
 				target.Embedder.Dimensions = dims
 			}
+			if cmd.Flags().Changed("index-type") {
+				target.IndexType = indexType
+				if indexType != string(sink.TypeBit) {
+					// The configured index's re-rank setting is not the
+					// new one's: only a bit index re-ranks.
+					target.HNSW.RerankCandidates = 0
+				}
+			}
+			if cmd.Flags().Changed("hnsw-m") {
+				target.HNSW.M = hnswM
+			}
+			if cmd.Flags().Changed("hnsw-ef-construction") {
+				target.HNSW.EfConstruction = hnswEfConstruction
+			}
 			if err := errors.Join(append(errs, target.Validate(false))...); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
@@ -85,6 +104,9 @@ of another alias is refused even then.`,
 	cmd.Flags().StringVar(&to, "to", "", "name of the index to build (required)")
 	cmd.Flags().StringVar(&model, "model", "", "embedding model of the new index (default embedder.model)")
 	cmd.Flags().IntVar(&dims, "dimensions", 0, "output dimensions of the new index (default embedder.dimensions)")
+	cmd.Flags().StringVar(&indexType, "index-type", "", "how the new index stores and indexes its vectors: vector, halfvec or bit (default index_type)")
+	cmd.Flags().IntVar(&hnswM, "hnsw-m", 0, "HNSW m of the new index, 2..100 (default hnsw.m, else 16)")
+	cmd.Flags().IntVar(&hnswEfConstruction, "hnsw-ef-construction", 0, "HNSW ef_construction of the new index, at least 2 × m (default hnsw.ef_construction, else 64)")
 	cmd.Flags().IntVar(&pageRows, "page-rows", 500, "documents per batch")
 	cmd.Flags().StringVar(&bulkMode, "bulk", "auto", "auto: COPY into an empty target and build its HNSW index at the end; off: always upsert")
 	cmd.Flags().DurationVar(&waitServe, "wait-serve", time.Minute, "after the first pass, how long to wait for a running serve to start writing every change to the new index too")
@@ -104,11 +126,11 @@ func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config,
 			case service.StepStarted:
 				// The first pass re-embeds every document and may take
 				// long: say it began.
-				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions) started: reading every document of %s; a summary follows when the pass ends\n",
-					s.From, cfg.Index, s.Model, s.Dimensions, s.From)
+				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions, %s) started: reading every document of %s; a summary follows when the pass ends\n",
+					s.From, cfg.Index, s.Model, s.Dimensions, s.Type, s.From)
 			case service.StepFirstPass:
-				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions): %d documents in %s\npipeline: %s\n",
-					s.From, cfg.Index, s.Model, s.Dimensions, s.Documents, s.Took.Round(time.Millisecond), s.Stats)
+				fmt.Fprintf(out, "reindex %s -> %s (%s, %d dimensions, %s): %d documents in %s\npipeline: %s\n",
+					s.From, cfg.Index, s.Model, s.Dimensions, s.Type, s.Documents, s.Took.Round(time.Millisecond), s.Stats)
 			case service.StepNoServe:
 				fmt.Fprintf(out, "no serve of %s is running: nothing to wait for\n", family)
 			case service.StepDualWrite:

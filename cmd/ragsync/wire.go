@@ -15,7 +15,8 @@ import (
 // embedder's settings.
 func (c Config) indexConfig() service.IndexConfig {
 	return service.IndexConfig{URL: c.Postgres.URL, Schema: c.Postgres.Schema, Index: c.Index,
-		Embedder: c.EmbedderConfig(), FullText: c.FullText()}
+		Embedder: c.EmbedderConfig(), FullText: c.FullText(),
+		Type: c.VectorType(), HNSW: c.SinkHNSW(), Candidates: c.HNSW.RerankCandidates}
 }
 
 // openIndex opens the configured index for writing (service.Open).
