@@ -365,21 +365,28 @@ func (b *bulkLoad) write(ctx context.Context, tx pgx.Tx, docs map[string]Documen
 		}
 		into = pgx.Identifier{"ragsync_bulk_chunks"}
 	}
+	// Straight into chunks, a halfvec index's vectors go to its halfvec
+	// column, encoded as halfvec by the client; through the temporary
+	// table they are cast by the insert that copies them.
+	vecCol, vecVal := "embedding", func(v []float32) any { return pgvector.NewVector(v) }
+	if s.cfg.Type == TypeHalfvec && s.cfg.SkipFullText {
+		vecCol, vecVal = halfColumn, func(v []float32) any { return pgvector.NewHalfVector(v) }
+	}
 	_, err = tx.CopyFrom(ctx, into,
-		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", "embedding",
+		[]string{"index_name", "doc_id", "position", "content_hash", "vector_hash", "text", "tokens", vecCol,
 			"model_version", "chunker", "source", "source_position", "committed_at", "trace_id"},
 		pgx.CopyFromSlice(len(chunkRows), func(i int) ([]any, error) {
 			r := chunkRows[i]
 			p := r.prov
-			return []any{s.cfg.Index, r.docID, int32(r.c.Position), r.c.Hash, r.c.vectorKey(), r.c.Text, int32(r.c.Tokens), pgvector.NewVector(r.vec),
+			return []any{s.cfg.Index, r.docID, int32(r.c.Position), r.c.Hash, r.c.vectorKey(), r.c.Text, int32(r.c.Tokens), vecVal(r.vec),
 				p.model, p.chunker, p.source, p.position, p.committed, p.trace}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("copy chunks: %w", err)
 	}
 	if !s.cfg.SkipFullText {
-		_, err := tx.Exec(ctx, "INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", tsv)"+
-			" SELECT index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", to_tsvector('simple'::regconfig, text) FROM ragsync_bulk_chunks")
+		_, err := tx.Exec(ctx, "INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, "+s.vecColumn()+", "+provColumns+", tsv)"+
+			" SELECT index_name, doc_id, position, content_hash, vector_hash, text, tokens, "+s.storeVec("embedding")+", "+provColumns+", to_tsvector('simple'::regconfig, text) FROM ragsync_bulk_chunks")
 		if err != nil {
 			return fmt.Errorf("insert chunks: %w", err)
 		}

@@ -33,10 +33,10 @@ func (s *Store) ChunkIDs(ctx context.Context) ([]int64, error) {
 // given ids (an id given twice is read twice), or of every chunk of the
 // index when ids is nil.
 func (s *Store) ChunkVectors(ctx context.Context, ids []int64) ([]ChunkVector, error) {
-	q := "SELECT c.text, c.embedding FROM " + s.tChunks + " c WHERE c.index_name = $1"
+	q := "SELECT c.text, " + s.vecOf("c") + " FROM " + s.tChunks + " c WHERE c.index_name = $1"
 	args := []any{s.cfg.Index}
 	if ids != nil {
-		q = "SELECT c.text, c.embedding FROM unnest($2::bigint[]) AS x(id) JOIN " + s.tChunks + " c ON c.id = x.id WHERE c.index_name = $1"
+		q = "SELECT c.text, " + s.vecOf("c") + " FROM unnest($2::bigint[]) AS x(id) JOIN " + s.tChunks + " c ON c.id = x.id WHERE c.index_name = $1"
 		args = append(args, ids)
 	}
 	rows, err := s.pool.Query(ctx, q, args...)

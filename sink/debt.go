@@ -106,7 +106,7 @@ func (s *Store) OutstandingDebt(ctx context.Context, due time.Time) (DebtSummary
 // predicted distance (unknown first), then by age.
 func (s *Store) NextDebt(ctx context.Context, due time.Time, limit int) ([]Debt, error) {
 	rows, err := s.pool.Query(ctx, "SELECT c.id, c.doc_id, c.content_hash, c.text, c.tokens, c.debt_since,"+
-		" coalesce(c.debt_distance, 'NaN'::real), c.debt_new_words, c.embedding, coalesce(o.text, ''),"+
+		" coalesce(c.debt_distance, 'NaN'::real), c.debt_new_words, "+s.vecOf("c")+", coalesce(o.text, ''),"+
 		" EXISTS (SELECT 1 FROM "+s.tCache+" x WHERE x.model = $3 AND x.dimensions = $4 AND x.content_hash = c.content_hash)"+
 		" FROM "+s.tChunks+" c LEFT JOIN LATERAL (SELECT e.text FROM "+s.tCache+" e"+
 		" WHERE e.model = $3 AND e.dimensions = $4 AND e.content_hash = c.vector_hash LIMIT 1) o ON true"+
@@ -175,7 +175,7 @@ func (s *Store) RewriteVectors(ctx context.Context, rws []Rewrite, onlyDebt bool
 		b.Queue(sql, args...)
 	}
 	for _, r := range rws {
-		b.Queue("UPDATE "+s.tChunks+" c SET embedding = e.embedding, vector_hash = c.content_hash, model_version = e.model_version,"+
+		b.Queue("UPDATE "+s.tChunks+" c SET "+s.vecColumn()+" = "+s.storeVec("e.embedding")+", vector_hash = c.content_hash, model_version = e.model_version,"+
 			" debt_since = NULL, debt_distance = NULL, debt_new_words = false"+
 			" FROM "+s.tCache+" e WHERE c.id = $1 AND c.content_hash = $2 AND c.index_name = $3"+
 			" AND ($4 OR c.debt_since IS NOT NULL)"+

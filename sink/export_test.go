@@ -51,3 +51,7 @@ func (s *Store) LookupBatchForTest(ctx context.Context, ids []string, fenceOnly 
 	}
 	return outs, errs
 }
+
+// HalfvecSupportForTest is the pgvector version check of halfvec and bit
+// indexes.
+func HalfvecSupportForTest(t VectorType, version string) error { return halfvecSupport(t, version) }

@@ -134,7 +134,7 @@ func TestOpenReadCreatesNothing(t *testing.T) {
 	ctx := context.Background()
 	st, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Schema: b.schema, Index: "articles"})
 	require.NoError(t, err)
-	require.Equal(t, sink.Identity{Name: "articles", Model: "test-model", Dimensions: dims, FullText: true}, st.Identity())
+	require.Equal(t, sink.Identity{Name: "articles", Model: "test-model", Dimensions: dims, FullText: true, Type: sink.TypeVector, HNSW: sink.HNSW{}.WithDefaults()}, st.Identity())
 	require.Equal(t, sink.Read, st.Mode())
 	_, err = st.Search(ctx, vecFor("x"), sink.Query{K: 1})
 	require.NoError(t, err)

@@ -48,7 +48,7 @@ type LiveChunk struct {
 // what two builds of the same state hold, as the incremental benchmark
 // compares a replay with a fresh load.
 func (s *Store) EachLiveContent(ctx context.Context, fn func(id string, chunks []LiveChunk) error) error {
-	rows, err := s.pool.Query(ctx, "SELECT d.id, c.content_hash, c.text, c.embedding"+
+	rows, err := s.pool.Query(ctx, "SELECT d.id, c.content_hash, c.text, "+s.vecOf("c")+
 		" FROM "+s.tDocs+" d LEFT JOIN "+s.tChunks+" c ON c.index_name = d.index_name AND c.doc_id = d.id"+
 		" WHERE d.index_name = $1 AND d.deleted_at IS NULL ORDER BY d.id, c.position", s.cfg.Index)
 	if err != nil {

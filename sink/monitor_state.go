@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,10 +19,13 @@ import (
 // monitor reaches the index tables only through it. Safe for concurrent
 // use; it does not own the pool.
 type MonitorState struct {
-	pool                                                      *pgxpool.Pool
-	index, model                                              string
-	dims                                                      int
-	tChunks, tCache, tCanaries, tSamples, tWindows, tWinVects string
+	pool                                                                *pgxpool.Pool
+	index, model                                                        string
+	dims                                                                int
+	tChunks, tCache, tIndexes, tCanaries, tSamples, tWindows, tWinVects string
+	// vec is the index's chunk-vector expression (vecExpr over "c"), read
+	// from the catalog at first use.
+	vec atomic.Pointer[string]
 }
 
 // NewMonitorState returns the monitor state of index (embedded with model
@@ -29,7 +33,7 @@ type MonitorState struct {
 func NewMonitorState(pool *pgxpool.Pool, schema, index, model string, dims int) *MonitorState {
 	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
 	return &MonitorState{pool: pool, index: index, model: model, dims: dims,
-		tChunks: q("chunks"), tCache: q("embedding_cache"), tCanaries: q("monitor_canaries"),
+		tChunks: q("chunks"), tCache: q("embedding_cache"), tIndexes: q("indexes"), tCanaries: q("monitor_canaries"),
 		tSamples: q("monitor_samples"), tWindows: q("monitor_windows"), tWinVects: q("monitor_window_vectors")}
 }
 
@@ -105,10 +109,34 @@ func (m *MonitorState) ChunkIDRange(ctx context.Context) (lo, hi int64, err erro
 	return lo, hi, nil
 }
 
-const sampleCols = "c.id, c.content_hash, c.text, c.tokens, c.embedding, c.model_version, c.chunker, c.trace_id"
+// vecOf is the index's chunk vector, full precision, as every reader of
+// it reads it (see Store.vecOf): the index's vector type is read from the
+// catalog once.
+func (m *MonitorState) vecOf(ctx context.Context) (string, error) {
+	if v := m.vec.Load(); v != nil {
+		return *v, nil
+	}
+	var t VectorType
+	if err := m.pool.QueryRow(ctx, "SELECT vector_type FROM "+m.tIndexes+" WHERE name = $1", m.index).Scan(&t); err != nil {
+		return "", fmt.Errorf("read the vector type of %s: %w", m.index, err)
+	}
+	v := vecExpr(t, "c")
+	m.vec.Store(&v)
+	return v, nil
+}
 
-func (m *MonitorState) sample(ctx context.Context, what, sql string, args ...any) ([]SampledChunk, error) {
-	rows, err := m.pool.Query(ctx, sql, args...)
+// sampleCols are the columns sample scans, over chunks aliased c.
+func sampleCols(vec string) string {
+	return "c.id, c.content_hash, c.text, c.tokens, " + vec + " AS embedding, c.model_version, c.chunker, c.trace_id"
+}
+
+// sample runs the query build makes of sampleCols.
+func (m *MonitorState) sample(ctx context.Context, what string, build func(cols string) string, args ...any) ([]SampledChunk, error) {
+	vec, err := m.vecOf(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sample %s chunks of %s: %w", what, m.index, err)
+	}
+	rows, err := m.pool.Query(ctx, build(sampleCols(vec)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("sample %s chunks of %s: %w", what, m.index, err)
 	}
@@ -131,32 +159,39 @@ func (m *MonitorState) sample(ctx context.Context, what, sql string, args ...any
 // (vector_hash ≠ content_hash) at or after that id: one index probe each,
 // never a scan. A start past the last such chunk finds nothing.
 func (m *MonitorState) ReusedAt(ctx context.Context, starts []int64) ([]SampledChunk, error) {
-	return m.sample(ctx, "reused", "SELECT DISTINCT ON (x.id) x.* FROM unnest($2::bigint[]) AS r(start) CROSS JOIN LATERAL ("+
-		"SELECT "+sampleCols+" FROM "+m.tChunks+" c WHERE c.index_name = $1 AND c.vector_hash IS NOT NULL AND c.vector_hash <> c.content_hash"+
-		" AND c.id >= r.start ORDER BY c.id LIMIT 1) x", m.index, starts)
+	return m.sample(ctx, "reused", func(sampleCols string) string {
+		return "SELECT DISTINCT ON (x.id) x.* FROM unnest($2::bigint[]) AS r(start) CROSS JOIN LATERAL (" +
+			"SELECT " + sampleCols + " FROM " + m.tChunks + " c WHERE c.index_name = $1 AND c.vector_hash IS NOT NULL AND c.vector_hash <> c.content_hash" +
+			" AND c.id >= r.start ORDER BY c.id LIMIT 1) x"
+	}, m.index, starts)
 }
 
 // ReusedFirst takes the first n chunks with a reused vector, by id.
 func (m *MonitorState) ReusedFirst(ctx context.Context, n int) ([]SampledChunk, error) {
-	return m.sample(ctx, "reused", "SELECT "+sampleCols+" FROM "+m.tChunks+" c WHERE c.index_name = $1 AND c.vector_hash IS NOT NULL"+
-		" AND c.vector_hash <> c.content_hash ORDER BY c.id LIMIT $2", m.index, n)
+	return m.sample(ctx, "reused", func(sampleCols string) string {
+		return "SELECT " + sampleCols + " FROM " + m.tChunks + " c WHERE c.index_name = $1 AND c.vector_hash IS NOT NULL" +
+			" AND c.vector_hash <> c.content_hash ORDER BY c.id LIMIT $2"
+	}, m.index, n)
 }
 
 // CachedOldest picks n chunks at random among those whose vector is one
 // of the 10·n oldest cache entries of the model.
 func (m *MonitorState) CachedOldest(ctx context.Context, n int) ([]SampledChunk, error) {
-	return m.sample(ctx, "cached", "SELECT "+sampleCols+" FROM (SELECT content_hash FROM "+m.tCache+
-		" WHERE model = $2 AND dimensions = $3 ORDER BY created_at LIMIT $4) e"+
-		" CROSS JOIN LATERAL (SELECT "+sampleCols+" FROM "+m.tChunks+" c WHERE c.index_name = $1"+
-		" AND coalesce(c.vector_hash, c.content_hash) = e.content_hash AND c.content_hash = e.content_hash LIMIT 1) c"+
-		" ORDER BY random() LIMIT $5", m.index, m.model, m.dims, 10*n, n)
+	return m.sample(ctx, "cached", func(sampleCols string) string {
+		return "SELECT c.* FROM (SELECT content_hash FROM " + m.tCache +
+			" WHERE model = $2 AND dimensions = $3 ORDER BY created_at LIMIT $4) e" +
+			" CROSS JOIN LATERAL (SELECT " + sampleCols + " FROM " + m.tChunks + " c WHERE c.index_name = $1" +
+			" AND coalesce(c.vector_hash, c.content_hash) = e.content_hash AND c.content_hash = e.content_hash LIMIT 1) c" +
+			" ORDER BY random() LIMIT $5"
+	}, m.index, m.model, m.dims, 10*n, n)
 }
 
 // UniformAt picks, for each start, the first chunk at or after that id.
 func (m *MonitorState) UniformAt(ctx context.Context, starts []int64) ([]SampledChunk, error) {
-	return m.sample(ctx, "uniform", "SELECT DISTINCT ON (x.id) x.* FROM unnest($2::bigint[]) AS r(start) CROSS JOIN LATERAL ("+
-		"SELECT "+sampleCols+" FROM "+m.tChunks+" c WHERE c.index_name = $1 AND c.id >= r.start ORDER BY c.id LIMIT 1) x",
-		m.index, starts)
+	return m.sample(ctx, "uniform", func(sampleCols string) string {
+		return "SELECT DISTINCT ON (x.id) x.* FROM unnest($2::bigint[]) AS r(start) CROSS JOIN LATERAL (" +
+			"SELECT " + sampleCols + " FROM " + m.tChunks + " c WHERE c.index_name = $1 AND c.id >= r.start ORDER BY c.id LIMIT 1) x"
+	}, m.index, starts)
 }
 
 // Sample is one measurement of a stored chunk: its vector against a fresh
@@ -276,7 +311,11 @@ func (m *MonitorState) ChunkVectors(ctx context.Context, after int64, n int, new
 	if newest {
 		order = "DESC"
 	}
-	rows, err := m.pool.Query(ctx, "SELECT id, embedding FROM "+m.tChunks+" WHERE index_name = $1 AND id > $2 ORDER BY id "+order+" LIMIT $3",
+	vec, err := m.vecOf(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read new chunk vectors of %s: %w", m.index, err)
+	}
+	rows, err := m.pool.Query(ctx, "SELECT c.id, "+vec+" FROM "+m.tChunks+" c WHERE c.index_name = $1 AND c.id > $2 ORDER BY c.id "+order+" LIMIT $3",
 		m.index, after, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read new chunk vectors of %s: %w", m.index, err)
@@ -307,7 +346,11 @@ func (m *MonitorState) ChunkVectors(ctx context.Context, after int64, n int, new
 // RandomVectors reads n chunk vectors picked at random (one scan of the
 // index's chunks: for manual commands) and the highest chunk id.
 func (m *MonitorState) RandomVectors(ctx context.Context, n int) ([][]float32, int64, error) {
-	rows, err := m.pool.Query(ctx, "SELECT embedding FROM "+m.tChunks+" WHERE index_name = $1 ORDER BY random() LIMIT $2", m.index, n)
+	vec, err := m.vecOf(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sample chunk vectors of %s: %w", m.index, err)
+	}
+	rows, err := m.pool.Query(ctx, "SELECT "+vec+" FROM "+m.tChunks+" c WHERE c.index_name = $1 ORDER BY random() LIMIT $2", m.index, n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("sample chunk vectors of %s: %w", m.index, err)
 	}

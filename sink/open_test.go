@@ -25,12 +25,12 @@ func TestOpenWriteResolvesAnAlias(t *testing.T) {
 	for _, mode := range []sink.Mode{sink.Write, sink.Bulk, sink.Read} {
 		st, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: mode, Schema: b.schema, Index: "docs", Model: "test-model", Dimensions: dims})
 		require.NoError(t, err, mode)
-		require.Equal(t, sink.Identity{Name: "docs_v2", Alias: "docs", Model: "model-2", Dimensions: 8, FullText: true}, st.Identity(), mode)
+		require.Equal(t, sink.Identity{Name: "docs_v2", Alias: "docs", Model: "model-2", Dimensions: 8, FullText: true, Type: sink.TypeVector, HNSW: sink.HNSW{}.WithDefaults()}, st.Identity(), mode)
 		// The retired index that carries the alias's name is opened by
 		// its own name where that is what is meant (a shadow).
 		st, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: mode, Physical: true, Schema: b.schema, Index: "docs"})
 		require.NoError(t, err, mode)
-		require.Equal(t, sink.Identity{Name: "docs", Model: "test-model", Dimensions: dims, FullText: true}, st.Identity(), mode)
+		require.Equal(t, sink.Identity{Name: "docs", Model: "test-model", Dimensions: dims, FullText: true, Type: sink.TypeVector, HNSW: sink.HNSW{}.WithDefaults()}, st.Identity(), mode)
 	}
 	_, err = sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Read, Physical: true, Schema: b.schema, Index: "dcos"})
 	var unknown *sink.UnknownIndexError
@@ -42,7 +42,7 @@ func TestOpenWriteResolvesAnAlias(t *testing.T) {
 	require.NoError(t, err)
 	kept, err := sink.OpenIndex(ctx, b.pool, sink.Config{Mode: sink.Write, Schema: b.schema, Index: "docs_v2", KeepFullText: true})
 	require.NoError(t, err)
-	require.Equal(t, sink.Identity{Name: "docs_v2", Model: "model-2", Dimensions: 8}, kept.Identity(),
+	require.Equal(t, sink.Identity{Name: "docs_v2", Model: "model-2", Dimensions: 8, Type: sink.TypeVector, HNSW: sink.HNSW{}.WithDefaults()}, kept.Identity(),
 		"an existing index opened without model and dimensions keeps its own; KeepFullText keeps its full-text setting")
 	var fullText bool
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT full_text FROM indexes WHERE name = 'docs_v2'").Scan(&fullText))

@@ -149,7 +149,7 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 	var hits []Hit
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'strict_order', true)",
-			strconv.Itoa(max(q.K, 40))); err != nil {
+			strconv.Itoa(s.efSearch(q.K))); err != nil {
 			return err
 		}
 		var err error
@@ -163,16 +163,50 @@ func (s *Store) Search(ctx context.Context, vec []float32, q Query) ([]Hit, erro
 }
 
 // searchSQL is the vector query; its ORDER BY expression and index_name
-// literal are exactly the HNSW index's, or the planner will not use it.
+// literal are exactly the HNSW index's (hnswExpr, indexLit), or the planner
+// will not use it. A bit index's query takes the candidates nearest by
+// Hamming distance on the quantized vectors, with the filters applied as
+// the vector query applies them (the iterative scan continues until enough
+// rows pass), and re-ranks them by cosine distance on the full vectors.
 func (s *Store) searchSQL(vec []float32, q Query) (string, []any) {
 	filters, args := q.filters([]any{pgvector.NewVector(vec)})
-	dist := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
-	return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL, " + provenanceCols +
-		" FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
-		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters +
-		// K inline: with a cached statement Postgres may switch to a generic
-		// plan, and an unknown LIMIT can price the HNSW scan out.
-		" ORDER BY " + dist + " LIMIT " + strconv.Itoa(q.K), args
+	from := " FROM " + s.tChunks + " c JOIN " + s.tDocs + " d ON d.index_name = c.index_name AND d.id = c.doc_id" +
+		" WHERE c.index_name = " + s.indexLit() + " AND d.deleted_at IS NULL" + filters
+	// K inline: with a cached statement Postgres may switch to a generic
+	// plan, and an unknown LIMIT can price the HNSW scan out.
+	limit := " LIMIT " + strconv.Itoa(q.K)
+	dist := "(" + s.hnswExpr("c") + " " + s.distOp() + " " + s.hnswQuery("$1") + ")"
+	if s.cfg.Type != TypeBit {
+		return "SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, 1 - " + dist + ", d.metadata, c.debt_since IS NOT NULL, " + provenanceCols +
+			from + " ORDER BY " + dist + limit, args
+	}
+	cosine := "(c.embedding::" + s.vecType + " <=> $1::" + s.vecType + ")"
+	return "SELECT c.doc_id, c.source_table, c.doc_key, c.position, c.text, 1 - " + cosine + ", c.metadata, c.reused, " + provenanceCols +
+		" FROM (SELECT c.doc_id, d.source_table, d.doc_key, c.position, c.text, c.embedding, d.metadata, c.debt_since IS NOT NULL AS reused, " + provenanceCols +
+		from + " ORDER BY " + dist + " LIMIT " + strconv.Itoa(s.candidatesFor(q.K)) + ") c" +
+		" ORDER BY " + cosine + limit, args
+}
+
+// candidatesFor is how many candidates a bit index's search of k hits
+// re-ranks: the recorded (or this handle's) number, else
+// DefaultCandidates; never fewer than k.
+func (s *Store) candidatesFor(k int) int {
+	if s.candidates > 0 {
+		return max(s.candidates, k)
+	}
+	return DefaultCandidates(k)
+}
+
+// efSearch is the hnsw.ef_search a search of k hits sets: the index's
+// (recorded, or pgvector's default), raised to k, and for a bit index to
+// its candidates; at most pgvector's ceiling, past which the iterative
+// scan supplies the rest.
+func (s *Store) efSearch(k int) int {
+	ef := max(s.hnsw.WithDefaults().EfSearch, k)
+	if s.cfg.Type == TypeBit {
+		ef = max(ef, s.candidatesFor(k))
+	}
+	return min(ef, MaxK)
 }
 
 // SearchText is the full-text fallback for degraded answers: chunks of live

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,17 +187,34 @@ func nullIfZero(n int) *int {
 // binary_quantize (0.7.0 and later), naming the command that updates it.
 func checkHalfvecSupport(ctx context.Context, q rowQuerier, t VectorType) error {
 	var version string
-	var ok bool
-	err := q.QueryRow(ctx, "SELECT extversion, string_to_array(split_part(extversion, '-', 1), '.')::int[] >= '{0,7,0}'::int[]"+
-		" FROM pg_extension WHERE extname = 'vector'").Scan(&version, &ok)
-	if err != nil {
+	if err := q.QueryRow(ctx, "SELECT extversion FROM pg_extension WHERE extname = 'vector'").Scan(&version); err != nil {
 		return fmt.Errorf("read the pgvector version: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("%w: index_type %s needs pgvector 0.7.0 or later, the server has %s: install a newer pgvector and run ALTER EXTENSION vector UPDATE in the database (as its owner or a superuser), or set index_type: vector",
-			ErrInvalidConfig, t, version)
+	return halfvecSupport(t, version)
+}
+
+// halfvecSupport is checkHalfvecSupport's verdict on a pgvector version.
+func halfvecSupport(t VectorType, version string) error {
+	if versionAtLeast(version, 0, 7) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: index_type %s needs pgvector 0.7.0 or later, the server has %s: install a newer pgvector on the server and run ALTER EXTENSION vector UPDATE in the database (as the extension's owner or a superuser), or set index_type: vector",
+		ErrInvalidConfig, t, version)
+}
+
+// versionAtLeast reports whether a pgvector version ("0.6.2", "0.8.0")
+// is at least major.minor; one it cannot read is not.
+func versionAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
 
 // halfColumn is the column a halfvec index stores its vectors in, and

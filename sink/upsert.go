@@ -609,9 +609,9 @@ func (s *Store) queuePlan(b *pgx.Batch, id string, d Document, p chunkPlan) (giv
 			debt.set(i, c)
 		}
 		pv := provOf(d)
-		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, tsv,"+
+		b.Queue("INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, "+s.vecColumn()+", tsv,"+
 			" debt_since, debt_distance, debt_new_words, "+provColumns+")"+
-			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, e.embedding, "+s.tsvOf("u.text", "$10")+
+			" SELECT $1, $2, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, "+s.storeVec("e.embedding")+", "+s.tsvOf("u.text", "$10")+
 			", "+debtColumnsSQL+", e.model_version, $14, $15, $16, $17, $18"+
 			" FROM unnest($3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $11::timestamptz[], $12::real[], $13::boolean[])"+
 			" AS u(position, content_hash, vector_hash, text, tokens, debt_since, debt_distance, debt_new_words)"+
@@ -693,13 +693,26 @@ func (s *Store) queueGiven(b *pgx.Batch, given []docChunk) {
 		pv := c.prov
 		models[i], chunkers[i], sources[i], positions[i], traces[i], committed[i] = pv.model, pv.chunker, pv.source, pv.position, pv.trace, pv.committed
 	}
-	b.Queue("WITH ins AS (INSERT INTO "+s.tChunks+" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, "+provColumns+", tsv)"+
-		" SELECT $1, u.*, "+s.tsvOf("u.text", "$9")+
-		" FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[],"+
-		" $13::text[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[])"+
-		" AS u(doc_id, position, content_hash, vector_hash, text, tokens, embedding, model_version, chunker, source, source_position, committed_at, trace_id)"+
-		" RETURNING content_hash, embedding, text, model_version) "+
-		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM ins ORDER BY content_hash", "$12", false),
+	const cols = "doc_id, position, content_hash, vector_hash, text, tokens, embedding, model_version, chunker, source, source_position, committed_at, trace_id"
+	const params = "unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[]," +
+		" $13::text[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[]) AS u(" + cols + ")"
+	sql := "WITH ins AS (INSERT INTO " + s.tChunks + " (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, " + provColumns + ", tsv)" +
+		" SELECT $1, u.*, " + s.tsvOf("u.text", "$9") + " FROM " + params +
+		// The vector column holds exactly the parameter's value: caching
+		// what the insert returns caches the given vector.
+		" RETURNING content_hash, embedding, text, model_version) " +
+		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM ins ORDER BY content_hash", "$12", false)
+	if s.cfg.Type == TypeHalfvec {
+		// The halfvec column holds a rounded copy: the cache takes the
+		// given full-precision vectors from the parameters instead (the
+		// insert runs whether or not its rows are read).
+		sql = "WITH u AS MATERIALIZED (SELECT * FROM " + params + "), ins AS (INSERT INTO " + s.tChunks +
+			" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, " + halfColumn + ", " + provColumns + ", tsv)" +
+			" SELECT $1, u.doc_id, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, " + s.storeVec("u.embedding") +
+			", u.model_version, u.chunker, u.source, u.source_position, u.committed_at, u.trace_id, " + s.tsvOf("u.text", "$9") + " FROM u) " +
+			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM u ORDER BY content_hash", "$12", false)
+	}
+	b.Queue(sql,
 		s.cfg.Index, docs, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
 		s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds(),
 		models, chunkers, sources, positions, committed, traces)
