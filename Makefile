@@ -82,8 +82,10 @@ bench-bulk: services ## bulk load (COPY + one HNSW build) vs streaming upserts o
 # time, online insert rate, query p50/p99 and recall@10 against exact
 # search. The vectors are a seeded Gaussian projection of the hashing
 # embedder's vectors of ../shared/data's text (synthetic text without it):
-# dense like a model's, not a model's. At -n 100000 and 768,1536 dims it
-# takes about an hour on 2 cores; BENCH_SIZING_FLAGS="-n 20000" for a check.
+# dense like a model's, not a model's. -n 20000 at 768,1536 dims took 6
+# minutes on a busy 2-core machine; the default 100,000 takes several times
+# that and about 1 GB of memory for the vectors at 1536 dims.
+# BENCH_SIZING_FLAGS="-n 20000" for a check.
 BENCH_SIZING_FLAGS ?= -n 100000 -dims 768,1536 -types vector,halfvec,bit -queries 200
 bench-sizing: services ## per vector type and dimension: table and HNSW bytes/chunk, build s, insert chunks/s, query p50/p99, recall@10 vs exact, each ÷ vector's (BENCH_SIZING_FLAGS)
 	$(GO) run ./bench/sizing $(BENCH_SIZING_FLAGS)
