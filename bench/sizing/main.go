@@ -14,6 +14,10 @@
 //   - then upserts N/10 more chunks through a Write-mode store from
 //     -workers writers: the online insert rate.
 //
+// The types of one dimension are built first and kept; their query passes
+// and their shares of the inserts then alternate over -rounds rounds, so a
+// busy machine slows every type alike and the ratios to vector hold.
+//
 // The vectors are dense like a model's but are not one: each text's
 // hashing-embedder vector (a sparse bag of hashed words) times a fixed
 // seeded Gaussian matrix, normalised, which keeps cosines close to the
@@ -70,6 +74,7 @@ func main() {
 	flag.StringVar(&o.maintenanceWorkMem, "maintenance-work-mem", "", "maintenance_work_mem of the HNSW build (empty: the sink's default, 512MB)")
 	flag.BoolVar(&o.fullText, "full-text", false, "write the chunks' tsvector column (postgres.full_text; off without a front door)")
 	flag.BoolVar(&o.warmup, "warmup", true, "search every query once, untimed, before the timed pass")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of query passes and of online inserts, alternating the types (p50 and p99 are the medians of the rounds' passes; the inserts are split over the rounds)")
 	flag.BoolVar(&o.keepSchema, "keep", false, "keep each run's schema (to inspect it; drop it by hand)")
 	flag.StringVar(&dataDir, "data", "", "directory holding edits-A/ and edits-C/ (default ../shared/data beside the repository); synthetic text when absent")
 	flag.IntVar(&target, "target-tokens", 128, "chunker target_tokens for cutting the data sets' documents into chunks")
@@ -160,17 +165,14 @@ func run(ctx context.Context, o runOpts, n, nInsert, nQueries int, dims []int, v
 			buildTexts: c.build, insertTexts: c.insert}
 		vs.kth = exactKth(vs.queries, vs.build, o.k, workers)
 		fmt.Printf("sizing: %d dims: projected and searched exactly in %.1f s\n", d, time.Since(start).Seconds())
-		for _, t := range run {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			r, err := runOne(ctx, o, t, vs)
-			if err != nil {
-				return fmt.Errorf("%s at %d dims: %w", t, d, err)
-			}
-			printDetail(r)
-			results = append(results, r)
+		rs, err := runDims(ctx, o, run, vs)
+		if err != nil {
+			return err
 		}
+		for _, r := range rs {
+			printDetail(r)
+		}
+		results = append(results, rs...)
 		fmt.Println()
 	}
 	printTable(os.Stdout, results)

@@ -22,11 +22,11 @@ func printDetail(r result) {
 	fmt.Printf("  %s, %d dims (m %d, ef_construction %d): bytes/chunk: heap %.0f, TOAST %.0f, HNSW %.0f; other chunk indexes %.0f, documents %.0f, embedding cache %.0f (not in the table below); mean text %.0f B, vector column(s) %.0f B\n",
 		r.typ, r.dims, r.hnsw.M, r.hnsw.EfConstruction, perChunk(s.heap, r), perChunk(s.toast, r), perChunk(s.hnsw, r),
 		perChunk(s.otherChunkIdx, r), perChunk(s.documents, r), perChunk(s.cache, r), s.textBytes, s.vectorCols)
-	fmt.Printf("  build %.1f s (COPY %.1f s, HNSW build %.1f s); %d online inserts at %.0f chunks/s\n",
+	fmt.Printf("  build %.1f s (COPY %.1f s, HNSW build %.1f s); %d online inserts at %.0f chunks/s (over the rounds)\n",
 		r.buildSecs, r.copySecs, r.buildSecs-r.copySecs, r.inserted, r.insertRate)
 	for _, q := range r.queries {
-		fmt.Printf("  queries: ef_search %d%s: p50 %.2f ms, p99 %.2f ms, recall@10 %.3f; %d of %d searches scanned the HNSW index%s\n",
-			q.efSearch, candidatesNote(r, q), ms(q.p50), ms(q.p99), q.recall, q.indexed, q.n, exactNote(q))
+		fmt.Printf("  queries: ef_search %d%s: p50 %.2f ms, p99 %.2f ms (medians of %d rounds), recall@10 %.3f; %d of %d searches scanned the HNSW index%s\n",
+			q.efSearch, candidatesNote(r, q), ms(q.p50), ms(q.p99), q.rounds, q.recall, q.indexed, q.n, exactNote(q))
 	}
 }
 
@@ -126,8 +126,13 @@ func printTargets(w io.Writer, rs []result) {
 		bq := b.queries[0]
 		switch r.typ {
 		case sink.TypeHalfvec:
-			t := r.totalBytes() / b.totalBytes()
-			check(r, "total bytes ÷ vector", fmt.Sprintf("%.2f", t), "≤ 0.55 at 1536", t <= 0.55)
+			// The goal is set at 1536 dimensions; below, the page steps of
+			// the HNSW index fall elsewhere, so it is only shown.
+			if t := r.totalBytes() / b.totalBytes(); r.dims >= 1536 {
+				check(r, "total bytes ÷ vector", fmt.Sprintf("%.2f", t), "≤ 0.55", t <= 0.55)
+			} else {
+				fmt.Fprintf(w, "target %s %d dims: total bytes ÷ vector %.2f (the goal, ≤ 0.55, is at 1536 dims)\n", r.typ, r.dims, t)
+			}
 			q := r.queries[0]
 			check(r, "recall@10 − vector's", fmt.Sprintf("%+.3f", q.recall-bq.recall), "≥ −0.01", q.recall >= bq.recall-0.01)
 			ir := r.insertRate / b.insertRate

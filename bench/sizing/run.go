@@ -52,6 +52,7 @@ type queryStats struct {
 	defaulted            bool // candidates is the sink's default for k
 	indexed              int  // searches that scanned the HNSW index (the others were exact scans)
 	n                    int  // searches timed
+	rounds               int  // passes summarised (p50 and p99 are their medians)
 	p50, p99             time.Duration
 	recall               float64
 }
@@ -82,43 +83,46 @@ type runOpts struct {
 	k                  int
 	logger             *slog.Logger
 	keepSchema         bool
+	rounds             int
 }
 
-// runOne loads vs into a fresh schema as an index of type t, measures it
-// and drops the schema.
-func runOne(ctx context.Context, o runOpts, t sink.VectorType, vs *vectors) (res result, err error) {
-	res = result{typ: t, n: len(vs.build), dims: vs.dims}
+// live is one type's index at one dimension while the runs of that
+// dimension go on: built, its sizes read, queried and inserted into in
+// rounds that alternate with the other types' (so a busy machine slows
+// every type alike), then dropped.
+type live struct {
+	res    result
+	schema string
+	pool   *pgxpool.Pool
+	// queryStores are one store per candidate count (bit; else one): a
+	// store keeps the count it was opened with.
+	queryStores []*sink.Store
+	writer      *sink.Store
+	// Per candidate count and round: the timed pass.
+	passes   [][]queryStats
+	insSecs  float64
+	inserted int
+}
+
+// build loads vs into a fresh schema as an index of type t (sink.Bulk:
+// COPY, then one HNSW build), reads its sizes and opens the stores the
+// rounds use. The caller drops the schema with drop, also on error.
+func build(ctx context.Context, o runOpts, t sink.VectorType, vs *vectors) (*live, error) {
+	l := &live{res: result{typ: t, n: len(vs.build), dims: vs.dims}}
 	var b [5]byte
 	_, _ = rand.Read(b[:])
-	schema := "bench_sizing_" + hex.EncodeToString(b[:])
-	pool, err := sink.OpenPool(ctx, o.url, schema)
+	l.schema = "bench_sizing_" + hex.EncodeToString(b[:])
+	pool, err := sink.OpenPool(ctx, o.url, l.schema)
 	if err != nil {
-		return res, err
+		return l, err
 	}
-	defer func() {
-		pool.Close()
-		if o.keepSchema {
-			fmt.Printf("  schema %s kept (-keep)\n", schema)
-			return
-		}
-		// The run's context may be cancelled: drop with a fresh one.
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if conn, cerr := pgx.Connect(dctx, o.url); cerr == nil {
-			if _, derr := conn.Exec(dctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); derr != nil && err == nil {
-				err = fmt.Errorf("drop schema %s: %w (drop it by hand)", schema, derr)
-			}
-			conn.Close(dctx)
-		} else if err == nil {
-			err = fmt.Errorf("drop schema %s: %w (drop it by hand)", schema, cerr)
-		}
-	}()
-	if err := migrations.Up(ctx, pool, schema, o.logger); err != nil {
-		return res, err
+	l.pool = pool
+	if err := migrations.Up(ctx, pool, l.schema, o.logger); err != nil {
+		return l, err
 	}
-	fmt.Printf("  %s, %d dims: schema %s\n", t, vs.dims, schema)
+	fmt.Printf("  %s, %d dims: schema %s\n", t, vs.dims, l.schema)
 
-	cfg := sink.Config{Mode: sink.Bulk, Create: true, Schema: schema, Index: indexName, Model: model, Dimensions: vs.dims,
+	cfg := sink.Config{Mode: sink.Bulk, Create: true, Schema: l.schema, Index: indexName, Model: model, Dimensions: vs.dims,
 		Type: t, HNSW: o.hnsw, SkipFullText: !o.fullText, Logger: o.logger}
 	cands := []int{0}
 	if t == sink.TypeBit && len(o.candidates) > 0 {
@@ -126,86 +130,205 @@ func runOne(ctx context.Context, o runOpts, t sink.VectorType, vs *vectors) (res
 		cfg.Candidates = cands[0]
 	}
 
-	// The bulk build: COPY the rows, then one HNSW build.
 	buildDocs := makeDocs(vs.buildTexts, vs.build, o.perDoc, 0)
 	start := time.Now()
 	st, err := sink.OpenIndex(ctx, pool, cfg)
 	if err != nil {
-		return res, err
+		return l, err
 	}
 	if st.Mode() != sink.Bulk {
-		return res, fmt.Errorf("index %s of schema %s opened in %s mode: a new schema's index should bulk-load", indexName, schema, st.Mode())
+		return l, fmt.Errorf("index %s of schema %s opened in %s mode: a new schema's index should bulk-load", indexName, l.schema, st.Mode())
 	}
 	for i, d := range buildDocs {
 		if _, err := st.Upsert(ctx, d); err != nil {
-			return res, err
+			return l, err
 		}
 		if (i+1)%o.flushDocs == 0 {
 			if err := st.Flush(ctx); err != nil {
-				return res, err
+				return l, err
 			}
 		}
 	}
 	if err := st.Flush(ctx); err != nil {
-		return res, err
+		return l, err
 	}
-	res.copySecs = time.Since(start).Seconds()
+	l.res.copySecs = time.Since(start).Seconds()
 	if err := st.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: o.maintenanceWorkMem}); err != nil {
-		return res, err
+		return l, err
 	}
-	res.buildSecs = time.Since(start).Seconds()
-	res.hnsw = st.Identity().HNSW
+	l.res.buildSecs = time.Since(start).Seconds()
+	l.res.hnsw = st.Identity().HNSW
 
-	if res.size, err = measureSizes(ctx, pool, schema); err != nil {
-		return res, err
+	if l.res.size, err = measureSizes(ctx, pool, l.schema); err != nil {
+		return l, err
 	}
-	if res.size.chunks != int64(len(vs.build)) {
-		return res, fmt.Errorf("the index holds %d chunks after the build, want %d", res.size.chunks, len(vs.build))
+	if l.res.size.chunks != int64(len(vs.build)) {
+		return l, fmt.Errorf("the index holds %d chunks after the build, want %d", l.res.size.chunks, len(vs.build))
 	}
 
-	// Queries over the N built chunks, once per candidates value (bit).
-	for i, c := range cands {
-		qs := st
-		if i > 0 {
-			// The candidate count is a query-time setting a writer records:
-			// reopen with the next one.
-			wcfg := cfg
-			wcfg.Mode, wcfg.Create, wcfg.Candidates = sink.Write, false, c
-			if qs, err = sink.OpenIndex(ctx, pool, wcfg); err != nil {
-				return res, err
+	// One store per candidate count: the count is a query-time setting a
+	// writer records, and a store keeps the one it opened with. The
+	// default (0) comes first, before any count is recorded.
+	l.queryStores = []*sink.Store{st}
+	for _, c := range cands[1:] {
+		wcfg := cfg
+		wcfg.Mode, wcfg.Create, wcfg.Candidates = sink.Write, false, c
+		qs, err := sink.OpenIndex(ctx, pool, wcfg)
+		if err != nil {
+			return l, err
+		}
+		l.queryStores = append(l.queryStores, qs)
+	}
+	l.passes = make([][]queryStats, len(l.queryStores))
+	wcfg := cfg
+	wcfg.Mode, wcfg.Create, wcfg.Candidates = sink.Write, false, 0
+	if l.writer, err = sink.OpenIndex(ctx, pool, wcfg); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// queryRound runs one timed pass (after a warm-up pass) per candidate
+// count.
+func (l *live) queryRound(ctx context.Context, o runOpts, vs *vectors) error {
+	for i, st := range l.queryStores {
+		q, err := runQueries(ctx, l.pool, l.schema, st, vs, o)
+		if err != nil {
+			return err
+		}
+		l.passes[i] = append(l.passes[i], q)
+	}
+	return nil
+}
+
+// insert upserts docs through the Write-mode store from o.workers
+// writers (the sink groups concurrent ones into shared transactions).
+func (l *live) insert(ctx context.Context, o runOpts, docs []sink.Document) error {
+	start := time.Now()
+	if err := streamLoad(ctx, l.writer, docs, o.workers); err != nil {
+		return err
+	}
+	l.insSecs += time.Since(start).Seconds()
+	for _, d := range docs {
+		l.inserted += len(d.Chunks)
+	}
+	return nil
+}
+
+// finish checks the row count after the inserts and summarises the
+// rounds: per candidate count, the median over rounds of each pass's p50
+// and p99 and the mean recall.
+func (l *live) finish(ctx context.Context, nBuild int) (result, error) {
+	var total int64
+	if err := l.pool.QueryRow(ctx, "SELECT count(*) FROM "+l.schema+".chunks").Scan(&total); err != nil {
+		return l.res, err
+	}
+	if want := int64(nBuild + l.inserted); total != want {
+		return l.res, fmt.Errorf("the index holds %d chunks after the inserts, want %d", total, want)
+	}
+	l.res.inserted = l.inserted
+	if l.insSecs > 0 {
+		l.res.insertRate = float64(l.inserted) / l.insSecs
+	}
+	for _, passes := range l.passes {
+		l.res.queries = append(l.res.queries, summarise(passes))
+	}
+	return l.res, nil
+}
+
+// summarise is the median p50 and p99 of the passes, their mean recall
+// and every pass's searches.
+func summarise(passes []queryStats) queryStats {
+	q := passes[0]
+	var p50s, p99s []time.Duration
+	q.recall, q.indexed, q.n = 0, 0, 0
+	for _, p := range passes {
+		p50s, p99s = append(p50s, p.p50), append(p99s, p.p99)
+		q.recall += p.recall
+		q.indexed += p.indexed
+		q.n += p.n
+	}
+	q.recall /= float64(len(passes))
+	q.p50, q.p99 = percentile(p50s, 0.5), percentile(p99s, 0.5)
+	q.rounds = len(passes)
+	return q
+}
+
+// drop closes the pool and drops the schema (unless -keep).
+func (l *live) drop(o runOpts) error {
+	if l.pool != nil {
+		l.pool.Close()
+	}
+	if o.keepSchema {
+		fmt.Printf("  schema %s kept (-keep)\n", l.schema)
+		return nil
+	}
+	// The run's context may be cancelled: drop with a fresh one.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, o.url)
+	if err != nil {
+		return fmt.Errorf("drop schema %s: %w (drop it by hand)", l.schema, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+l.schema+" CASCADE"); err != nil {
+		return fmt.Errorf("drop schema %s: %w (drop it by hand)", l.schema, err)
+	}
+	return nil
+}
+
+// runDims builds an index of each type at vs's dimensions, then alternates
+// their query passes and their share of the online inserts over o.rounds
+// rounds (each round starting with the next type), and drops them.
+func runDims(ctx context.Context, o runOpts, types []sink.VectorType, vs *vectors) (rs []result, err error) {
+	var lives []*live
+	defer func() {
+		for _, l := range lives {
+			if derr := l.drop(o); derr != nil && err == nil {
+				err = derr
 			}
 		}
-		q, err := runQueries(ctx, pool, schema, qs, vs, o)
+	}()
+	for _, t := range types {
+		l, err := build(ctx, o, t, vs)
+		lives = append(lives, l)
 		if err != nil {
-			return res, err
+			return nil, fmt.Errorf("%s at %d dims: %w", t, vs.dims, err)
 		}
-		res.queries = append(res.queries, q)
 	}
-
-	// Online inserts after the build: Write-mode Upserts from o.workers
-	// writers (the sink groups concurrent ones into shared transactions).
-	wcfg := cfg
-	wcfg.Mode, wcfg.Create = sink.Write, false
-	ws, err := sink.OpenIndex(ctx, pool, wcfg)
-	if err != nil {
-		return res, err
+	// Each index gets documents of its own (the sink may fill in fields).
+	firstDoc := (len(vs.build) + o.perDoc - 1) / o.perDoc
+	insDocs := make([][]sink.Document, len(lives))
+	for i := range lives {
+		insDocs[i] = makeDocs(vs.insertTexts, vs.insert, o.perDoc, firstDoc)
 	}
-	insDocs := makeDocs(vs.insertTexts, vs.insert, o.perDoc, len(buildDocs))
-	start = time.Now()
-	if err := streamLoad(ctx, ws, insDocs, o.workers); err != nil {
-		return res, err
+	rounds := max(1, o.rounds)
+	for r := range rounds {
+		for i := range lives {
+			l := lives[(i+r)%len(lives)]
+			if err := l.queryRound(ctx, o, vs); err != nil {
+				return nil, fmt.Errorf("%s at %d dims: %w", l.res.typ, vs.dims, err)
+			}
+		}
 	}
-	secs := time.Since(start).Seconds()
-	res.inserted = len(vs.insert)
-	res.insertRate = float64(len(vs.insert)) / secs
-	var total int64
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".chunks").Scan(&total); err != nil {
-		return res, err
+	// The inserts last, so every query pass searched the N built chunks.
+	for r := range rounds {
+		for i := range lives {
+			j := (i + r) % len(lives)
+			l, docs := lives[j], insDocs[j]
+			if err := l.insert(ctx, o, docs[r*len(docs)/rounds:(r+1)*len(docs)/rounds]); err != nil {
+				return nil, fmt.Errorf("%s at %d dims: %w", l.res.typ, vs.dims, err)
+			}
+		}
 	}
-	if want := int64(len(vs.build) + len(vs.insert)); total != want {
-		return res, fmt.Errorf("the index holds %d chunks after the inserts, want %d", total, want)
+	for _, l := range lives {
+		r, err := l.finish(ctx, len(vs.build))
+		if err != nil {
+			return nil, fmt.Errorf("%s at %d dims: %w", l.res.typ, vs.dims, err)
+		}
+		rs = append(rs, r)
 	}
-	return res, nil
+	return rs, nil
 }
 
 // measureSizes reads the run's relation sizes after VACUUM ANALYZE (so
