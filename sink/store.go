@@ -241,10 +241,19 @@ func (s *Store) ensureHalfColumn(ctx context.Context, tx pgx.Tx) error {
 	if exists {
 		return nil
 	}
+	// The ALTER waits for every query on chunks to end, and queries wait
+	// behind it: bounded, so a long query makes the first halfvec index
+	// fail to open (and be retried) rather than stall every search.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		return err
+	}
 	_, err := tx.Exec(ctx, "ALTER TABLE "+s.tChunks+" ADD COLUMN "+halfColumn+" halfvec, ALTER COLUMN embedding DROP NOT NULL,"+
 		" ADD CONSTRAINT "+oneEmbedding+" CHECK (num_nonnulls(embedding, "+halfColumn+") = 1) NOT VALID")
 	if err != nil {
-		return fmt.Errorf("add chunks.%s for halfvec indexes: %w", halfColumn, err)
+		return fmt.Errorf("add chunks.%s for halfvec indexes (it waits for the queries on chunks to finish; retry when they have): %w", halfColumn, err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = DEFAULT"); err != nil {
+		return err
 	}
 	s.logger.InfoContext(ctx, "added the halfvec column to chunks (first halfvec index)")
 	return nil
