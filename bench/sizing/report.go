@@ -50,7 +50,8 @@ func candidatesNote(r result, q queryStats) string {
 	if r.typ != sink.TypeBit {
 		return ""
 	}
-	return fmt.Sprintf(", candidates %s", candidatesText(q))
+	// The sink raises a bit search's ef_search to its candidate count.
+	return fmt.Sprintf(" (raised to the candidates), candidates %s", candidatesText(q))
 }
 
 func candidatesText(q queryStats) string {
