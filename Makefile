@@ -12,7 +12,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: bench-read-your-writes bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh
+.PHONY: bench-read-your-writes bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh bench-sizing
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -76,6 +76,19 @@ bench-reusefresh: services ## freshness p50/p99 of live changes with the backgro
 BENCH_BACKLOG_FLAGS ?= -events 200000 -max-rss-mb 400
 bench-bulk: services ## bulk load (COPY + one HNSW build) vs streaming upserts of the same 100k chunks, and their ratio
 	$(GO) run ./bench/bulk $(BENCH_BULK_FLAGS)
+
+# For each vector type (vector, halfvec, bit with re-rank) and dimension:
+# bytes per chunk of the chunks table and of the HNSW index, bulk build
+# time, online insert rate, query p50/p99 and recall@10 against exact
+# search. The vectors are a seeded Gaussian projection of the hashing
+# embedder's vectors of ../shared/data's text (synthetic text without it):
+# dense like a model's, not a model's. -n 20000 at 768,1536 dims took 6
+# minutes on a busy 2-core machine; the default 100,000 takes several times
+# that and about 1 GB of memory for the vectors at 1536 dims.
+# BENCH_SIZING_FLAGS="-n 20000" for a check.
+BENCH_SIZING_FLAGS ?= -n 100000 -dims 768,1536 -types vector,halfvec,bit -queries 200
+bench-sizing: services ## per vector type and dimension: table and HNSW bytes/chunk, build s, insert chunks/s, query p50/p99, recall@10 vs exact, each ÷ vector's (BENCH_SIZING_FLAGS)
+	$(GO) run ./bench/sizing $(BENCH_SIZING_FLAGS)
 
 bench-shadow: services ## pipeline changes/s into one index vs one index plus a dual-written shadow of another model, and their ratio
 	$(GO) run ./bench/shadow $(BENCH_SHADOW_FLAGS)
