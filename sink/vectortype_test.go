@@ -584,18 +584,17 @@ func TestHNSWParametersRecorded(t *testing.T) {
 	require.Zero(t, v.Identity().Candidates)
 }
 
-// The recall of a bit index with the default candidates, beside a vector
-// index's over the same documents, on hashing vectors of a set larger than
-// the default candidates (so the bit index must choose): logged, and
-// bounded below. Hashing vectors are sparse, a hard case for binary
-// quantization: text embeddings are dense.
+// The recall of a bit index with the default candidates and with 400,
+// beside a vector index's over the same documents, on dense vectors of a
+// set larger than the candidates (so the bit index must choose): logged,
+// bounded below, and more candidates find more.
 func TestBitRecallWithDefaultCandidates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads 2,000 documents twice")
 	}
 	const d, n = 256, 2000
 	texts := typedCorpus(n, 4)
-	vecs := embedAll(t, d, texts)
+	vecs := denseAll(t, d, texts)
 	pool, schema := pgtest.Schema(t)
 	ctx := context.Background()
 	byKey := map[int][]float32{}
@@ -611,18 +610,23 @@ func TestBitRecallWithDefaultCandidates(t *testing.T) {
 		require.NoError(t, s.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1}))
 		return s
 	}
-	stores := map[sink.VectorType]*sink.Store{sink.TypeBit: load("bits", sink.TypeBit), sink.TypeVector: load("vecs", sink.TypeVector)}
+	stores := map[string]*sink.Store{"bit": load("bits", sink.TypeBit), "vector": load("vecs", sink.TypeVector)}
+	// The same bit index read with 400 candidates: more candidates buy
+	// back the recall quantization loses.
+	wide, err := sink.OpenIndex(ctx, pool, sink.Config{Mode: sink.Read, Schema: schema, Index: "bits", Candidates: 400})
+	require.NoError(t, err)
+	stores["bit400"] = wide
 	// Queries are texts near documents, not documents: a document's text
 	// with its last words replaced.
 	queries := typedCorpus(n+50, 4)[n:]
-	recalls := map[sink.VectorType]float64{}
+	recalls := map[string]float64{}
 	for typ, s := range stores {
 		var sum float64
 		start := time.Now()
 		for i, q := range queries {
 			words := strings.Fields(texts[i*37%n])
 			qt := strings.Join(append(words[:8], strings.Fields(q)[:4]...), " ")
-			qv := embedAll(t, d, []string{qt})[0]
+			qv := denseAll(t, d, []string{qt})[0]
 			tenant := typedTenant(i)
 			hits, err := s.Search(ctx, qv, sink.Query{K: 10, Tenant: tenant})
 			require.NoError(t, err)
@@ -632,9 +636,55 @@ func TestBitRecallWithDefaultCandidates(t *testing.T) {
 		t.Logf("%s, %d dims, %d documents: recall@10 %.3f against exhaustive cosine (%s for %d queries)",
 			typ, d, n, recalls[typ], time.Since(start), len(queries))
 	}
-	t.Logf("bit with the default candidates (%d for k 10) finds %.2f of what vector finds", sink.DefaultCandidates(10), recalls[sink.TypeBit]/recalls[sink.TypeVector])
-	require.GreaterOrEqual(t, recalls[sink.TypeVector], 0.95)
-	require.GreaterOrEqual(t, recalls[sink.TypeBit], 0.85)
+	t.Logf("bit with the default candidates (%d for k 10) finds %.2f of what vector finds, with 400 %.2f",
+		sink.DefaultCandidates(10), recalls["bit"]/recalls["vector"], recalls["bit400"]/recalls["vector"])
+	// This corpus is a hard case: random words from a small vocabulary, so
+	// the exact top 10 beyond the first few are near ties, which one bit a
+	// dimension cannot order (on real text the default finds 0.99–1.04 of
+	// vector's: bench/sizing).
+	require.GreaterOrEqual(t, recalls["vector"], 0.9)
+	require.GreaterOrEqual(t, recalls["bit"], 0.8*recalls["vector"])
+	require.GreaterOrEqual(t, recalls["bit400"], 0.95*recalls["vector"])
+	require.Greater(t, recalls["bit400"], recalls["bit"])
+}
+
+// denseAll embeds texts like a model would: dense vectors of d dimensions,
+// each the hashing embedder's vector at 1,024 dimensions (a sparse bag of
+// hashed words, a poor case for binary quantization and unlike a model's)
+// times a fixed seeded Gaussian matrix, normalised. Cosines stay close to
+// the hashing vectors', and every dimension carries signal, as in a
+// model's embedding.
+func denseAll(t testing.TB, d int, texts []string) [][]float32 {
+	t.Helper()
+	const base = 1024
+	sparse := embedAll(t, base, texts)
+	r := rand.New(rand.NewPCG(11, uint64(d)))
+	proj := make([]float32, base*d)
+	for i := range proj {
+		proj[i] = float32(r.NormFloat64())
+	}
+	out := make([][]float32, len(sparse))
+	for i, v := range sparse {
+		w := make([]float32, d)
+		for j, x := range v {
+			if x == 0 {
+				continue
+			}
+			row := proj[j*d : (j+1)*d]
+			for k := range w {
+				w[k] += x * row[k]
+			}
+		}
+		var norm float64
+		for _, x := range w {
+			norm += float64(x) * float64(x)
+		}
+		for k := range w {
+			w[k] = float32(float64(w[k]) / math.Sqrt(norm))
+		}
+		out[i] = w
+	}
+	return out
 }
 
 // An alias's view follows its target's type through promote and rollback:
