@@ -2,8 +2,9 @@
 // loads N documents of ~4 KB through `ragsync serve --once` (file source)
 // against the in-process OpenAI-compatible test server with a configurable
 // reply latency, and measures in the same run the raw limit: parallel
-// single-row INSERTs of the same vectors into a bare table with the same
-// HNSW index, from the same number of connections. With -base-bin it runs
+// batched INSERTs (-raw-batch rows each; 1: single-row) of the same vectors
+// into a bare table with the same HNSW index, from the same number of
+// connections. With -base-bin it runs
 // a second binary (e.g. main's) in alternation, for a before/after table.
 //
 //	go run ./bench/throughput -bin bin/ragsync [-base-bin /tmp/ragsync-main] [-docs 2000] [-latencies 0s,150ms]
@@ -53,6 +54,7 @@ type options struct {
 	latencies    []time.Duration
 	dims         int
 	conns        int
+	rawBatch     int
 	rounds       int
 	adminURL     string
 	costs        bool
@@ -77,8 +79,8 @@ func measureRaw(ctx context.Context, o options, c *corpus) (timing, error) {
 	if err != nil {
 		return raw, fmt.Errorf("raw limit: %w", err)
 	}
-	fmt.Printf("raw limit: %d rows in %s over %d connections = %.0f rows/s, PG CPU %.3f ms/row (client backends), %.3f ms/row (every Postgres process) (bare table, same HNSW index)\n",
-		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, raw.rate(), raw.perRowMs(raw.pgCPU), raw.perRowMs(raw.pgAll))
+	fmt.Printf("raw limit: %d rows in %s over %d connections, %d rows per INSERT = %.0f rows/s, PG CPU %.3f ms/row (client backends), %.3f ms/row (every Postgres process) (bare table, same HNSW index)\n",
+		raw.rows, raw.elapsed.Round(time.Millisecond), o.conns, max(o.rawBatch, 1), raw.rate(), raw.perRowMs(raw.pgCPU), raw.perRowMs(raw.pgAll))
 	return raw, nil
 }
 
@@ -92,6 +94,7 @@ func main() {
 	flag.StringVar(&lat, "latencies", "0s,150ms", "embedding server reply latencies, comma-separated")
 	flag.IntVar(&o.dims, "dims", 384, "embedding dimensions")
 	flag.IntVar(&o.conns, "conns", 2, "connections of the raw-limit INSERT run")
+	flag.IntVar(&o.rawBatch, "raw-batch", 100, "rows per INSERT (and transaction) of the raw-limit run; 1: single-row INSERTs")
 	flag.IntVar(&o.rounds, "rounds", 1, "alternating rounds per latency")
 	flag.StringVar(&o.adminURL, "pg", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"Postgres URL of a database to connect to for creating the per-run databases")

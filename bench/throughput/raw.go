@@ -113,9 +113,12 @@ func hnswIndex(table string, dims int) string {
 	return fmt.Sprintf("CREATE INDEX ON %s USING hnsw ((embedding::vector(%d)) vector_cosine_ops)", table, dims)
 }
 
-// rawLimit is parallel single-row INSERTs of the load's vectors into a bare
-// table with the same HNSW index: what Postgres can take from that many
-// connections, whatever feeds it.
+// rawLimit is parallel INSERTs of the load's vectors into a bare table with
+// the same HNSW index: what Postgres can take from that many connections,
+// whatever feeds it. With o.rawBatch 1 each row is its own INSERT and
+// transaction; above 1, the vectors go in statements of that many rows
+// (one unnest INSERT, one transaction each), as a batched loader writes
+// them: fewer commits and round trips, the same HNSW work per row.
 func rawLimit(ctx context.Context, o options, c *corpus) (timing, error) {
 	docs, n, err := rowsOf(ctx, c, o.dims)
 	if err != nil {
@@ -129,6 +132,13 @@ func rawLimit(ctx context.Context, o options, c *corpus) (timing, error) {
 	if err := execAll(ctx, db, "CREATE TABLE raw (id bigserial PRIMARY KEY, embedding vector NOT NULL)", hnswIndex("raw", o.dims)); err != nil {
 		return timing{}, err
 	}
+	if o.rawBatch > 1 {
+		docs = batchRows(docs, o.rawBatch)
+		return insertAll(ctx, db, o.conns, docs, n, func(ctx context.Context, c *pgx.Conn, d docRows) error {
+			_, err := c.Exec(ctx, "INSERT INTO raw (embedding) SELECT unnest($1::vector[])", d.vecs)
+			return err
+		})
+	}
 	return insertAll(ctx, db, o.conns, docs, n, func(ctx context.Context, c *pgx.Conn, d docRows) error {
 		for _, v := range d.vecs {
 			if _, err := c.Exec(ctx, "INSERT INTO raw (embedding) VALUES ($1)", v); err != nil {
@@ -137,6 +147,26 @@ func rawLimit(ctx context.Context, o options, c *corpus) (timing, error) {
 		}
 		return nil
 	})
+}
+
+// batchRows regroups the documents' vectors, in order, into groups of
+// size rows (the last may be shorter); only vecs is filled.
+func batchRows(docs []docRows, size int) []docRows {
+	var out []docRows
+	var cur docRows
+	for _, d := range docs {
+		for _, v := range d.vecs {
+			cur.vecs = append(cur.vecs, v)
+			if len(cur.vecs) == size {
+				out = append(out, cur)
+				cur = docRows{}
+			}
+		}
+	}
+	if len(cur.vecs) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 func execAll(ctx context.Context, db *database, stmts ...string) error {
