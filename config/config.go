@@ -265,13 +265,6 @@ type HNSWConfig struct {
 	RerankCandidates int `yaml:"rerank_candidates"`
 }
 
-// HNSW limits as pgvector 0.8 accepts them.
-const (
-	hnswMinM, hnswMaxM    = 2, 100
-	hnswMaxEfConstruction = 1000
-	hnswMaxEfSearch       = 1000
-)
-
 // VectorType is index_type as the sink names it; "" when unset (a new
 // index is vector, an existing one keeps its own).
 func (c Config) VectorType() sink.VectorType {
@@ -295,48 +288,16 @@ func (c Config) validateIndexType() []error {
 	t, err := sink.ParseVectorType(c.IndexType)
 	if err != nil {
 		add("index_type: %q is not one of vector (the default), halfvec, bit", c.IndexType)
-	} else if dims, limit := c.Embedder.Dimensions, sink.MaxDimensionsFor(t); dims > limit {
-		switch t {
-		case sink.TypeVector:
-			add("embedder.dimensions: %d is more than index_type vector allows (%d): set index_type: halfvec (up to %d) or bit (up to %d), or ask the model for fewer dimensions",
-				dims, limit, sink.MaxDimensionsFor(sink.TypeHalfvec), sink.MaxDimensionsFor(sink.TypeBit))
-		case sink.TypeHalfvec:
-			add("embedder.dimensions: %d is more than index_type halfvec allows (%d): set index_type: bit (up to %d), or ask the model for fewer dimensions",
-				dims, limit, sink.MaxDimensionsFor(sink.TypeBit))
-		default:
-			add("embedder.dimensions: %d is more than index_type %s allows (%d): ask the model for fewer dimensions", dims, t, limit)
-		}
+	} else if c.Embedder.Dimensions > sink.MaxDimensionsFor(t) {
+		errs = append(errs, sink.TypeErrors(t, c.Embedder.Dimensions, 0)...)
 	}
 	h := c.HNSW
-	switch {
-	case h.M < 0:
-		add("hnsw.m: %d must not be negative (0 means the default, 16)", h.M)
-	case h.M > 0 && (h.M < hnswMinM || h.M > hnswMaxM):
-		add("hnsw.m: %d must be %d..%d (0 means the default, 16)", h.M, hnswMinM, hnswMaxM)
-	}
-	m := h.M
-	if m == 0 {
-		m = 16
-	}
-	switch {
-	case h.EfConstruction < 0:
-		add("hnsw.ef_construction: %d must not be negative (0 means the default, 64)", h.EfConstruction)
-	case h.EfConstruction > hnswMaxEfConstruction:
-		add("hnsw.ef_construction: %d must be at most %d (0 means the default, 64)", h.EfConstruction, hnswMaxEfConstruction)
-	case h.EfConstruction > 0 && h.EfConstruction < 2*m:
-		add("hnsw.ef_construction: %d must be at least twice hnsw.m (%d): set it to %d or more, or lower hnsw.m", h.EfConstruction, m, 2*m)
-	case h.EfConstruction == 0 && 2*m > 64:
-		add("hnsw.ef_construction: the default, 64, is less than twice hnsw.m (%d): set hnsw.ef_construction to %d or more", m, 2*m)
-	}
-	switch {
-	case h.EfSearch < 0:
-		add("hnsw.ef_search: %d must not be negative (0 means the default, 40)", h.EfSearch)
-	case h.EfSearch > hnswMaxEfSearch:
-		add("hnsw.ef_search: %d must be at most %d (0 means the default, 40)", h.EfSearch, hnswMaxEfSearch)
-	}
+	errs = append(errs, c.SinkHNSW().Errors()...)
 	switch {
 	case h.RerankCandidates < 0:
 		add("hnsw.rerank_candidates: %d must not be negative (0 means the default)", h.RerankCandidates)
+	case h.RerankCandidates > sink.MaxCandidates:
+		add("hnsw.rerank_candidates: %d must be at most %d (0 means the default)", h.RerankCandidates, sink.MaxCandidates)
 	case h.RerankCandidates > 0 && err == nil && t != sink.TypeBit:
 		add("hnsw.rerank_candidates: only an index_type bit index re-ranks candidates; remove it, or set index_type: bit")
 	}

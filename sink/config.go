@@ -141,8 +141,8 @@ func (c Config) validate() error {
 	if c.GroupDocuments < 1 || c.Groups < 0 {
 		errs = append(errs, fmt.Errorf("group documents %d and groups %d: want at least 1 document per group and no negative group count", c.GroupDocuments, c.Groups))
 	}
-	errs = append(errs, typeErrors(c.Type, c.Dimensions, c.Candidates)...)
-	errs = append(errs, c.HNSW.errors()...)
+	errs = append(errs, TypeErrors(c.Type, c.Dimensions, c.Candidates)...)
+	errs = append(errs, c.HNSW.Errors()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}

@@ -171,27 +171,43 @@ const MaxCandidates = 10000
 // hnsw.rerank_candidates where recall matters more than latency.
 func DefaultCandidates(k int) int { return min(max(15*k, 150), MaxCandidates) }
 
-// errors of HNSW settings, each naming the setting.
-func (h HNSW) errors() []error {
+// Errors checks HNSW settings as pgvector accepts them (0 is the default
+// of each), each error naming the setting and its fix. The configuration
+// and OpenIndex share it.
+func (h HNSW) Errors() []error {
 	var errs []error
-	if h.M != 0 && (h.M < 2 || h.M > 100) {
-		errs = append(errs, fmt.Errorf("hnsw.m: %d must be 2..100 (0 is pgvector's default, 16)", h.M))
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case h.M < 0:
+		add("hnsw.m: %d must not be negative (0 means the default, %d)", h.M, defaultHNSWM)
+	case h.M > 0 && (h.M < 2 || h.M > 100):
+		add("hnsw.m: %d must be 2..100 (0 means the default, %d)", h.M, defaultHNSWM)
 	}
-	if h.EfConstruction != 0 && (h.EfConstruction < 4 || h.EfConstruction > 1000) {
-		errs = append(errs, fmt.Errorf("hnsw.ef_construction: %d must be 4..1000 (0 is pgvector's default, 64)", h.EfConstruction))
+	m := h.WithDefaults().M
+	switch {
+	case h.EfConstruction < 0:
+		add("hnsw.ef_construction: %d must not be negative (0 means the default, %d)", h.EfConstruction, defaultHNSWEfConstruction)
+	case h.EfConstruction > 1000:
+		add("hnsw.ef_construction: %d must be at most 1000 (0 means the default, %d)", h.EfConstruction, defaultHNSWEfConstruction)
+	case h.EfConstruction > 0 && h.EfConstruction < 2*m:
+		add("hnsw.ef_construction: %d must be at least twice hnsw.m (%d): set it to %d or more, or lower hnsw.m", h.EfConstruction, m, 2*m)
+	case h.EfConstruction == 0 && 2*m > defaultHNSWEfConstruction:
+		add("hnsw.ef_construction: the default, %d, is less than twice hnsw.m (%d): set hnsw.ef_construction to %d or more",
+			defaultHNSWEfConstruction, m, 2*m)
 	}
-	if r := h.WithDefaults(); h.EfConstruction != 0 && r.EfConstruction < 2*r.M {
-		errs = append(errs, fmt.Errorf("hnsw.ef_construction: %d must be at least twice hnsw.m (%d)", r.EfConstruction, r.M))
-	}
-	if h.EfSearch != 0 && (h.EfSearch < 1 || h.EfSearch > MaxK) {
-		errs = append(errs, fmt.Errorf("hnsw.ef_search: %d must be 1..%d (0 is pgvector's default, 40)", h.EfSearch, MaxK))
+	switch {
+	case h.EfSearch < 0:
+		add("hnsw.ef_search: %d must not be negative (0 means the default, %d)", h.EfSearch, defaultHNSWEfSearch)
+	case h.EfSearch > MaxK:
+		add("hnsw.ef_search: %d must be at most %d (0 means the default, %d)", h.EfSearch, MaxK, defaultHNSWEfSearch)
 	}
 	return errs
 }
 
-// typeErrors checks the vector type against the dimensions, naming the
-// types that hold more.
-func typeErrors(t VectorType, dims, candidates int) []error {
+// TypeErrors checks a vector type against the dimensions and the re-rank
+// candidates, naming the types that hold more dimensions. The
+// configuration and OpenIndex share it.
+func TypeErrors(t VectorType, dims, candidates int) []error {
 	var errs []error
 	if _, err := ParseVectorType(string(t)); err != nil {
 		return append(errs, err)

@@ -165,7 +165,7 @@ func usesHNSW(t *testing.T, pool *pgxpool.Pool, s *sink.Store, index string, vec
 func TestVectorTypesEndToEnd(t *testing.T) {
 	const d, n = 128, 600
 	texts := typedCorpus(n+1, 1)
-	vecs := embedAll(t, d, texts)
+	vecs := denseAll(t, d, texts)
 	for _, typ := range sink.VectorTypes {
 		t.Run(string(typ), func(t *testing.T) {
 			t.Parallel()
