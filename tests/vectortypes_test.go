@@ -17,6 +17,13 @@ import (
 // their words), whose source is a file (the path returned) and whose
 // index_type is vt ("" leaves it unset).
 func newTypedEnv(t *testing.T, vt string, dims int) (*env, string) {
+	e, events, _ := newTypedEnvServer(t, vt, dims)
+	return e, events
+}
+
+// newTypedEnvServer is newTypedEnv with its fake embedding API, whose
+// requests a test can count.
+func newTypedEnvServer(t *testing.T, vt string, dims int) (*env, string, *openaitest.Server) {
 	t.Helper()
 	e := newEnv(t, "")
 	srv := openaitest.New(t, openaitest.Options{Dimensions: dims})
@@ -29,7 +36,7 @@ func newTypedEnv(t *testing.T, vt string, dims int) (*env, string) {
 	editConfig(t, e, "embedder:\n  provider: hashing\n  dimensions: 256\n", fmt.Sprintf(
 		"embedder:\n  provider: openai\n  base_url: %s\n  model: text-embedding-3-large\n  dimensions: %d\n  api_key: sk-test\n  timeout: 10s\n  max_retries: 1\n%s",
 		srv.URL, dims, typ))
-	return e, events
+	return e, events, srv
 }
 
 // listedIndex is one line of index list --json.
@@ -162,13 +169,17 @@ func TestVectorTypesEndToEnd(t *testing.T) {
 // keeps applying changes through it, and rollback switches back.
 func TestReindexAcrossVectorTypes(t *testing.T) {
 	t.Parallel() // own schema, files and fake API
-	e, events := newTypedEnv(t, "", 256)
+	e, events, srv := newTypedEnvServer(t, "", 256)
 	lines := typedDocs()
 	writeLines(t, events, lines...)
 	e.serveOnce()
 	require.Equal(t, "vector", e.indexes()["articles"].Type)
 
+	// The model is the same: the new type's index takes every vector from
+	// the embedding cache, which holds them at full precision.
+	served := len(srv.Served())
 	out, _ := e.run(false, "reindex", "--to", "articles_half", "--index-type", "halfvec")
+	require.Equal(t, served, len(srv.Served()), "a type change embeds nothing")
 	require.Contains(t, out, "(text-embedding-3-large, 256 dimensions, halfvec) started")
 	require.Contains(t, out, "articles_half is caught up")
 	xs := e.indexes()
