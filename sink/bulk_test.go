@@ -172,3 +172,41 @@ func TestBulkFlushesWhileDocumentsArrive(t *testing.T) {
 		require.True(t, found, "document %d was flushed", i)
 	}
 }
+
+// A bulk load ends with the planner's statistics of the chunks and
+// documents tables gathered: without them the planner knows nothing of
+// the rows just loaded and can plan a sort of every chunk instead of the
+// HNSW scan (autovacuum, off on the test server, would analyze them only
+// later).
+func TestBulkFinishAnalyzesTheTables(t *testing.T) {
+	_, b := setup(t)
+	ctx := context.Background()
+	analyzed := func() map[string]bool {
+		rows, err := b.pool.Query(ctx, "SELECT relname, last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL FROM pg_stat_user_tables"+
+			" WHERE schemaname = $1 AND relname IN ('chunks', 'documents')", b.schema)
+		require.NoError(t, err)
+		out := map[string]bool{}
+		for rows.Next() {
+			var name string
+			var done bool
+			require.NoError(t, rows.Scan(&name, &done))
+			out[name] = done
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	bulk, err := openBulk(t, b)
+	require.NoError(t, err)
+	for i := range 50 {
+		_, err = bulk.Upsert(ctx, doc(fmt.Sprint(i), 10, chunks(fmt.Sprintf("x%d", i), fmt.Sprintf("y%d", i))))
+		require.NoError(t, err)
+	}
+	require.NoError(t, bulk.Flush(ctx))
+	require.Equal(t, map[string]bool{"chunks": false, "documents": false}, analyzed(), "not before Finish (else this test shows nothing)")
+	require.NoError(t, bulk.Finish(ctx, sink.BuildOptions{MaintenanceWorkMem: "64MB", ParallelWorkers: 1}))
+	require.Equal(t, map[string]bool{"chunks": true, "documents": true}, analyzed())
+	var tuples float64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"+
+		" WHERE n.nspname = $1 AND c.relname = 'documents'", b.schema).Scan(&tuples))
+	require.EqualValues(t, 50, tuples, "the planner knows how many documents the load wrote")
+}

@@ -291,5 +291,25 @@ func (s *Store) Finish(ctx context.Context, opts BuildOptions) error {
 	// Everything is written: what follows goes document by document, even
 	// if the build fails (serve builds a missing HNSW index at start).
 	s.bulk.Store(nil)
-	return b.build(ctx, opts)
+	if err := b.build(ctx, opts); err != nil {
+		return err
+	}
+	s.analyze(ctx)
+	return nil
+}
+
+// analyze gathers the planner's statistics of the chunks and documents
+// tables after a bulk load. Until then the planner knows nothing of the
+// rows just loaded (autovacuum analyzes them only a while later, or never
+// where it is off), and a search can plan a sort of every chunk of the
+// index instead of its HNSW scan: right answers, at the cost of an exact
+// scan per query, just when a reindex is promoted. ANALYZE reads a sample
+// of fixed size whatever the tables hold and blocks no reader or writer. A
+// failure (a role that does not own the tables) is logged: the load is
+// done, and autovacuum or an administrator's ANALYZE does the same later.
+func (s *Store) analyze(ctx context.Context) {
+	if _, err := s.pool.Exec(ctx, "ANALYZE "+s.tChunks+", "+s.tDocs); err != nil {
+		s.logger.WarnContext(ctx, "bulk load: could not gather the planner's statistics; searches may scan every chunk until autovacuum analyzes the tables (or run ANALYZE on them)",
+			"error", err)
+	}
 }
