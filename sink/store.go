@@ -150,7 +150,6 @@ func (s *Store) checkBuild(x IndexInfo) error {
 		return fmt.Errorf("%w: index %q was built with hnsw.m %d and hnsw.ef_construction %d, config asks for %d and %d: they are fixed when an index is built; build a new index with ragsync reindex --to NAME --index-type %s --hnsw-m %d --hnsw-ef-construction %d, or remove them from hnsw:",
 			ErrIndexMismatch, s.cfg.Index, x.HNSW.M, x.HNSW.EfConstruction, asked.M, asked.EfConstruction, x.Type, asked.M, asked.EfConstruction)
 	}
-	s.hnsw = x.HNSW
 	return nil
 }
 

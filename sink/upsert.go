@@ -696,22 +696,15 @@ func (s *Store) queueGiven(b *pgx.Batch, given []docChunk) {
 	const cols = "doc_id, position, content_hash, vector_hash, text, tokens, embedding, model_version, chunker, source, source_position, committed_at, trace_id"
 	const params = "unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::int[], $8::vector[]," +
 		" $13::text[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[]) AS u(" + cols + ")"
-	sql := "WITH ins AS (INSERT INTO " + s.tChunks + " (index_name, doc_id, position, content_hash, vector_hash, text, tokens, embedding, " + provColumns + ", tsv)" +
-		" SELECT $1, u.*, " + s.tsvOf("u.text", "$9") + " FROM " + params +
-		// The vector column holds exactly the parameter's value: caching
-		// what the insert returns caches the given vector.
-		" RETURNING content_hash, embedding, text, model_version) " +
-		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM ins ORDER BY content_hash", "$12", false)
-	if s.spec().rounded {
-		// The halfvec column holds a rounded copy: the cache takes the
-		// given full-precision vectors from the parameters instead (the
-		// insert runs whether or not its rows are read).
-		sql = "WITH u AS MATERIALIZED (SELECT * FROM " + params + "), ins AS (INSERT INTO " + s.tChunks +
-			" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, " + s.vecColumn() + ", " + provColumns + ", tsv)" +
-			" SELECT $1, u.doc_id, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, " + s.storeVec("u.embedding") +
-			", u.model_version, u.chunker, u.source, u.source_position, u.committed_at, u.trace_id, " + s.tsvOf("u.text", "$9") + " FROM u) " +
-			s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM u ORDER BY content_hash", "$12", false)
-	}
+	// The cache takes the given full-precision vectors from the
+	// parameters, not from what the insert stored: a halfvec index's
+	// column holds a rounded copy. The insert runs whether or not its
+	// rows are read.
+	sql := "WITH u AS MATERIALIZED (SELECT * FROM " + params + "), ins AS (INSERT INTO " + s.tChunks +
+		" (index_name, doc_id, position, content_hash, vector_hash, text, tokens, " + s.vecColumn() + ", " + provColumns + ", tsv)" +
+		" SELECT $1, u.doc_id, u.position, u.content_hash, u.vector_hash, u.text, u.tokens, " + s.storeVec("u.embedding") +
+		", u.model_version, u.chunker, u.source, u.source_position, u.committed_at, u.trace_id, " + s.tsvOf("u.text", "$9") + " FROM u) " +
+		s.cacheInsert("$10", "$11", "SELECT DISTINCT ON (content_hash) content_hash, embedding, text, model_version FROM u ORDER BY content_hash", "$12", false)
 	b.Queue(sql,
 		s.cfg.Index, docs, pos, hashes, vhashes, texts, toks, vecs, !s.cfg.SkipFullText,
 		s.cfg.Model, s.cfg.Dimensions, cacheTouchEvery.Seconds(),

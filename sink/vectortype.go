@@ -41,10 +41,8 @@ type typeSpec struct {
 	maxDims int
 	needs07 bool
 	// column is the chunks column holding the index's vectors, of SQL type
-	// columnType; rounded is whether it holds a rounded copy of the given
-	// vector (the cache is then fed from the given one).
+	// columnType.
 	column, columnType string
-	rounded            bool
 	// store is the stored value of a vector expression; read the full
 	// precision vector of a stored column expression.
 	store, read func(v string) string
@@ -71,7 +69,7 @@ var typeSpecs = map[VectorType]typeSpec{
 		opClass: "vector_cosine_ops", distOp: "<=>",
 	},
 	TypeHalfvec: {
-		maxDims: 4000, needs07: true, column: halfColumn, columnType: "halfvec", rounded: true,
+		maxDims: 4000, needs07: true, column: halfColumn, columnType: "halfvec",
 		store:   func(v string) string { return v + "::halfvec" },
 		read:    func(v string) string { return v + "::vector" },
 		encode:  func(v []float32) any { return pgvector.NewHalfVector(v) },
