@@ -144,7 +144,16 @@ type Config struct {
 	// server with an error naming the fix. Provider openai only. Defaults
 	// to "auto".
 	EncodingFormat string `yaml:"encoding_format"`
+	// Budget shares RequestsPerMinute, TokensPerMinute and a bound on
+	// requests in flight between every process that uses the API key,
+	// through Redis, with priority lanes. Without budget.redis_url the
+	// limits hold per process. Defaults to no shared budget.
+	Budget BudgetConfig `yaml:"budget"`
 
+	// Lane is the budget lane of calls whose context names none (WithLane
+	// wins): serve leaves LaneLive; backfill, reindex and repair set
+	// LaneBackfill. Defaults to LaneLive.
+	Lane Lane `yaml:"-"`
 	// Logger receives the client's warnings (the encoding fallback); the
 	// caller routes it through the redactor. nil discards them.
 	Logger *slog.Logger `yaml:"-"`
@@ -209,6 +218,13 @@ func (c Config) Coalesce() CoalesceConfig {
 	return CoalesceConfig{Linger: c.Linger, MaxInFlight: c.MaxRequestsInFlight,
 		RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute,
 		MaxBatchInputs: c.MaxBatchInputs, MaxBatchTokens: c.MaxBatchTokens}
+}
+
+// BudgetConfig returns c.Budget with its defaults (its Key is derived
+// from BaseURL and APIKey, so it is left out of WithDefaults and of the
+// logged config). Call it on the result of WithDefaults.
+func (c Config) BudgetConfig() BudgetConfig {
+	return c.Budget.withDefaults(c.BaseURL, c.APIKey)
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -339,6 +355,7 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
+	errs = append(errs, c.BudgetConfig().validate()...)
 	return errors.Join(errs...)
 }
 
@@ -360,6 +377,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("linger", c.Linger), slog.Int("max_requests_in_flight", c.MaxRequestsInFlight),
 		slog.String("encoding_format", c.EncodingFormat), slog.String("send_dimensions", c.SendDimensions),
 		slog.Int64("max_response_bytes", c.MaxResponseBytes),
+		slog.String("budget_redis_url", redact.String(c.Budget.RedisURL)), slog.String("budget_key", c.Budget.Key),
+		slog.Int("budget_max_concurrency", c.Budget.MaxConcurrency), slog.String("lane", c.Lane.String()),
 	)
 }
 
@@ -368,6 +387,7 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		c.APIKey = redact.Mask
 	}
+	c.Budget.RedisURL = redact.String(c.Budget.RedisURL)
 	c.Logger, c.Registerer = nil, nil
 	type plain Config // no String method: avoids recursion
 	return fmt.Sprintf("%+v", plain(c))
