@@ -9,6 +9,7 @@ require (
 	github.com/conduitio/conduit-schema-registry v0.2.6
 	github.com/glaslos/ssdeep v0.4.0
 	github.com/go-logr/logr v1.4.4
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/google/go-cmp v0.7.0
 	github.com/hamba/avro/v2 v2.31.0
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1

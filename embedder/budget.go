@@ -153,14 +153,4 @@ func (b BudgetConfig) validate() []error {
 
 // Budget returns a snapshot of the client's provider budget: its mode,
 // the processes sharing it and each lane's counters.
-func (o *OpenAI) Budget() BudgetStatus {
-	mode := BudgetLocal
-	if o.cfg.RequestsPerMinute == 0 && o.cfg.TokensPerMinute == 0 {
-		mode = BudgetNone
-	}
-	st := BudgetStatus{Mode: mode, Members: 1, Lanes: make(map[Lane]LaneStats, len(lanes))}
-	for _, l := range lanes {
-		st.Lanes[l] = LaneStats{}
-	}
-	return st
-}
+func (o *OpenAI) Budget() BudgetStatus { return o.budget.status() }

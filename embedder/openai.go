@@ -30,8 +30,11 @@ type OpenAI struct {
 	transport *http.Transport
 	sendDims  bool
 	// sleep waits between attempts; tests replace it to record the waits.
-	sleep  func(ctx context.Context, d time.Duration) error
-	limits limits
+	sleep func(ctx context.Context, d time.Duration) error
+	// budget admits every attempt (rate limits, the fleet's pause after a
+	// 429, requests in flight), shared with the other processes using the
+	// key when embedder.budget.redis_url is set.
+	budget *budget
 	stats  stats
 	// reported is the model name of the last answer (monitor's
 	// model_version): providers name dated snapshots there.
@@ -94,6 +97,10 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	b, err := newBudget(cfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("embedder config: %w", err)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Per-attempt timeouts come from the request context, so the client
 	// itself has none; a client timeout would also cut Retry-After reads.
@@ -104,7 +111,7 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		transport: tr,
 		sendDims:  cfg.SendsDimensions(),
 		sleep:     sleepCtx,
-		limits:    newLimits(cfg.RequestsPerMinute, cfg.TokensPerMinute),
+		budget:    b,
 		log:       logger,
 	}, nil
 }
@@ -268,18 +275,24 @@ func tooLarge(err error) bool {
 // embedBatch sends one request, retrying transient failures with capped,
 // jittered exponential backoff, or as long as the server asks.
 func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([][]float32, error) {
+	waited := false // the last retry wait was the server's
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// Every attempt, retries included, passes the client-side limits.
-		waited, err := o.limits.wait(ctx, tokens)
-		o.stats.limitWait.Add(int64(waited))
+		// Every attempt, retries included, passes the budget: the rate
+		// limits (the fleet's with a shared budget), the pause after a
+		// provider's 429 and the bound on requests in flight.
+		lane := laneOr(ctx, o.cfg.Lane)
+		release, budgetWait, err := o.budget.admit(ctx, lane, tokens, waited)
+		o.stats.limitWait.Add(int64(budgetWait))
 		if err != nil {
-			return nil, fmt.Errorf("wait for embedder rate limits: %w", err)
+			return nil, fmt.Errorf("wait for the embedder's budget: %w", err)
 		}
 		sent := time.Now()
 		vecs, hdr, err := o.attempt(ctx, batch)
+		release()
+		o.providerSignals(ctx, lane, hdr, err)
 		if err == nil {
 			reportServiceTime(ctx, time.Since(sent))
 			return vecs, nil
@@ -300,10 +313,11 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		if attempt >= o.cfg.MaxRetries {
 			return nil, fmt.Errorf("%d attempts: %w", attempt+1, err)
 		}
-		wait, ok := serverWait(hdr, time.Now())
+		wait, ok := serverWait(hdr, replyTime(hdr))
 		if !ok {
 			wait = backoff(attempt)
 		}
+		waited = ok
 		o.stats.retries.Add(1)
 		o.stats.retryWait.Add(int64(wait))
 		if serr := o.sleep(ctx, wait); serr != nil {

@@ -58,3 +58,26 @@ func (l limits) wait(ctx context.Context, n int) (time.Duration, error) {
 	}
 	return time.Since(start), nil
 }
+
+// waitAll is wait for a request larger than the token burst too: it
+// takes the tokens in installments of at most the burst, so the request is
+// never refused and never counted short (a degraded process's share of
+// the burst may be smaller than a request).
+func (l limits) waitAll(ctx context.Context, n int) error {
+	if l.requests != nil {
+		if err := l.requests.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if l.tokens == nil {
+		return nil
+	}
+	for n = max(n, 1); n > 0; {
+		piece := min(n, l.tokens.Burst())
+		if err := l.tokens.WaitN(ctx, piece); err != nil {
+			return err
+		}
+		n -= piece
+	}
+	return nil
+}

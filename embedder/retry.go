@@ -72,3 +72,35 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// replyTime is the reply's own Date header, else the local clock: an
+// HTTP-date Retry-After is then read against the server's clock, so a
+// skewed local clock neither drops nor stretches the wait.
+func replyTime(h http.Header) time.Time {
+	if h != nil {
+		if t, err := http.ParseTime(h.Get("Date")); err == nil {
+			return t
+		}
+	}
+	return time.Now()
+}
+
+// spentWait reads a reply that says a limit is spent: its
+// x-ratelimit-remaining-requests or -tokens is 0, until the matching
+// x-ratelimit-reset-* (the later when both are spent).
+func spentWait(h http.Header) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	var wait time.Duration
+	found := false
+	for _, k := range []string{"Requests", "Tokens"} {
+		if h.Get("X-Ratelimit-Remaining-"+k) != "0" {
+			continue
+		}
+		if d, err := time.ParseDuration(h.Get("X-Ratelimit-Reset-" + k)); err == nil {
+			wait, found = max(wait, min(max(d, 0), maxServerWait)), true
+		}
+	}
+	return wait, found
+}
