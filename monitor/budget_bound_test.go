@@ -1,6 +1,7 @@
 package monitor_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"sync"
@@ -102,6 +103,18 @@ func TestBudgetBoundCapsTheRecommendation(t *testing.T) {
 				require.True(t, lag.Signal.Exceeded)
 			}
 			require.InDelta(t, float64(st.Lag.Recommended), gauge(t, reg, "ragsync_monitor_recommended_replicas"), 0)
+
+			// What `ragsync monitor` prints.
+			var out bytes.Buffer
+			require.NoError(t, st.Write(&out, false))
+			require.Contains(t, out.String(), "provider budget (shared, 3 members): live lane waited")
+			if tc.bound {
+				require.Contains(t, out.String(), "BOUND by requests_per_minute: raise the provider's")
+				require.Contains(t, out.String(), "recommended replicas: 3, not the")
+			} else {
+				require.NotContains(t, out.String(), "BOUND")
+				require.NotContains(t, out.String(), "recommended replicas:")
+			}
 		})
 	}
 }

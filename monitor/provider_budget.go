@@ -147,3 +147,16 @@ func capReplicas(ls *LagStatus, st BudgetStatus) {
 	ls.Recommended = ls.Replicas
 	ls.CappedBy = "budget: bound by " + st.Binds + "; more replicas share the same provider budget"
 }
+
+// String is the one line the monitor command prints, e.g. "provider
+// budget (shared, 4 members): live lane waited 0.52 s/s, 0 throttled;
+// requests 98% of the limit, tokens 12%; BOUND by requests_per_minute:
+// raise …".
+func (st BudgetStatus) String() string {
+	s := fmt.Sprintf("provider budget (%s, %d members): live lane waited %.2f s/s, %d throttled; requests %.0f%% of the limit, tokens %.0f%%",
+		st.Mode, st.Members, st.LiveWaitShare, st.LiveThrottled, 100*st.RequestsUse, 100*st.TokensUse)
+	if st.Bound {
+		s += "; BOUND by " + st.Binds + ": " + st.Fix
+	}
+	return s
+}

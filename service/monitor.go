@@ -78,7 +78,10 @@ func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.L
 	if reg != nil {
 		deps.Gatherer = reg
 	}
-	if ix.budget != nil {
+	if ix.budget != nil && publish {
+		// serve's monitor: its embedder is the one doing the work. A
+		// monitor command's own client sends next to nothing, so its
+		// budget would say nothing of the fleet.
 		deps.Budget = ix.budget
 	}
 	if publish {
