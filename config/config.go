@@ -680,6 +680,11 @@ func (c Config) ChunkerConfig() chunker.Config {
 
 func (c Config) EmbedderConfig() embedder.Config {
 	e := c.Embedder
+	if e.Budget.RedisURL == "" {
+		// The Redis the deployment already runs holds the provider
+		// budget too, so replicas share their key's limits unasked.
+		e.Budget.RedisURL = c.FrontDoor.RedisURL
+	}
 	if e.Provider == embedder.ProviderHashing {
 		e.Model = "" // the offline embedder has one model; warnings() says so
 	}

@@ -54,6 +54,10 @@ type CoalesceConfig struct {
 	// get their vectors regardless (their own write caches them too), and
 	// the failure is counted in CoalesceStats.KeepFailures.
 	Keep func(ctx context.Context, texts []string, vecs [][]float32) error
+	// Lane is the budget lane of calls whose context names none, as the
+	// wrapped client's Config.Lane: a shared request goes in the highest
+	// lane among the calls it carries. Defaults to LaneLive.
+	Lane Lane
 }
 
 func (c CoalesceConfig) withDefaults() CoalesceConfig {
@@ -408,6 +412,17 @@ func (co *Coalescer) fits() (int, bool) {
 	return len(co.queue), inputs >= co.cfg.MaxBatchInputs
 }
 
+// lane is the highest lane among the parts' (the budget admits a shared
+// request for its most urgent caller: a live change that shares a request
+// with backfill texts does not wait in the backfill lane).
+func (co *Coalescer) lane(batch []*part) Lane {
+	best := LaneBackfill
+	for _, p := range batch {
+		best = min(best, laneOr(p.ctx, co.cfg.Lane))
+	}
+	return best
+}
+
 // send embeds the parts in one request and hands each its vectors or the
 // error (see Coalescer on which errors are narrowed to their input). A text
 // that several parts carry (a paragraph many documents share: a footer, a
@@ -437,6 +452,7 @@ func (co *Coalescer) send(batch []*part) {
 	// caller's context still lends its values (trace ids).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
+	ctx = WithLane(ctx, co.lane(batch))
 	var live atomic.Int64
 	live.Store(int64(len(batch)))
 	for _, p := range batch {

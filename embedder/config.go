@@ -217,7 +217,7 @@ func (c Config) responseCap(n int) int64 {
 func (c Config) Coalesce() CoalesceConfig {
 	return CoalesceConfig{Linger: c.Linger, MaxInFlight: c.MaxRequestsInFlight,
 		RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute,
-		MaxBatchInputs: c.MaxBatchInputs, MaxBatchTokens: c.MaxBatchTokens}
+		MaxBatchInputs: c.MaxBatchInputs, MaxBatchTokens: c.MaxBatchTokens, Lane: c.Lane}
 }
 
 // BudgetConfig returns c.Budget with its defaults (its Key is derived

@@ -6,7 +6,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // ragsync_embedder_requests_total, ragsync_embedder_retries_total,
 // ragsync_embedder_inputs_truncated_total (a warning: the tail of those
 // inputs is not searchable), ragsync_embedder_batch_splits_total and
-// ragsync_embedder_rate_limit_wait_seconds_total.
+// ragsync_embedder_rate_limit_wait_seconds_total, and the provider
+// budget's: ragsync_embedder_budget_requests_total{lane},
+// ragsync_embedder_budget_tokens_total{lane},
+// ragsync_embedder_budget_wait_seconds_total{lane},
+// ragsync_embedder_throttled_total{lane} (429s),
+// ragsync_embedder_budget_members and ragsync_embedder_budget_shared.
 func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
@@ -23,6 +28,44 @@ func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 		counter("ragsync_embedder_rate_limit_wait_seconds_total", "Time spent waiting for the client-side requests/tokens per minute limits.",
 			func() float64 { return float64(o.stats.limitWait.Load()) / 1e9 }),
 	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return registerBudgetMetrics(reg, o.budget)
+}
+
+// registerBudgetMetrics exposes the budget's counters by lane, and whether
+// it is shared and by how many processes.
+func registerBudgetMetrics(reg prometheus.Registerer, b *budget) error {
+	var cs []prometheus.Collector
+	for _, l := range lanes {
+		c := &b.counters[l]
+		labels := prometheus.Labels{"lane": l.String()}
+		counter := func(name, help string, f func() float64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
+		}
+		cs = append(cs,
+			counter("ragsync_embedder_budget_requests_total", "Requests the provider budget admitted, retries included, by lane.",
+				func() float64 { return float64(c.requests.Load()) }),
+			counter("ragsync_embedder_budget_tokens_total", "Tokens the provider budget admitted, by lane.",
+				func() float64 { return float64(c.tokens.Load()) }),
+			counter("ragsync_embedder_budget_wait_seconds_total", "Time requests waited for the provider budget (rate limits, the fleet's pause after a 429, requests in flight), by lane.",
+				func() float64 { return float64(c.wait.Load()) / 1e9 }),
+			counter("ragsync_embedder_throttled_total", "Requests the provider answered with 429, by lane.",
+				func() float64 { return float64(c.throttled.Load()) }))
+	}
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ragsync_embedder_budget_members", Help: "Processes last seen sharing the provider key's budget (1 without Redis)."},
+			func() float64 { return float64(max(b.members.Load(), 1)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ragsync_embedder_budget_shared", Help: "1 while the provider key's limits are shared through Redis, 0 when per process (no Redis configured, or Redis unreachable)."},
+			func() float64 {
+				if b.mode() == BudgetShared {
+					return 1
+				}
+				return 0
+			}))
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

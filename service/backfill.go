@@ -90,6 +90,8 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 	}
 	// The index and the shadows record the settings the rows are cut with.
 	cfg.Index.Chunker = cfg.Pipeline.fingerprint()
+	// A backfill draws the provider budget after serve's live changes.
+	cfg.Index.Embedder.Lane = embedder.LaneBackfill
 	open := func() (*Index, error) { return Open(ctx, cfg.Index, mode, logger, nil) }
 	if cfg.DryRun {
 		open = func() (*Index, error) { return openDryRun(ctx, cfg.Index, logger) }

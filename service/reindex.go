@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragsync/ragsync/backfill"
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/migrations"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -76,6 +77,8 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 		report = func(ReindexStep) {}
 	}
 	logger, family, to := cfg.Logger, cfg.Family, cfg.Target.Index
+	// A reindex draws the provider budget after serve's live changes.
+	cfg.Target.Embedder.Lane = embedder.LaneBackfill
 	if err := cfg.Target.Embedder.Validate(); err != nil {
 		return fmt.Errorf("embedder config: %w", err) // before connecting
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/service"
 )
@@ -41,6 +42,8 @@ Example:
 				return err
 			}
 			logger := newLogger(cmd.ErrOrStderr(), LogConfig{Level: "warn"}, false)
+			// A repair draws the provider budget after serve's live changes.
+			cfg.Embedder.Lane = embedder.LaneBackfill
 			// A dry run only reads: it migrates, registers and deletes nothing.
 			open := func() (*service.Index, error) { return openIndex(cmd.Context(), cfg, logger, nil) }
 			if dryRun {
