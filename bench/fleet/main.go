@@ -9,9 +9,9 @@
 //
 // The run, in order:
 //
-//  1. live only: Debezium changes at -live-rate (default: one change per
-//     request at half of -rpm, so the live lane uses at most half the
-//     budget) for -window after -warm; serve's
+//  1. live only: Debezium changes at -live-rate (default: half the
+//     budget, each change being one chunk, so at most one request and its
+//     tokens) for -window after -warm; serve's
 //     ragsync_pipeline_freshness_seconds, summed over the replicas, gives
 //     the live freshness p99 (source commit → chunk rows with vectors
 //     committed);
@@ -46,6 +46,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/ragsync/ragsync/bench/internal/backlog"
+	"github.com/ragsync/ragsync/chunker"
 )
 
 type options struct {
@@ -75,7 +78,7 @@ func main() {
 	flag.DurationVar(&o.warm, "warm", 10*time.Second, "settling time before each window")
 	flag.IntVar(&o.replicas, "replicas", 4, "serve replicas in the consumer group")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the topic")
-	flag.Float64Var(&o.liveRate, "live-rate", 0, "live changes per second (0: rpm/120, one request each at most: half the budget)")
+	flag.Float64Var(&o.liveRate, "live-rate", 0, "live changes per second (0: half the budget, each change one request of one chunk at most)")
 	flag.IntVar(&o.liveDocs, "live-docs", 2000, "distinct live documents the changes cycle over")
 	flag.IntVar(&o.batch, "batch", 16, "embedder.max_batch_inputs")
 	flag.IntVar(&o.backfillRows, "backfill-rows", 0, "rows the backfill reads (0: enough to outlast the live + backfill window)")
@@ -83,14 +86,25 @@ func main() {
 	flag.BoolVar(&o.control, "control", true, "also run the control: no shared budget, each process with the full limits")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "how long the drain may take before the run fails")
 	flag.Parse()
+	// Every change and row is one chunk of about this many tokens.
+	perChunk := float64(chunker.CountTokens("# Backlog 1000\n\n" + backlog.Para(1)))
 	if o.liveRate == 0 {
+		// Half the budget: one request a change, and its tokens.
 		o.liveRate = float64(o.rpm) / 120
+		if o.tpm > 0 {
+			o.liveRate = min(o.liveRate, float64(o.tpm)/120/perChunk)
+		}
 	}
 	if o.backfillRows == 0 {
-		// The rest of the budget for the warm-up and the window, in full
-		// batches, and a third more so that it is still running at the
-		// window's end.
-		o.backfillRows = int(float64(o.rpm) / 2 / 60 * (o.warm + o.window).Seconds() * float64(o.batch) * 4 / 3)
+		// The other half of the budget for the warm-up and the window, in
+		// full batches, and a third more so that it is still running at
+		// the window's end.
+		secs := (o.warm + o.window).Seconds() * 4 / 3
+		rows := float64(o.rpm) / 2 / 60 * secs * float64(o.batch)
+		if o.tpm > 0 {
+			rows = min(rows, float64(o.tpm)/2/60*secs/perChunk)
+		}
+		o.backfillRows = int(rows)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

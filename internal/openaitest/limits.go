@@ -16,8 +16,12 @@ import (
 // does: one token bucket for requests and one for tokens, each refilled
 // continuously at its per-minute rate and holding at most Quantum's worth
 // of it. A request that finds either bucket short is refused with a 429
-// and takes nothing from either. Every answer carries the x-ratelimit-*
-// headers. The zero value enforces nothing.
+// and takes nothing from either. A request of more tokens than the bucket
+// holds (but no more than a minute's limit) goes once the bucket is full
+// and leaves it owing the rest, so the rate holds over time; one of more
+// than the minute's limit is refused for good ("Request too large"), as
+// OpenAI refuses it. Every answer carries the x-ratelimit-* headers. The
+// zero value enforces nothing.
 type Limits struct {
 	// RequestsPerMinute is the key's request limit; 0 is unlimited.
 	RequestsPerMinute int
@@ -70,8 +74,9 @@ func (s *Server) Throttled() int64 {
 type bucket struct {
 	rate  float64 // per second
 	cap   float64
-	level float64
+	level float64 // below 0 while it owes for a request larger than cap
 	at    time.Time
+	limit float64 // the minute's limit: no request may be larger
 }
 
 func newBucket(perMinute int, quantum time.Duration, now time.Time) *bucket {
@@ -80,7 +85,7 @@ func newBucket(perMinute int, quantum time.Duration, now time.Time) *bucket {
 	}
 	rate := float64(perMinute) / 60
 	c := rate * quantum.Seconds()
-	return &bucket{rate: rate, cap: c, level: c, at: now}
+	return &bucket{rate: rate, cap: c, level: c, at: now, limit: float64(perMinute)}
 }
 
 func (b *bucket) refill(now time.Time) {
@@ -90,16 +95,18 @@ func (b *bucket) refill(now time.Time) {
 	}
 }
 
-// wait is how long until the bucket holds n; it is infinite when n is
-// more than the bucket can ever hold.
+// wait is how long until n may be taken: until the bucket holds n, or
+// is full for n larger than it holds; infinite for n larger than the
+// minute's limit.
 func (b *bucket) wait(n float64) time.Duration {
-	if n <= b.level {
-		return 0
-	}
-	if n > b.cap {
+	if n > b.limit {
 		return time.Duration(math.MaxInt64)
 	}
-	return time.Duration((n - b.level) / b.rate * float64(time.Second))
+	need := min(n, b.cap)
+	if need <= b.level {
+		return 0
+	}
+	return time.Duration((need - b.level) / b.rate * float64(time.Second))
 }
 
 // reset is how long until the bucket is full again, as OpenAI's

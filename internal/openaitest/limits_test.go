@@ -98,8 +98,9 @@ func TestLimitsRefuseBeyondTheRequestLimit(t *testing.T) {
 
 // TestLimitsRefuseBeyondTheTokenLimit: tokens are counted as usage is
 // (cl100k_base), a request that finds too few tokens is refused naming
-// tokens, and one larger than the bucket can ever hold is refused without
-// a time to retry (no wait would let it through).
+// tokens, one larger than the bucket waits for a full bucket, and one
+// larger than the minute's limit is refused without a time to retry (no
+// wait would let it through).
 func TestLimitsRefuseBeyondTheTokenLimit(t *testing.T) {
 	t.Parallel()
 	s := openaitest.New(t, openaitest.Options{Limits: openaitest.Limits{RequestsPerMinute: 6000, TokensPerMinute: 60, Quantum: 10 * time.Second}})
@@ -122,14 +123,21 @@ func TestLimitsRefuseBeyondTheTokenLimit(t *testing.T) {
 	a = post(t, s, "a b") // 2 tokens: the refused request took nothing
 	require.Equal(t, http.StatusOK, a.status)
 
+	// 20 tokens, more than the bucket's 10: it waits for a full bucket,
+	// 10s from empty.
 	a = post(t, s, strings.Repeat("a ", 20))
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+	require.Contains(t, a.msg, "Rate limit reached")
+	require.Contains(t, []string{"10", "11"}, a.header.Get("Retry-After"))
+
+	a = post(t, s, strings.Repeat("a ", 61))
 	require.Equal(t, http.StatusTooManyRequests, a.status)
 	require.Contains(t, a.msg, "Request too large")
 	require.Empty(t, a.header.Get("Retry-After"))
 
 	adm := s.Admissions()
-	require.Len(t, adm, 4)
-	require.Equal(t, []bool{false, true, false, true}, []bool{adm[0].Throttled, adm[1].Throttled, adm[2].Throttled, adm[3].Throttled})
+	require.Len(t, adm, 5)
+	require.Equal(t, []bool{false, true, false, true, true}, []bool{adm[0].Throttled, adm[1].Throttled, adm[2].Throttled, adm[3].Throttled, adm[4].Throttled})
 	require.Equal(t, "tokens", adm[1].Binding)
 	require.Equal(t, 8, adm[0].Tokens)
 	require.Equal(t, int64(10), s.Tokens.Load(), "served tokens: 8 + 2")
@@ -187,4 +195,24 @@ func TestNoLimitsNoHeaders(t *testing.T) {
 	}
 	require.Empty(t, s.Admissions())
 	require.Zero(t, s.Throttled())
+}
+
+// TestLimitsLargerThanTheBucket: with a bucket smaller than a request (a
+// minute's limit enforced over a short quantum), the request goes once
+// the bucket is full and leaves it owing the rest, so the next waits
+// until that is paid back: the rate holds, and no request within the
+// minute's limit is refused for ever.
+func TestLimitsLargerThanTheBucket(t *testing.T) {
+	t.Parallel()
+	// 600 tokens a minute over 100ms: a bucket of 1 token, 10 a second.
+	s := openaitest.New(t, openaitest.Options{Limits: openaitest.Limits{TokensPerMinute: 600, Quantum: 100 * time.Millisecond}})
+	a := post(t, s, strings.TrimSpace(strings.Repeat("a ", 5))) // 5 tokens
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, 0, headerInt(t, a.header, "x-ratelimit-remaining-tokens"))
+	require.InDelta(t, 0.5, headerDuration(t, a.header, "x-ratelimit-reset-tokens").Seconds(), 0.1, "full again once the 4 owed and the 1 are back")
+	a = post(t, s, "a")
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+	ms := headerInt(t, a.header, "retry-after-ms")
+	require.Greater(t, ms, 300, "the 4 tokens owed come back first")
+	require.LessOrEqual(t, ms, 500)
 }
