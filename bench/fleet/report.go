@@ -30,6 +30,9 @@ func report(o options, r results) {
 	fmt.Printf("| index vs a fresh load of the final state: documents, chunks | %d / %d vs %d / %d | equal |\n", c.documents, c.chunks, c.freshDocuments, c.freshChunks)
 	fmt.Printf("| documents, chunks, vectors differing; chunks doubled | %d, %d, %d; %d | 0 |\n", c.docsDiffer, c.chunksDiffer, c.vectorsDiffer, c.doubled)
 	fmt.Printf("| live lane's requests without backfill ÷ R | %.3f | ≤ 0.5 (the live rate uses half the budget) |\n", r.live.perMinute()/R)
+	if o.tpm > 0 {
+		fmt.Printf("| live lane's tokens without backfill ÷ T | %.3f | ≤ 0.5 |\n", r.live.tokensPerMinute()/T)
+	}
 	fmt.Printf("| live freshness p99 without backfill | %.3fs (%.0f changes) | |\n", r.p99Live, r.nLive)
 	fmt.Printf("| live freshness p99 with backfill | %.3fs (%.0f changes) | |\n", r.p99Mix, r.nMix)
 	ratio := math.NaN()
