@@ -100,3 +100,13 @@ func TestCapReplicas(t *testing.T) {
 	require.Equal(t, 2, ls.Recommended, "a recommendation to shrink stands")
 	require.Empty(t, ls.CappedBy)
 }
+
+// TestBudgetBoundShareConfig: the default applies when unset, and a
+// negative share is refused by its YAML path.
+func TestBudgetBoundShareConfig(t *testing.T) {
+	require.InDelta(t, DefaultBudgetBoundShare, Config{}.WithDefaults().BudgetBoundShare, 0)
+	require.InDelta(t, 0.5, Config{BudgetBoundShare: 0.5}.WithDefaults().BudgetBoundShare, 0)
+	err := Config{BudgetBoundShare: -1}.WithDefaults().Validate()
+	require.ErrorContains(t, err, "monitor.budget_bound_share: -1 must be > 0")
+	require.NoError(t, Config{}.WithDefaults().Validate())
+}
