@@ -1,13 +1,18 @@
 package service
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ragsync/ragsync/embedder"
+	"github.com/ragsync/ragsync/internal/openaitest"
+	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/sink"
 )
 
 // TestProviderBudgetForTheMonitor: the monitor judges the live lane's
@@ -24,5 +29,41 @@ func TestProviderBudgetForTheMonitor(t *testing.T) {
 		All:  monitor.BudgetLane{Requests: 15, Tokens: 150, Wait: time.Minute + time.Second, Throttled: 3}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("providerBudget (-want +got):\n%s", d)
+	}
+}
+
+// TestServesMonitorReadsTheBudget: the index's remote embedder hands its
+// budget to serve's monitor (which then reports it from its second check,
+// the first window's end), and not to a monitor command's, whose own
+// client says nothing of the fleet.
+func TestServesMonitorReadsTheBudget(t *testing.T) {
+	ctx := t.Context()
+	srv := openaitest.New(t, openaitest.Options{})
+	_, schema := pgtest.Schema(t)
+	logger := slog.New(slog.DiscardHandler)
+	ix, err := Open(ctx, IndexConfig{URL: pgtest.URL(), Schema: schema, Index: "docs",
+		Embedder: embedder.Config{Provider: "openai", BaseURL: srv.URL, Model: "m", Dimensions: 16, RequestsPerMinute: 600}.WithDefaults()},
+		sink.Write, logger, nil)
+	require.NoError(t, err)
+	t.Cleanup(ix.Close)
+	t.Cleanup(ix.Emb.(*embedder.OpenAI).Close)
+	require.NotNil(t, ix.budget, "a remote embedder has a budget")
+
+	for _, publish := range []bool{true, false} {
+		w, err := newMonitor(ctx, MonitorConfig{Config: monitor.Config{SampleSize: -1}}, ix, nil, nil, nil, nil, logger, publish)
+		require.NoError(t, err)
+		t.Cleanup(w.Close)
+		var st monitor.Status
+		for range 2 {
+			st, err = w.m.Check(ctx, monitor.CheckOptions{NoSave: true})
+			require.NoError(t, err)
+		}
+		if !publish {
+			require.Nil(t, st.Budget, "a monitor command does not judge the fleet by its own client")
+			continue
+		}
+		require.NotNil(t, st.Budget)
+		require.Equal(t, embedder.BudgetLocal, st.Budget.Mode)
+		require.False(t, st.Budget.Bound)
 	}
 }
