@@ -164,3 +164,48 @@ func TestBudgetModes(t *testing.T) {
 	require.Zero(t, st.Lanes[embedder.LaneLive].Requests)
 	require.True(t, strings.Contains(embedder.LaneBackfill.String(), "backfill"))
 }
+
+// TestBudgetBoundsRequestsInFlight: two clients on one budget with
+// max_concurrency 3 never have more than 3 requests at the provider
+// together, and a backfill client no more than its share (0.25 × 4 → 1).
+func TestBudgetBoundsRequestsInFlight(t *testing.T) {
+	redisURL, prefix := budgetKeys(t)
+	srv := openaitest.New(t, openaitest.Options{})
+	var mu sync.Mutex
+	var busy, most int
+	srv.SetHook(func(openaitest.Request) *openaitest.Fault {
+		mu.Lock()
+		busy++
+		most = max(most, busy)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		busy--
+		mu.Unlock()
+		return nil
+	})
+	client := func(conc int, lane embedder.Lane) *embedder.OpenAI {
+		c, err := embedder.NewOpenAI(embedder.Config{Provider: "openai", BaseURL: srv.URL, Model: "text-embedding-3-small", Dimensions: 16,
+			Timeout: 5 * time.Second, Lane: lane, Budget: embedder.BudgetConfig{RedisURL: redisURL, Prefix: prefix, Key: "k", MaxConcurrency: conc}})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return c
+	}
+	run := func(cs ...*embedder.OpenAI) {
+		var g errgroup.Group
+		for _, c := range cs {
+			for i := range 6 {
+				g.Go(func() error {
+					_, err := c.Embed(t.Context(), []string{"text " + strings.Repeat("x", i)})
+					return err
+				})
+			}
+		}
+		require.NoError(t, g.Wait())
+	}
+	run(client(3, embedder.LaneLive), client(3, embedder.LaneLive))
+	require.Equal(t, 3, most, "requests in flight at the provider")
+	most = 0
+	run(client(4, embedder.LaneBackfill))
+	require.Equal(t, 1, most, "backfill requests in flight at the provider")
+}
