@@ -369,4 +369,3 @@ func TestBudgetSkewedClocks(t *testing.T) {
 	used := float64(len(at)) / (rpm * span(at).Seconds() / 60)
 	require.GreaterOrEqual(t, used, 0.9)
 }
-

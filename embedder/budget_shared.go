@@ -43,8 +43,8 @@ type shared struct {
 	limiter *redis_rate.Limiter
 	// Keys, all under Prefix:Key.
 	reqKey, tokKey, pauseKey, membersKey, slotsKey string
-	laneSlots                                       [len(lanes)]string
-	id                                              string // this process's member and lease id
+	laneSlots                                      [len(lanes)]string
+	id                                             string // this process's member and lease id
 }
 
 func newShared(cfg BudgetConfig) (*shared, error) {
