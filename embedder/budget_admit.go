@@ -377,7 +377,14 @@ func (b *budget) useSharedNoProbe() bool {
 	return !b.degraded
 }
 
+// status is a snapshot of the budget. Reading it (the monitor does every
+// few seconds in serve) also keeps an idle process among the members.
 func (b *budget) status() BudgetStatus {
+	if b.useSharedNoProbe() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+		_ = b.beat(ctx) // a failure shows at the next admission, which degrades
+		cancel()
+	}
 	st := BudgetStatus{Mode: b.mode(), Members: int(max(b.members.Load(), 1)), Lanes: make(map[Lane]LaneStats, len(lanes))}
 	for _, l := range lanes {
 		c := &b.counters[l]
