@@ -185,3 +185,21 @@ func TestChunkerRefineTargetTokens(t *testing.T) {
 	cfg.Chunker.RefineTargetTokens = 600
 	require.ErrorContains(t, cfg.Validate(false), "chunker.refine_target_tokens: must be below target_tokens (512)")
 }
+
+// The provider budget lives in the front door's Redis unless
+// embedder.budget.redis_url names another, and its errors carry their
+// path through the whole config's validation.
+func TestEmbedderBudgetDefaultsToTheFrontDoorsRedis(t *testing.T) {
+	cfg := config.Default()
+	require.Empty(t, cfg.EmbedderConfig().Budget.RedisURL, "no Redis configured: per-process limits")
+	cfg.FrontDoor.RedisURL = "redis://:pw@redis:6379/1"
+	require.Equal(t, "redis://:pw@redis:6379/1", cfg.EmbedderConfig().Budget.RedisURL)
+	require.Contains(t, cfg.Secrets(), "pw")
+	cfg.Embedder.Budget.RedisURL = "redis://budget:6379/0"
+	require.Equal(t, "redis://budget:6379/0", cfg.EmbedderConfig().Budget.RedisURL, "an explicit budget Redis wins")
+	cfg.Embedder.Budget.MaxConcurrency = -2
+	cfg.Embedder.Budget.Shares.Backfill = 2
+	err := cfg.Validate(false)
+	require.ErrorContains(t, err, "embedder.budget.max_concurrency: must be >= 0")
+	require.ErrorContains(t, err, "embedder.budget.shares.backfill: must be in (0, 1]")
+}

@@ -214,6 +214,7 @@ func (b *budget) admitShared(ctx context.Context, lane Lane, tokens int, waited 
 		return nil, err
 	}
 	release := func() {}
+	refreshLease := func() error { return nil }
 	for !waited {
 		left, err := b.sh.pauseLeft(ctx)
 		if err != nil {
@@ -244,6 +245,7 @@ func (b *budget) admitShared(ctx context.Context, lane Lane, tokens int, waited 
 			}
 		}
 		release = func() { _ = b.sh.release(ctx, lane, lease) }
+		refreshLease = func() error { return b.sh.refresh(ctx, lane, lease, b.lease) }
 	}
 	fail := func(err error) (func(), error) {
 		release()
@@ -260,6 +262,9 @@ func (b *budget) admitShared(ctx context.Context, lane Lane, tokens int, waited 
 		if err := b.take(ctx, b.sh.tokKey, b.tpm, burst, max(tokens, 1)); err != nil {
 			return fail(err)
 		}
+	}
+	if err := refreshLease(); err != nil {
+		return fail(err)
 	}
 	return release, nil
 }
@@ -372,7 +377,14 @@ func (b *budget) useSharedNoProbe() bool {
 	return !b.degraded
 }
 
+// status is a snapshot of the budget. Reading it (the monitor does every
+// few seconds in serve) also keeps an idle process among the members.
 func (b *budget) status() BudgetStatus {
+	if b.useSharedNoProbe() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+		_ = b.beat(ctx) // a failure shows at the next admission, which degrades
+		cancel()
+	}
 	st := BudgetStatus{Mode: b.mode(), Members: int(max(b.members.Load(), 1)), Lanes: make(map[Lane]LaneStats, len(lanes))}
 	for _, l := range lanes {
 		c := &b.counters[l]

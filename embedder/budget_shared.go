@@ -43,8 +43,8 @@ type shared struct {
 	limiter *redis_rate.Limiter
 	// Keys, all under Prefix:Key.
 	reqKey, tokKey, pauseKey, membersKey, slotsKey string
-	laneSlots                                       [len(lanes)]string
-	id                                              string // this process's member and lease id
+	laneSlots                                      [len(lanes)]string
+	id                                             string // this process's member and lease id
 }
 
 func newShared(cfg BudgetConfig) (*shared, error) {
@@ -157,6 +157,23 @@ func (s *shared) acquire(ctx context.Context, lane Lane, lease string, total, la
 	defer cancel()
 	n, err := acquire.Run(ctx, s.rdb, []string{s.slotsKey, s.laneSlots[lane]}, lease, total, laneMax, d.Milliseconds()).Int()
 	return n == 1, err
+}
+
+// refresh restarts lease ARGV[1]'s time (ARGV[2] ms from Redis's now),
+// once its request has waited out the rate limits, so the lease covers the
+// request itself however long the wait was.
+var refresh = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("ZADD", KEYS[1], "XX", now + tonumber(ARGV[2]), ARGV[1])
+redis.call("ZADD", KEYS[2], "XX", now + tonumber(ARGV[2]), ARGV[1])
+return 1
+`)
+
+func (s *shared) refresh(ctx context.Context, lane Lane, lease string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	return refresh.Run(ctx, s.rdb, []string{s.slotsKey, s.laneSlots[lane]}, lease, d.Milliseconds()).Err()
 }
 
 func (s *shared) release(ctx context.Context, lane Lane, lease string) error {
