@@ -12,7 +12,7 @@ BIN         := bin/ragsync
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 PKGS        := ./...
 
-.PHONY: bench-read-your-writes bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh bench-sizing
+.PHONY: bench-fleet bench-read-your-writes bench-avro base-bin bench-freshness-curve compose-config compose-smoke help build test test-short demo bench bench-go bench-frontdoor bench-incremental bench-backlog bench-throughput bench-pgcost lint services clean bench-bulk bench-pgsource bench-pgsource-memory bench-monitor bench-largedoc bench-shadow bench-freshness bench-reusefresh bench-sizing
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,17 @@ demo: services build ## offline end-to-end demo: kfake -> ragsync -> pgvector, t
 	$(GO) build -o bin/demo ./examples/demo
 	bin/demo --ragsync $(BIN)
 
-bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-avro bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-read-your-writes bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, reading one's own writes, freshness with reuse repayment, per-package Go benchmarks
+bench: services bench-incremental bench-reusefresh bench-frontdoor bench-backlog bench-avro bench-largedoc bench-throughput bench-bulk bench-shadow bench-pgsource bench-pgsource-memory bench-monitor bench-freshness bench-freshness-curve bench-read-your-writes bench-fleet bench-go ## every benchmark: incremental embedding, front door, backlog memory bound, large documents, write throughput, bulk load, dual-write cost, slot vs Kafka, Postgres-source memory, monitor cost, freshness, the max-rate curve, reading one's own writes, freshness with reuse repayment, a fleet sharing one provider budget, per-package Go benchmarks
+
+# Four `serve` replicas in one consumer group (8 partitions, kfake) and a
+# `backfill` share one provider budget in Redis against a fake that enforces
+# R requests/min (and T tokens/min) per second, as OpenAI may: the accepted
+# rate ÷ R, 429s ÷ requests, the index against a fresh load of the final
+# state, the live freshness p99 with the backfill ÷ without, and a control
+# without the shared budget. About 4 minutes.
+BENCH_FLEET_FLAGS ?= -rpm 600 -quantum 1s -window 40s -replicas 4 -partitions 8
+bench-fleet: services build ## several replicas + a backfill on one shared provider budget: accepted ÷ R, 429 share, nothing lost or doubled, live p99 with ÷ without backfill, and the no-budget control (BENCH_FLEET_FLAGS)
+	$(GO) run ./bench/fleet -bin $(BIN) $(BENCH_FLEET_FLAGS)
 
 # BASE_REV=<git revision> builds that revision's ragsync as bin/ragsync-base
 # and makes it BASE_BIN: bench-backlog and bench-throughput then run it

@@ -84,6 +84,13 @@ type Config struct {
 	// DrainTarget is how fast the recommended replicas should drain the
 	// predicted backlog. Defaults to 5m.
 	DrainTarget time.Duration `yaml:"drain_target"`
+	// BudgetBoundShare is when the fleet counts as budget-bound rather
+	// than CPU- or Postgres-bound: the live lane's requests waited for the
+	// provider budget, together, at least this many seconds per second of
+	// a check's window (or the provider throttled them). Then the budget
+	// event is exceeded and the recommended replicas are held at the
+	// current count, since replicas share the budget. Defaults to 0.25.
+	BudgetBoundShare float64 `yaml:"budget_bound_share"`
 
 	// Logger receives the monitor's log and its events. Nil discards.
 	Logger *slog.Logger `yaml:"-"`
@@ -138,6 +145,9 @@ func (c Config) WithDefaults() Config {
 	if c.DrainTarget == 0 {
 		c.DrainTarget = 5 * time.Minute
 	}
+	if c.BudgetBoundShare == 0 {
+		c.BudgetBoundShare = DefaultBudgetBoundShare
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -183,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxReplicas < 0 {
 		add("monitor.max_replicas: must be >= 0 (0: the partition count)")
+	}
+	if c.BudgetBoundShare < 0 {
+		add("monitor.budget_bound_share: %g must be > 0, e.g. 0.25 (seconds waited per second)", c.BudgetBoundShare)
 	}
 	for i, s := range c.Canaries {
 		if s == "" {

@@ -35,6 +35,9 @@ const (
 	TagLag        = "lag"
 	TagErrors     = "errors"
 	TagFreshness  = "freshness"
+	// TagBudget is the provider budget: exceeded when the fleet is
+	// budget-bound rather than CPU- or Postgres-bound.
+	TagBudget = "budget"
 )
 
 // Event is the fused monitor event: one signal with the metrics, warning
@@ -176,6 +179,14 @@ type Signal struct {
 	// (see StorageError). Absent for a vector index and on every other
 	// signal.
 	Storage *StorageError `json:"storage,omitempty"`
+	// Binds is, on the budget signal while exceeded, what binds the
+	// fleet: requests_per_minute, tokens_per_minute, max_concurrency or
+	// provider. Absent otherwise.
+	Binds string `json:"binds,omitempty"`
+	// Fix is, on the budget signal while exceeded, what to change: more
+	// replicas cannot help a fleet its provider budget binds. Absent
+	// otherwise.
+	Fix string `json:"fix,omitempty"`
 }
 
 // MetricsSnapshot is the service's state at the check, from its own

@@ -41,6 +41,11 @@ type LagStatus struct {
 	// partitions assigned here; Recommended what would drain the predicted
 	// backlog within monitor.drain_target, in [1, partition count].
 	Replicas, Recommended, PartitionCount int
+	// CappedBy says why Recommended was held at Replicas ("budget: …"
+	// while the fleet is budget-bound), and Uncapped is what the lag
+	// alone asked for; both empty when nothing capped it.
+	CappedBy string `json:"capped_by,omitempty"`
+	Uncapped int    `json:"uncapped,omitempty"`
 }
 
 // PartitionLag is one partition's lag.

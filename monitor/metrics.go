@@ -15,6 +15,9 @@ type metrics struct {
 	lagSec    *prometheus.GaugeVec   // topic, partition
 	lagPred   prometheus.Gauge
 	replicas  prometheus.Gauge
+	// budgetBound is 1 while the last check found the fleet bound by its
+	// provider budget.
+	budgetBound prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, budgetLeft func() float64) (*metrics, error) {
@@ -65,12 +68,16 @@ func newMetrics(reg prometheus.Registerer, budgetLeft func() float64) (*metrics,
 		}),
 		replicas: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ragsync_monitor_recommended_replicas",
-			Help: "Replicas that would drain the predicted backlog within monitor.drain_target, bounded by the partition count.",
+			Help: "Replicas that would drain the predicted backlog within monitor.drain_target, bounded by the partition count, and held at the current count while the fleet is budget-bound.",
+		}),
+		budgetBound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ragsync_monitor_budget_bound",
+			Help: "1 when the last check found the fleet bound by its provider budget (the live lane waited for it at least monitor.budget_bound_share of the window, or was throttled), else 0.",
 		}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.score, m.threshold, m.exceeded, m.fidelity, m.tokens, m.budget,
-			m.checks, m.events, m.lagRec, m.lagSec, m.lagPred, m.replicas} {
+			m.checks, m.events, m.lagRec, m.lagSec, m.lagPred, m.replicas, m.budgetBound} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -67,6 +67,10 @@ type Deps struct {
 	// signals of a halfvec or bit index carry the storage's own error
 	// (Signal.Storage). "" is vector.
 	VectorType sink.VectorType
+	// Budget reports the embedding client's provider budget: with it,
+	// each check emits the budget signal and caps the replica
+	// recommendation while the fleet is budget-bound. Nil: no signal.
+	Budget func() ProviderBudget
 }
 
 // Monitor runs the checks of one index. Its methods are safe for
@@ -82,6 +86,7 @@ type Monitor struct {
 	budget  *budget
 	snap    snapshotter
 	lag     lagTracker
+	pbudget budgetTracker
 	rng     *rand.Rand
 
 	// drift compares chunks with the chunk reference; queryRef queries
@@ -125,6 +130,9 @@ type Status struct {
 	Baselines Baselines `json:"canary_baselines"`
 	// Debt is the reuse debt, when the monitor knows the index's store.
 	Debt *DebtStatus `json:"debt,omitempty"`
+	// Budget is the provider budget over the window since the previous
+	// check; nil without one, and at the first check.
+	Budget *BudgetStatus `json:"budget,omitempty"`
 	// Breach is true when any signal is in alarm.
 	Breach bool `json:"breach"`
 }
@@ -257,18 +265,30 @@ func (m *Monitor) Check(ctx context.Context, opts CheckOptions) (Status, error) 
 	}
 
 	snap := m.snap.take(now)
+	if m.deps.Budget != nil {
+		if bs, ok := m.pbudget.observe(now, m.deps.Budget(), m.cfg.BudgetBoundShare); ok {
+			st.Budget = &bs
+			sigs = append(sigs, budgetSignal(bs, m.cfg.BudgetBoundShare))
+			m.metrics.budgetBound.Set(b2f(bs.Bound))
+		}
+	}
 	if m.deps.Lag != nil {
-		ls, err := m.checkLag(ctx, now, snap.ThroughputPerSecond)
+		ls, err := m.checkLag(ctx, now, snap.ThroughputPerSecond, st.Budget)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
 			st.Lag = &ls
 			snap.LagRecords = ls.TotalRecords
 			snap.LagSeconds = max(snap.LagSeconds, ls.MaxSeconds)
+			det := map[string]float64{"lag_records": float64(ls.TotalRecords), "predicted_records_15m": ls.Predicted,
+				"slope_per_second": ls.SlopePerSecond, "max_seconds": ls.MaxSeconds}
+			if ls.CappedBy != "" {
+				// What the lag alone asks for; the budget holds the
+				// recommendation at the current count.
+				det["uncapped_replicas"] = float64(ls.Uncapped)
+			}
 			sigs = append(sigs, tagged{tag: TagLag, sig: Signal{Method: "recommended_replicas", Score: float64(ls.Recommended),
-				Threshold: float64(ls.Replicas), Exceeded: ls.Recommended > ls.Replicas,
-				Details: map[string]float64{"lag_records": float64(ls.TotalRecords), "predicted_records_15m": ls.Predicted,
-					"slope_per_second": ls.SlopePerSecond, "max_seconds": ls.MaxSeconds}}})
+				Threshold: float64(ls.Replicas), Exceeded: ls.Recommended > ls.Replicas, Details: det}})
 		}
 	}
 	sigs = append(sigs, tagged{tag: TagErrors, sig: Signal{Method: "dead_letters_per_second", Score: snap.ErrorRate,
@@ -398,7 +418,7 @@ func corpusSignals(r DriftResult) []tagged {
 	}
 }
 
-func (m *Monitor) checkLag(ctx context.Context, now time.Time, throughput float64) (LagStatus, error) {
+func (m *Monitor) checkLag(ctx context.Context, now time.Time, throughput float64, budget *BudgetStatus) (LagStatus, error) {
 	lag, err := m.deps.Lag.Lag(ctx)
 	if err != nil {
 		return LagStatus{}, fmt.Errorf("read kafka lag: %w", err)
@@ -408,6 +428,11 @@ func (m *Monitor) checkLag(ctx context.Context, now time.Time, throughput float6
 		return LagStatus{}, fmt.Errorf("read partition count: %w", err)
 	}
 	ls := m.lag.observe(now, lag, throughput, parts, m.cfg.MaxReplicas, m.cfg.DrainTarget)
+	if budget != nil {
+		// Replicas share the provider budget: while it binds, more of
+		// them only wait longer.
+		capReplicas(&ls, *budget)
+	}
 	m.setLagMetrics(ls)
 	return ls, nil
 }

@@ -63,6 +63,12 @@ func (st Status) Write(w io.Writer, asJSON bool) error {
 		}
 	}
 	fmt.Fprintln(w, st.Baselines.String())
+	if b := st.Budget; b != nil {
+		fmt.Fprintln(w, b.String())
+	}
+	if l := st.Lag; l != nil && l.CappedBy != "" {
+		fmt.Fprintf(w, "recommended replicas: %d, not the %d the lag asks for: %s\n", l.Recommended, l.Uncapped, l.CappedBy)
+	}
 	if d := st.Debt; d != nil {
 		repaid := "n/a outside serve"
 		if d.RepaidTokens >= 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/migrations"
+	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
@@ -64,6 +65,9 @@ type Index struct {
 	// sharedPool: the pool is another index's (a shadow's is its
 	// primary's), which closes it.
 	sharedPool bool
+	// budget reads the remote embedder's provider budget for the monitor;
+	// nil for the offline embedder.
+	budget func() monitor.ProviderBudget
 }
 
 // Close releases the pool, if it has one of its own (a dry run's index
@@ -224,7 +228,13 @@ func newIndex(st *sink.Store, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	return &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: id.Name, Alias: id.Alias}, nil
+	ix := &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: id.Name, Alias: id.Alias}
+	// New returns one of two concrete clients; the remote one draws on a
+	// provider budget, which the monitor reads with the key's limits.
+	if o, ok := emb.(*embedder.OpenAI); ok {
+		ix.budget = func() monitor.ProviderBudget { return providerBudget(o.Budget(), ec) }
+	}
+	return ix, nil
 }
 
 // mayCreateAfter is nil when err, a failed look-up of the configured index,

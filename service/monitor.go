@@ -78,6 +78,12 @@ func newMonitor(ctx context.Context, cfg MonitorConfig, ix *Index, lag monitor.L
 	if reg != nil {
 		deps.Gatherer = reg
 	}
+	if ix.budget != nil && publish {
+		// serve's monitor: its embedder is the one doing the work. A
+		// monitor command's own client sends next to nothing, so its
+		// budget would say nothing of the fleet.
+		deps.Budget = ix.budget
+	}
 	if publish {
 		// serve's monitor: the one that takes missing canary baselines.
 		deps.BaselineBy = "serve"
@@ -177,4 +183,22 @@ func monitorSummary(g prometheus.Gatherer) string {
 		}
 	}
 	return fmt.Sprintf("monitor checks=%.0f checks_failed=%.0f events=%.0f tokens=%.0f", checks, failed, events, tokens)
+}
+
+// providerBudget is the embedder's budget as the monitor reads it: the
+// live lane, every lane summed, and the key's limits from ec.
+func providerBudget(b embedder.BudgetStatus, ec embedder.Config) monitor.ProviderBudget {
+	p := monitor.ProviderBudget{Mode: b.Mode, Members: b.Members,
+		RequestsPerMinute: ec.RequestsPerMinute, TokensPerMinute: ec.TokensPerMinute}
+	for lane, s := range b.Lanes {
+		l := monitor.BudgetLane{Requests: s.Requests, Tokens: s.Tokens, Wait: s.Wait, Throttled: s.Throttled}
+		if lane == embedder.LaneLive {
+			p.Live = l
+		}
+		p.All.Requests += l.Requests
+		p.All.Tokens += l.Tokens
+		p.All.Wait += l.Wait
+		p.All.Throttled += l.Throttled
+	}
+	return p
 }

@@ -2,7 +2,10 @@
 // tests: real JSON on a real socket, deterministic vectors (from
 // embedder.Hashing), request counters, and injectable faults (429 with
 // Retry-After, 5xx, slow replies, dropped connections, wrong dimensions,
-// too many inputs) including misbehaviour: one vector of the wrong length,
+// too many inputs), an API key's rate limits enforced as a provider does
+// (token buckets for requests and tokens per minute, 429 with Retry-After,
+// x-ratelimit-* headers, and a log of what was accepted and refused),
+// including misbehaviour: one vector of the wrong length,
 // answers short, long or padded, and huge bodies. It is the only fake the
 // project's tests use for a remote service. It must not be imported by the
 // service's own code: only tests and benchmarks use it.

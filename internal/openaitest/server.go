@@ -46,6 +46,9 @@ type Options struct {
 	// measure retrieval with a real model's vectors while the server keeps
 	// counting requests, inputs and tokens. dims is the size asked for.
 	Vectors func(texts []string, dims int) ([][]float32, error)
+	// Limits, if set, enforce requests and tokens per minute as a
+	// provider does (limits.go).
+	Limits Limits
 }
 
 // Fault changes how the server answers one request. Status and Drop replace
@@ -117,6 +120,7 @@ type Server struct {
 	hook   func(r Request) *Fault
 	xform  func(model, text string, v []float32) []float32
 	served []Request // successful requests, in order
+	lim    *limiter  // nil without Options.Limits
 }
 
 // New starts a Server that is closed when t ends.
@@ -125,7 +129,7 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.Dimensions == 0 {
 		opts.Dimensions = 16
 	}
-	s := &Server{opts: opts}
+	s := &Server{opts: opts, lim: newLimiter(opts.Limits)}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.handle))
 	s.URL = s.srv.URL + "/v1"
 	t.Cleanup(s.srv.Close)
@@ -244,6 +248,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := decodeInput(wr.Input, &req.Input); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	if s.lim != nil && !s.lim.admit(w, req.Input) {
 		return
 	}
 
