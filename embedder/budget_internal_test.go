@@ -20,7 +20,6 @@ func TestBudgetInstallments(t *testing.T) {
 	b, err := newBudget(Config{RequestsPerMinute: 60, Timeout: time.Second,
 		Budget: BudgetConfig{RedisURL: redistest.URL(), Prefix: prefix, Key: "k"}}.WithDefaults(), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	defer b.sh.rdb.Close()
 	ctx := t.Context()
 	const rate, burst, cost = 600_000, 100, 1000 // 10,000 a second: 10 installments, 9 waits of 10ms
 	start := time.Now()
@@ -75,7 +74,6 @@ func TestBudgetDegradesWhenRedisIsDown(t *testing.T) {
 	b, err := newBudget(Config{RequestsPerMinute: 600, Timeout: time.Second,
 		Budget: BudgetConfig{RedisURL: "redis://:s3cret@127.0.0.1:1/0"}}.WithDefaults(), slog.New(&logs))
 	require.NoError(t, err)
-	defer b.sh.rdb.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -105,3 +103,22 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// TestLeasesOfAKilledProcessComeBack: a slot whose holder never released
+// it (a killed process) is free again once its lease ends.
+func TestLeasesOfAKilledProcessComeBack(t *testing.T) {
+	_, prefix := redistest.Client(t)
+	b, err := newBudget(Config{Timeout: time.Second, Budget: BudgetConfig{RedisURL: redistest.URL(), Prefix: prefix, Key: "k", MaxConcurrency: 1}}.WithDefaults(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx := t.Context()
+	ok, err := b.sh.acquire(ctx, LaneLive, "killed", 1, 1, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = b.sh.acquire(ctx, LaneLive, "other", 1, 1, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, ok, "the one slot is held")
+	time.Sleep(250 * time.Millisecond)
+	ok, err = b.sh.acquire(ctx, LaneLive, "other", 1, 1, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok, "the killed holder's lease ended")
+}

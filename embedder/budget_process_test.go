@@ -150,8 +150,10 @@ type fleet struct {
 	fault func(text string, at time.Time) *openaitest.Fault
 }
 
-func newFleet(t *testing.T) *fleet {
-	f := &fleet{srv: openaitest.New(t, openaitest.Options{})}
+func newFleet(t *testing.T) *fleet { return newFleetWith(t, openaitest.Options{}) }
+
+func newFleetWith(t *testing.T, opts openaitest.Options) *fleet {
+	f := &fleet{srv: openaitest.New(t, opts)}
 	f.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
 		now := time.Now()
 		f.mu.Lock()
@@ -368,4 +370,34 @@ func TestBudgetSkewedClocks(t *testing.T) {
 	}
 	used := float64(len(at)) / (rpm * span(at).Seconds() / 60)
 	require.GreaterOrEqual(t, used, 0.9)
+}
+
+// TestBudgetAgainstAProvidersLimits: four processes on one budget of the
+// key's R against a provider that enforces R (over one second's burst)
+// get nearly all of R accepted and almost no 429s; without the budget
+// most of their requests are refused.
+func TestBudgetAgainstAProvidersLimits(t *testing.T) {
+	const rpm = 600
+	redisURL, prefix := budgetKeys(t)
+	limits := openaitest.Options{Limits: openaitest.Limits{RequestsPerMinute: rpm, Quantum: time.Second}}
+	spec := func(name, redis string) helperSpec {
+		return helperSpec{Name: name, RedisURL: redis, Prefix: prefix, Key: "k", RPM: rpm, Senders: 4, Run: 6 * time.Second}
+	}
+	f := newFleetWith(t, limits)
+	f.run(t, spec("p1", redisURL), spec("p2", redisURL), spec("p3", redisURL), spec("p4", redisURL))
+	var accepted []time.Time
+	for _, a := range f.srv.Admissions() {
+		if !a.Throttled {
+			accepted = append(accepted, a.At)
+		}
+	}
+	used := float64(len(accepted)) / (rpm * span(accepted).Seconds() / 60)
+	t.Logf("shared: %d accepted (%.2f of R), %d throttled", len(accepted), used, f.srv.Throttled())
+	require.GreaterOrEqual(t, used, 0.85)
+	require.LessOrEqual(t, f.srv.Throttled(), int64(len(accepted)/20), "429s")
+
+	c := newFleetWith(t, limits)
+	c.run(t, spec("c1", ""), spec("c2", ""), spec("c3", ""), spec("c4", ""))
+	t.Logf("control: %d admissions, %d throttled", len(c.srv.Admissions()), c.srv.Throttled())
+	require.Greater(t, c.srv.Throttled(), int64(len(c.srv.Admissions())/4), "without the budget the fleet meets 429s")
 }

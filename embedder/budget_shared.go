@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // redisTimeout bounds every Redis call of the budget (dial, read, write):
@@ -47,8 +49,29 @@ type shared struct {
 	id                                             string // this process's member and lease id
 }
 
-func newShared(cfg BudgetConfig) (*shared, error) {
-	opts, err := redis.ParseURL(cfg.RedisURL)
+// processID names this process among the budget's members: every client
+// of the process (the primary index's, each shadow's) counts once.
+var processID = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+// redisClients holds one client per budget Redis URL for the process's
+// lifetime: the clients of one process share its connections instead of
+// each opening a pool that nothing would close.
+var redisClients = struct {
+	sync.Mutex
+	m map[string]*redis.Client
+}{m: map[string]*redis.Client{}}
+
+func budgetRedis(url string) (*redis.Client, error) {
+	redisClients.Lock()
+	defer redisClients.Unlock()
+	if c, ok := redisClients.m[url]; ok {
+		return c, nil
+	}
+	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("embedder.budget.redis_url: %w", err)
 	}
@@ -56,13 +79,23 @@ func newShared(cfg BudgetConfig) (*shared, error) {
 	// A failed call degrades at once; the budget retries Redis itself,
 	// at most once a second.
 	opts.MaxRetries = -1
-	rdb := redis.NewClient(opts)
+	// No maintenance notifications (a cluster feature): their circuit
+	// breaker starts a goroutine per failed dial that outlives the call.
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := redis.NewClient(opts)
+	redisClients.m[url] = c
+	return c, nil
+}
+
+func newShared(cfg BudgetConfig) (*shared, error) {
+	rdb, err := budgetRedis(cfg.RedisURL)
+	if err != nil {
+		return nil, err
+	}
 	base := cfg.Prefix + ":" + cfg.Key
-	var idb [8]byte
-	_, _ = rand.Read(idb[:])
 	s := &shared{rdb: rdb, limiter: redis_rate.NewLimiter(rdb),
 		reqKey: base + ":requests", tokKey: base + ":tokens", pauseKey: base + ":pause",
-		membersKey: base + ":members", slotsKey: base + ":slots", id: hex.EncodeToString(idb[:])}
+		membersKey: base + ":members", slotsKey: base + ":slots", id: processID}
 	for _, l := range lanes {
 		s.laneSlots[l] = base + ":slots:" + l.String()
 	}
