@@ -317,7 +317,10 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		if !ok {
 			wait = backoff(attempt)
 		}
-		waited = ok
+		// A 429's wait is the pause it set (providerSignals): the retry
+		// has served it and does not wait for it again.
+		var api *APIError
+		waited = ok && errors.As(err, &api) && api.StatusCode == http.StatusTooManyRequests
 		o.stats.retries.Add(1)
 		o.stats.retryWait.Add(int64(wait))
 		if serr := o.sleep(ctx, wait); serr != nil {
