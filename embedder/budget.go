@@ -26,8 +26,9 @@ type BudgetConfig struct {
 	// api_key (never the key itself), so processes with the same key share
 	// it.
 	Key string `yaml:"key"`
-	// Prefix is the start of every Redis key of the budget. Defaults to
-	// "ragsync:budget".
+	// Prefix is the start of every Redis key of the budget (the request
+	// and token buckets get redis_rate's own "rate:" in front of it).
+	// Defaults to "ragsync:budget".
 	Prefix string `yaml:"prefix"`
 	// MaxConcurrency bounds the fleet's requests in flight on the key.
 	// Defaults to 0: no fleet bound.

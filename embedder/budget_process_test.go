@@ -230,6 +230,13 @@ func budgetKeys(t *testing.T) (string, string) {
 	return redistest.URL(), prefix
 }
 
+// arrivalSlack is what the fleet's bound allows on top of rate × window +
+// burst, in requests: the server stamps arrivals, not the budget's grants,
+// and on a loaded machine a request admitted earlier can arrive late and
+// compress the window the others are judged over (about 0.2 s of a 10 a
+// second rate). The controls overrun the bound by several times that.
+const arrivalSlack = 3
+
 // maxInWindow is the most arrivals within any window of length w.
 func maxInWindow(at []time.Time, w time.Duration) int {
 	best, j := 0, 0
@@ -265,8 +272,7 @@ func TestBudgetHoldsTheFleetToTheKeysLimit(t *testing.T) {
 	at := f.arrivals("")
 	burst := embedder.RequestBurst(rpm)
 	for _, w := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second} {
-		// Slack: one request's network jitter between admission and arrival.
-		bound := rpm*w.Seconds()/60 + float64(burst) + 2
+		bound := rpm*w.Seconds()/60 + float64(burst) + arrivalSlack
 		require.LessOrEqual(t, float64(maxInWindow(at, w)), bound, "requests within %s", w)
 	}
 	used := float64(len(at)) / (rpm * span(at).Seconds() / 60)
@@ -325,7 +331,7 @@ func TestBudgetLanes(t *testing.T) {
 	require.Greater(t, after, 2.0)
 	got := float64(inLive(back, stop.Add(500*time.Millisecond), back[len(back)-1]))
 	require.GreaterOrEqual(t, got, 0.85*rpm/60*after, "the backfill alone")
-	require.LessOrEqual(t, float64(maxInWindow(f.arrivals(""), 2*time.Second)), rpm/60*2.0+float64(embedder.RequestBurst(rpm))+2)
+	require.LessOrEqual(t, float64(maxInWindow(f.arrivals(""), 2*time.Second)), rpm/60*2.0+float64(embedder.RequestBurst(rpm))+arrivalSlack)
 }
 
 // TestBudgetPauseHoldsTheFleet: a 429 with Retry-After seen by one process
@@ -366,7 +372,7 @@ func TestBudgetSkewedClocks(t *testing.T) {
 	f.run(t, spec("behind", -30*time.Second), spec("right", 0), spec("ahead", 30*time.Second))
 	at := f.arrivals("")
 	for _, w := range []time.Duration{time.Second, 3 * time.Second} {
-		require.LessOrEqual(t, float64(maxInWindow(at, w)), rpm*w.Seconds()/60+float64(embedder.RequestBurst(rpm))+2, "requests within %s", w)
+		require.LessOrEqual(t, float64(maxInWindow(at, w)), rpm*w.Seconds()/60+float64(embedder.RequestBurst(rpm))+arrivalSlack, "requests within %s", w)
 	}
 	used := float64(len(at)) / (rpm * span(at).Seconds() / 60)
 	require.GreaterOrEqual(t, used, 0.9)

@@ -163,6 +163,10 @@ func TestBudgetModes(t *testing.T) {
 	require.Positive(t, st.Lanes[embedder.LaneDebt].Tokens)
 	require.Zero(t, st.Lanes[embedder.LaneLive].Requests)
 	require.True(t, strings.Contains(embedder.LaneBackfill.String(), "backfill"))
+	// A lane past the last counts as the last, never out of range.
+	_, err = c.Embed(embedder.WithLane(context.Background(), embedder.Lane(9)), someTexts(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, c.Budget().Lanes[embedder.LaneBackfill].Requests)
 }
 
 // TestBudgetBoundsRequestsInFlight: two clients on one budget with

@@ -46,10 +46,11 @@ func LaneFrom(ctx context.Context) (Lane, bool) {
 	return l, ok
 }
 
-// lane returns ctx's lane, or def when it carries none.
+// laneOr returns ctx's lane, or def when it carries none; a value past
+// the last lane counts as the last.
 func laneOr(ctx context.Context, def Lane) Lane {
 	if l, ok := LaneFrom(ctx); ok {
-		return l
+		def = l
 	}
-	return def
+	return min(def, LaneBackfill)
 }

@@ -25,7 +25,7 @@ func RegisterMetrics(reg prometheus.Registerer, o *OpenAI) error {
 			func() float64 { return float64(o.stats.truncated.Load()) }),
 		counter("ragsync_embedder_batch_splits_total", "Batches halved because the API rejected them as too large or answered them with a reply that does not match the request.",
 			func() float64 { return float64(o.stats.splits.Load()) }),
-		counter("ragsync_embedder_rate_limit_wait_seconds_total", "Time spent waiting for the client-side requests/tokens per minute limits.",
+		counter("ragsync_embedder_rate_limit_wait_seconds_total", "Time spent waiting for the provider budget: the requests/tokens per minute limits, the pause after a 429 and the bound on requests in flight (by lane: ragsync_embedder_budget_wait_seconds_total).",
 			func() float64 { return float64(o.stats.limitWait.Load()) / 1e9 }),
 	} {
 		if err := reg.Register(c); err != nil {

@@ -59,7 +59,7 @@ type Stats struct {
 	Tokens    int64         // prompt tokens the API reported as used
 	Failures  int64         // Embed calls that returned an error
 	RetryWait time.Duration // total time waited before retries
-	LimitWait time.Duration // total time waited for the client-side rate limits
+	LimitWait time.Duration // total time waited for the budget (rate limits, the pause after a 429, requests in flight)
 	Truncated int64         // inputs cut to MaxInputTokens
 	Splits    int64         // batches halved: rejected as too large, or answered with a reply that does not match them
 }
@@ -317,7 +317,10 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		if !ok {
 			wait = backoff(attempt)
 		}
-		waited = ok
+		// A 429's wait is the pause it set (providerSignals): the retry
+		// has served it and does not wait for it again.
+		var api *APIError
+		waited = ok && errors.As(err, &api) && api.StatusCode == http.StatusTooManyRequests
 		o.stats.retries.Add(1)
 		o.stats.retryWait.Add(int64(wait))
 		if serr := o.sleep(ctx, wait); serr != nil {
