@@ -402,8 +402,9 @@ func jitter(d time.Duration) time.Duration {
 
 // providerSignals turns the provider's word on its limits into the fleet's
 // pause: a 429 for its Retry-After (or backoff's first step when it gives
-// none), and any reply that says a limit is spent until that limit resets.
-func (o *OpenAI) providerSignals(ctx context.Context, lane Lane, hdr http.Header, err error) {
+// none), and any reply that says a limit is spent until the next request's
+// worth has refilled (spentWait).
+func (o *OpenAI) providerSignals(ctx context.Context, lane Lane, tokens int, hdr http.Header, err error) {
 	var api *APIError
 	if errors.As(err, &api) && api.StatusCode == http.StatusTooManyRequests {
 		o.budget.counters[lane].throttled.Add(1)
@@ -412,7 +413,7 @@ func (o *OpenAI) providerSignals(ctx context.Context, lane Lane, hdr http.Header
 		}
 		return
 	}
-	if wait, ok := spentWait(hdr); ok {
+	if wait, ok := spentWait(hdr, tokens); ok {
 		o.budget.pause(ctx, wait)
 	}
 }

@@ -149,6 +149,36 @@ func TestSpentLimitPausesTheProcess(t *testing.T) {
 	require.Positive(t, c.Budget().Lanes[embedder.LaneLive].Wait)
 }
 
+// TestSpentLimitWaitsForOneRequestsWorth: a spent limit whose reset is a
+// minute away (the time until the provider's bucket is full again) holds
+// the next request back only until one request's worth has refilled at the
+// limit's rate (60 a minute: a second), not for the whole minute.
+func TestSpentLimitWaitsForOneRequestsWorth(t *testing.T) {
+	c, b := setup(t, openaitest.Options{}, true, func(cfg *embedder.Config) { cfg.RequestsPerMinute = 6000 })
+	var mu sync.Mutex
+	var at []time.Time
+	first := true
+	b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if first {
+			first = false
+			return &openaitest.Fault{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"0"},
+				"X-Ratelimit-Reset-Requests": {"1m0s"}, "X-Ratelimit-Limit-Requests": {"60"}}}
+		}
+		return nil
+	})
+	_, err := c.Embed(t.Context(), someTexts(1))
+	require.NoError(t, err)
+	_, err = c.Embed(t.Context(), []string{"another text"})
+	require.NoError(t, err)
+	require.Len(t, at, 2)
+	gap := at[1].Sub(at[0])
+	require.GreaterOrEqual(t, gap, 950*time.Millisecond, "the next request waited for a request's worth")
+	require.Less(t, gap, 10*time.Second, "the next request did not wait for the whole reset")
+}
+
 // TestBudgetModes: none without limits, local with per-process ones.
 func TestBudgetModes(t *testing.T) {
 	c, _ := setup(t, openaitest.Options{}, false, nil)

@@ -292,7 +292,7 @@ func (o *OpenAI) embedBatch(ctx context.Context, batch []string, tokens int) ([]
 		sent := time.Now()
 		vecs, hdr, err := o.attempt(ctx, batch)
 		release()
-		o.providerSignals(ctx, lane, hdr, err)
+		o.providerSignals(ctx, lane, tokens, hdr, err)
 		if err == nil {
 			reportServiceTime(ctx, time.Since(sent))
 			return vecs, nil

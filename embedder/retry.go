@@ -86,9 +86,14 @@ func replyTime(h http.Header) time.Time {
 }
 
 // spentWait reads a reply that says a limit is spent: its
-// x-ratelimit-remaining-requests or -tokens is 0, until the matching
-// x-ratelimit-reset-* (the later when both are spent).
-func spentWait(h http.Header) (time.Duration, bool) {
+// x-ratelimit-remaining-requests or -tokens is 0. The wait is what the
+// next request needs to refill at the limit's own per-minute rate
+// (x-ratelimit-limit-*: one request, or this request's tokens), never
+// longer than the matching x-ratelimit-reset-*, which OpenAI defines as
+// the time until the limit is back to its initial state: waiting for that
+// would leave the budget refilled meanwhile unused. Without the limit's
+// header the reset is the wait. The later of the two limits wins.
+func spentWait(h http.Header, tokens int) (time.Duration, bool) {
 	if h == nil {
 		return 0, false
 	}
@@ -98,9 +103,18 @@ func spentWait(h http.Header) (time.Duration, bool) {
 		if h.Get("X-Ratelimit-Remaining-"+k) != "0" {
 			continue
 		}
-		if d, err := time.ParseDuration(h.Get("X-Ratelimit-Reset-" + k)); err == nil {
-			wait, found = max(wait, min(max(d, 0), maxServerWait)), true
+		d, err := time.ParseDuration(h.Get("X-Ratelimit-Reset-" + k))
+		if err != nil {
+			continue
 		}
+		need := 1
+		if k == "Tokens" {
+			need = max(tokens, 1)
+		}
+		if limit, err := strconv.Atoi(h.Get("X-Ratelimit-Limit-" + k)); err == nil && limit > 0 {
+			d = min(d, time.Duration(float64(time.Minute)*float64(need)/float64(limit)))
+		}
+		wait, found = max(wait, min(max(d, 0), maxServerWait)), true
 	}
 	return wait, found
 }
