@@ -144,6 +144,9 @@ type Config struct {
 	// server with an error naming the fix. Provider openai only. Defaults
 	// to "auto".
 	EncodingFormat string `yaml:"encoding_format"`
+	// Batch is the optional batch lane of reindex and backfill (see
+	// BatchConfig).
+	Batch BatchConfig `yaml:"batch"`
 
 	// Logger receives the client's warnings (the encoding fallback); the
 	// caller routes it through the redactor. nil discards them.
@@ -255,6 +258,7 @@ func (c Config) WithDefaults() Config {
 	if c.SendDimensions == "" {
 		c.SendDimensions = SendDimensionsAuto
 	}
+	c.Batch = c.Batch.withDefaults()
 	return c
 }
 
@@ -339,6 +343,7 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
+	errs = append(errs, c.Batch.validate(c)...)
 	return errors.Join(errs...)
 }
 

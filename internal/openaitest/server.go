@@ -46,6 +46,8 @@ type Options struct {
 	// measure retrieval with a real model's vectors while the server keeps
 	// counting requests, inputs and tokens. dims is the size asked for.
 	Vectors func(texts []string, dims int) ([][]float32, error)
+	// Batch configures the Batch API (batch.go).
+	Batch BatchOptions
 }
 
 // Fault changes how the server answers one request. Status and Drop replace
@@ -117,6 +119,7 @@ type Server struct {
 	hook   func(r Request) *Fault
 	xform  func(model, text string, v []float32) []float32
 	served []Request // successful requests, in order
+	batch  batchState
 }
 
 // New starts a Server that is closed when t ends.
@@ -222,6 +225,9 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if s.serveBatch(w, r) {
+		return // the Batch API's routes; Requests counts embeddings requests
+	}
 	s.Requests.Add(1)
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/embeddings") {
 		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
