@@ -46,6 +46,8 @@ type BatchFault struct {
 	// Expire makes the batch expire: no line is answered, every line goes
 	// to the error file with code batch_expired.
 	Expire bool
+	// Processing, if > 0, replaces BatchOptions.Processing for this batch.
+	Processing time.Duration
 }
 
 // BatchCounts are what the fake's Batch API was asked to do.
@@ -394,6 +396,9 @@ func (s *Server) advance(bt *fakeBatch) {
 		return
 	}
 	p := s.opts.Batch.Processing
+	if bt.fault.Processing > 0 {
+		p = bt.fault.Processing
+	}
 	elapsed := time.Since(bt.created)
 	now := time.Now().Unix()
 	if elapsed < p/4 {
