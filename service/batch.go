@@ -280,6 +280,13 @@ func (l *lane) poll(ctx context.Context) (applied, fallback int64, err error) {
 				continue
 			}
 			bt, err := l.api.Retrieve(ctx, r.BatchID)
+			if err != nil && ctx.Err() == nil && !permanent(err) {
+				// An outage of the provider's API does not end the batches:
+				// ask again at the next poll.
+				l.logger.WarnContext(ctx, "batch lane: could not ask a batch's state; asking again at the next poll", "batch", r.BatchID, "error", err)
+				left++
+				continue
+			}
 			if err != nil {
 				return applied, fallback, fmt.Errorf("batch lane: %w", err)
 			}
@@ -294,6 +301,11 @@ func (l *lane) poll(ctx context.Context) (applied, fallback int64, err error) {
 				continue
 			}
 			a, f, err := l.apply(ctx, r, bt)
+			if err != nil && ctx.Err() == nil && errors.As(err, new(*resultsError)) && !permanent(err) {
+				l.logger.WarnContext(ctx, "batch lane: could not download a batch's results; trying again at the next poll", "batch", r.BatchID, "error", err)
+				left++
+				continue
+			}
 			if err != nil {
 				return applied, fallback, err
 			}
@@ -333,7 +345,7 @@ func (l *lane) apply(ctx context.Context, r *sink.BatchRecord, bt embedder.Batch
 	}
 	res, err := l.api.Results(ctx, bt, want)
 	if err != nil {
-		return 0, 0, fmt.Errorf("batch lane: %w", err)
+		return 0, 0, &resultsError{err}
 	}
 	var hashes, texts []string
 	var vecs [][]float32
@@ -478,3 +490,17 @@ func (c *textCollector) EmbedCounted(ctx context.Context, texts []string, tokens
 }
 
 func (c *textCollector) ReportedModel() string { return "" }
+
+// permanent says whether err will not go away by asking again (a 4xx other
+// than 429, a missing Batch API).
+func permanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.Is(err, embedder.ErrNoBatchAPI) || (errors.As(err, &p) && p.Permanent())
+}
+
+// resultsError is a failed download of a batch's results: nothing was
+// written, the next poll tries again.
+type resultsError struct{ err error }
+
+func (e *resultsError) Error() string { return "batch lane: " + e.err.Error() }
+func (e *resultsError) Unwrap() error { return e.err }

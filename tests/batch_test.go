@@ -268,3 +268,65 @@ func TestBatchLaneBackfill(t *testing.T) {
 	require.Len(t, want, rows*w.chunks)
 	require.Equal(t, want, got)
 }
+
+// startBatchReindex starts reindex --to v_batch --batch in the background
+// and returns its stderr and a channel of its end.
+func startBatchReindex(t *testing.T, e *env) (*exec.Cmd, *strings.Builder, <-chan error) {
+	t.Helper()
+	cmd := ragsyncCmd("reindex", "--to", "v_batch", "--model", "tgt-model", "--batch", "--config", e.cfg)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return cmd, &stderr, exited
+}
+
+func waitBatches(t *testing.T, srv *openaitest.Server, n int, exited <-chan error, out *strings.Builder) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for srv.BatchCounts().BatchesCreated < n {
+		require.True(t, time.Now().Before(deadline), "no batch created")
+		select {
+		case err := <-exited:
+			t.Fatalf("reindex ended early: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestBatchLaneRidesOutAnOutage: the provider's API failing while the
+// batches run does not stop the run: it asks again at the next poll.
+func TestBatchLaneRidesOutAnOutage(t *testing.T) {
+	t.Parallel() // own schema, files and fake API
+	const n = 300
+	e, srv := newBatchEnv(t, n, openaitest.BatchOptions{Processing: 1500 * time.Millisecond})
+	e.run(false, "reindex", "--to", "v_online", "--model", "tgt-model")
+	require.EqualValues(t, n, e.exec("DELETE FROM $schema.embedding_cache WHERE model = 'tgt-model'"))
+	_, out, exited := startBatchReindex(t, e)
+	waitBatches(t, srv, 1, exited, out)
+	srv.FailNextBatchCalls(3, 503)
+	require.NoError(t, <-exited, out.String())
+	require.Contains(t, out.String(), "asking again at the next poll")
+	require.Contains(t, out.String(), "1 batches created, 0 resumed; 300 vectors cached from batches, 0 texts left to online requests")
+	requireSameChunks(t, e, "v_online", "v_batch", n)
+}
+
+// TestBatchLaneInterrupted: Ctrl-C while the batches run leaves them at
+// the provider, says so with the command to run, and that command applies
+// them without submitting them again.
+func TestBatchLaneInterrupted(t *testing.T) {
+	t.Parallel() // own schema, files and fake API
+	const n = 300
+	e, srv := newBatchEnv(t, n, openaitest.BatchOptions{Processing: 3 * time.Second})
+	cmd, out, exited := startBatchReindex(t, e)
+	waitBatches(t, srv, 1, exited, out)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.Error(t, <-exited)
+	require.Contains(t, out.String(), "batch lane interrupted: its batches keep running at the provider")
+	require.Contains(t, out.String(), "ragsync reindex --to v_batch --batch")
+	out2, _ := e.run(false, "reindex", "--to", "v_batch", "--model", "tgt-model", "--batch")
+	require.Contains(t, out2, "0 batches created, 1 resumed; 300 vectors cached from batches")
+	require.Equal(t, 1, srv.BatchCounts().BatchesCreated)
+	require.Equal(t, 1, srv.BatchCounts().FilesUploaded)
+}

@@ -128,6 +128,17 @@ type batchState struct {
 	order   []string // creation order
 	counts  BatchCounts
 	hook    func(n int, customIDs []string) BatchFault
+	fails   []int // statuses of the next Batch API calls to fail
+}
+
+// FailNextBatchCalls makes the next n calls of the Batch API's routes fail
+// with status (a 500 or 503 outage, a 429), changing nothing.
+func (s *Server) FailNextBatchCalls(n, status int) {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	for range n {
+		s.batch.fails = append(s.batch.fails, status)
+	}
 }
 
 // SetBatchHook installs f to pick how the n-th created batch (0-based)
@@ -172,6 +183,12 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) bool {
 	defer b.mu.Unlock()
 	if b.files == nil {
 		b.files, b.batches = map[string]*fakeFile{}, map[string]*fakeBatch{}
+	}
+	if len(b.fails) > 0 {
+		status := b.fails[0]
+		b.fails = b.fails[1:]
+		writeError(w, status, "server_error", fmt.Sprintf("injected fault %d", status))
+		return true
 	}
 	switch {
 	case parts[0] == "files" && len(parts) == 1 && r.Method == http.MethodPost:
