@@ -80,9 +80,9 @@ func NewBatchAPI(cfg Config) (*BatchAPI, error) {
 	cfg = cfg.WithDefaults()
 	switch {
 	case cfg.Provider != ProviderOpenAI:
-		return nil, fmt.Errorf("embedder.batch.enabled: the batch lane needs provider %q (the provider's Batch API), got %q; set embedder.batch.enabled: false", ProviderOpenAI, cfg.Provider)
+		return nil, fmt.Errorf("embedder.batch.enabled: the batch lane needs provider %q (the provider's Batch API), got %q; set embedder.batch.enabled: false (or leave out --batch)", ProviderOpenAI, cfg.Provider)
 	case cfg.APIType == APITypeAzure:
-		return nil, fmt.Errorf("embedder.batch.enabled: api_type azure is not supported by the batch lane (Azure's Batch API needs a global-batch deployment and its own file endpoints); set embedder.batch.enabled: false")
+		return nil, fmt.Errorf("embedder.batch.enabled: api_type azure is not supported by the batch lane (Azure's Batch API needs a global-batch deployment and its own file endpoints); set embedder.batch.enabled: false (or leave out --batch)")
 	}
 	o, err := NewOpenAI(cfg)
 	if err != nil {

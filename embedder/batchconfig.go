@@ -68,9 +68,9 @@ func (c BatchConfig) validate(e Config) []error {
 	if c.Enabled {
 		switch {
 		case e.Provider != ProviderOpenAI:
-			add("embedder.batch.enabled: the batch lane needs provider %q (a provider's Batch API), got %q; set embedder.batch.enabled: false", ProviderOpenAI, e.Provider)
+			add("embedder.batch.enabled: the batch lane needs provider %q (a provider's Batch API), got %q; set embedder.batch.enabled: false (or leave out --batch)", ProviderOpenAI, e.Provider)
 		case e.APIType == APITypeAzure:
-			add("embedder.batch.enabled: api_type azure is not supported by the batch lane (Azure's Batch API needs a global-batch deployment and its own file endpoints); set embedder.batch.enabled: false")
+			add("embedder.batch.enabled: api_type azure is not supported by the batch lane (Azure's Batch API needs a global-batch deployment and its own file endpoints); set embedder.batch.enabled: false (or leave out --batch)")
 		}
 	}
 	if c.PollInterval <= 0 {

@@ -365,6 +365,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("linger", c.Linger), slog.Int("max_requests_in_flight", c.MaxRequestsInFlight),
 		slog.String("encoding_format", c.EncodingFormat), slog.String("send_dimensions", c.SendDimensions),
 		slog.Int64("max_response_bytes", c.MaxResponseBytes),
+		slog.Bool("batch_enabled", c.Batch.Enabled), slog.Duration("batch_poll_interval", c.Batch.PollInterval),
 	)
 }
 
