@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,8 +145,8 @@ func TestBatchLaneResumesAfterKill(t *testing.T) {
 	online := srv.Inputs.Load()
 
 	cmd := ragsyncCmd("reindex", "--to", "v_batch", "--model", "tgt-model", "--batch", "--config", e.cfg)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -271,18 +272,36 @@ func TestBatchLaneBackfill(t *testing.T) {
 
 // startBatchReindex starts reindex --to v_batch --batch in the background
 // and returns its stderr and a channel of its end.
-func startBatchReindex(t *testing.T, e *env) (*exec.Cmd, *strings.Builder, <-chan error) {
+func startBatchReindex(t *testing.T, e *env) (*exec.Cmd, *lockedBuffer, <-chan error) {
 	t.Helper()
 	cmd := ragsyncCmd("reindex", "--to", "v_batch", "--model", "tgt-model", "--batch", "--config", e.cfg)
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	return cmd, &stderr, exited
+	return cmd, out, exited
 }
 
-func waitBatches(t *testing.T, srv *openaitest.Server, n int, exited <-chan error, out *strings.Builder) {
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitBatches(t *testing.T, srv *openaitest.Server, n int, exited <-chan error, out *lockedBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for srv.BatchCounts().BatchesCreated < n {
