@@ -99,8 +99,9 @@ type Request struct {
 }
 
 // Server is a running fake. Counters are safe to read at any time; they
-// count every request received (Requests) and what was served successfully
-// (Inputs, Tokens).
+// count every embeddings request received (Requests) and what was served
+// successfully (Inputs, Tokens); the Batch API's calls and the texts of its
+// batches are counted apart (BatchCounts).
 type Server struct {
 	// URL is the base URL to configure as embedder.base_url (ends in /v1).
 	URL string
