@@ -6,7 +6,6 @@
 // answers short, long or padded, and huge bodies; and OpenAI's Batch API
 // for embeddings (files, batches, output and error files, with failed lines,
 // failed or expired batches, and counters of what was submitted). It is the
-// only fake the
-// project's tests use for a remote service. It must not be imported by the
-// service's own code: only tests and benchmarks use it.
+// only fake the project's tests use for a remote service. It must not be
+// imported by the service's own code: only tests and benchmarks use it.
 package openaitest
