@@ -87,7 +87,6 @@ func batchLane(ctx context.Context, ec embedder.Config, ix *Index, collect colle
 	if err != nil {
 		return res, err
 	}
-	res.Resumed = len(open)
 	// A row recorded before its upload finished: the file may exist under
 	// its name. If it does not, the row is dropped and its texts cut
 	// again below with the others.
@@ -122,6 +121,7 @@ func batchLane(ctx context.Context, ec embedder.Config, ix *Index, collect colle
 			live = append(live, r)
 		}
 	}
+	res.Resumed = len(live)
 	for _, f := range files {
 		r, err := l.rec.Add(ctx, f)
 		if err != nil {

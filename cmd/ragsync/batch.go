@@ -25,6 +25,9 @@ func batchProgress(w io.Writer, tty bool, logger *slog.Logger) func(service.Batc
 	}
 	var bar *progressbar.ProgressBar
 	return func(p service.BatchProgress) {
+		if p.Batches == 0 {
+			return // nothing to submit: the summary line says so
+		}
 		if bar == nil {
 			bar = progressbar.NewOptions(p.Batches, progressbar.OptionSetWriter(w),
 				progressbar.OptionSetDescription("batch lane"), progressbar.OptionShowCount(),
