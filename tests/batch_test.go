@@ -176,8 +176,13 @@ func TestBatchLaneResumesAfterKill(t *testing.T) {
 		" WHERE id = (SELECT max(id) FROM $schema.embedding_batches)"))
 	require.EqualValues(t, 1, e.exec("UPDATE $schema.embedding_batches SET batch_id = NULL, status = 'uploaded'"+
 		" WHERE id = (SELECT max(id) - 1 FROM $schema.embedding_batches)"))
+	// And a row whose upload never reached the provider: it is dropped,
+	// its texts cut again with the others (here: none, all are covered).
+	require.EqualValues(t, 1, e.exec("INSERT INTO $schema.embedding_batches (index_name, model, dimensions, file_name, status, hashes, line_inputs, inputs, tokens)"+
+		" VALUES ('v_batch', 'tgt-model', 16, 'ghost.jsonl', 'uploading', '{nope}', '{1}', 1, 1)"))
 	out, _ := e.run(false, "reindex", "--to", "v_batch", "--model", "tgt-model", "--batch")
 	require.Contains(t, out, "0 batches created, 2 resumed")
+	require.Equal(t, 1, e.count("SELECT count(*) FROM $schema.embedding_batches WHERE file_name = 'ghost.jsonl' AND status = 'abandoned' AND applied_at IS NOT NULL"))
 	c = srv.BatchCounts()
 	require.Equal(t, 3, c.FilesUploaded, "no file uploaded again")
 	require.Equal(t, 3, c.BatchesCreated, "no batch created again")
