@@ -22,6 +22,19 @@ type BackfillConfig struct {
 	// cost with, in your currency per million tokens. Defaults to 0 (no
 	// cost printed).
 	PricePerMillionTokens float64 `yaml:"price_per_million_tokens"`
+	// BatchPricePerMillionTokens is the price --dry-run quotes for the
+	// batch lane (embedder.batch), per million tokens. Defaults to half of
+	// price_per_million_tokens (OpenAI's Batch API discount).
+	BatchPricePerMillionTokens float64 `yaml:"batch_price_per_million_tokens"`
+}
+
+// BatchPrice is BatchPricePerMillionTokens, or by default half of
+// PricePerMillionTokens.
+func (c BackfillConfig) BatchPrice() float64 {
+	if c.BatchPricePerMillionTokens > 0 {
+		return c.BatchPricePerMillionTokens
+	}
+	return c.PricePerMillionTokens / 2
 }
 
 // backfillConfig builds the backfill source's config: the tables named on
@@ -68,6 +81,9 @@ func (c Config) BackfillSource(tables []string, where string, resume, needURL bo
 	}
 	if c.Backfill.PricePerMillionTokens < 0 {
 		errs = append(errs, fmt.Errorf("backfill.price_per_million_tokens: %v must be >= 0", c.Backfill.PricePerMillionTokens))
+	}
+	if c.Backfill.BatchPricePerMillionTokens < 0 {
+		errs = append(errs, fmt.Errorf("backfill.batch_price_per_million_tokens: %v must be >= 0 (0: half of price_per_million_tokens)", c.Backfill.BatchPricePerMillionTokens))
 	}
 	return bc, errors.Join(errs...)
 }

@@ -149,6 +149,9 @@ type Config struct {
 	// through Redis, with priority lanes. Without budget.redis_url the
 	// limits hold per process. Defaults to no shared budget.
 	Budget BudgetConfig `yaml:"budget"`
+	// Batch is the optional batch lane of reindex and backfill (see
+	// BatchConfig).
+	Batch BatchConfig `yaml:"batch"`
 
 	// Lane is the budget lane of calls whose context names none (WithLane
 	// wins): serve leaves LaneLive; backfill, reindex and repair set
@@ -271,6 +274,7 @@ func (c Config) WithDefaults() Config {
 	if c.SendDimensions == "" {
 		c.SendDimensions = SendDimensionsAuto
 	}
+	c.Batch = c.Batch.withDefaults()
 	return c
 }
 
@@ -356,6 +360,7 @@ func (c Config) Validate() error {
 		add("embedder.timeout: must be > 0, e.g. 60s, got %s", c.Timeout)
 	}
 	errs = append(errs, c.BudgetConfig().validate()...)
+	errs = append(errs, c.Batch.validate(c)...)
 	return errors.Join(errs...)
 }
 
@@ -379,6 +384,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("max_response_bytes", c.MaxResponseBytes),
 		slog.String("budget_redis_url", redact.String(c.Budget.RedisURL)), slog.String("budget_key", c.Budget.Key),
 		slog.Int("budget_max_concurrency", c.Budget.MaxConcurrency), slog.String("lane", c.Lane.String()),
+		slog.Bool("batch_enabled", c.Batch.Enabled), slog.Duration("batch_poll_interval", c.Batch.PollInterval),
 	)
 }
 

@@ -72,7 +72,9 @@ func TestConfigDefaults(t *testing.T) {
 	got := embedder.Config{Provider: "hashing"}.WithDefaults()
 	require.Equal(t, embedder.Config{Provider: "hashing", BaseURL: "https://api.openai.com/v1", APIType: "openai",
 		Model: "hashing-v1", MaxBatchInputs: 256, MaxBatchTokens: 250000, Timeout: 60 * time.Second, MaxRetries: 5,
-		MaxInputTokens: 8191, OnTooLong: "truncate", Linger: 20 * time.Millisecond, MaxRequestsInFlight: 32, EncodingFormat: "auto", SendDimensions: "auto"}, got)
+		MaxInputTokens: 8191, OnTooLong: "truncate", Linger: 20 * time.Millisecond, MaxRequestsInFlight: 32, EncodingFormat: "auto", SendDimensions: "auto",
+		Batch: embedder.BatchConfig{PollInterval: 30 * time.Second, CompletionWindow: "24h", MaxRequestsPerFile: 50000,
+			MaxInputsPerFile: 50000, MaxFileBytes: 200 << 20}}, got)
 	require.Empty(t, embedder.Config{Provider: "openai"}.WithDefaults().Model, "openai has no default model")
 	require.Equal(t, "2024-02-01", embedder.Config{APIType: "azure"}.WithDefaults().APIVersion)
 }

@@ -27,7 +27,7 @@ func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 	return names
 }
 
-var allTables = []string{"aliases", "backfill_checkpoints", "chunks", "documents", "embedding_cache", "goose_db_version", "indexes",
+var allTables = []string{"aliases", "backfill_checkpoints", "chunks", "documents", "embedding_batches", "embedding_cache", "goose_db_version", "indexes",
 	"monitor_canaries", "monitor_samples", "monitor_window_vectors", "monitor_windows", "source_loads", "source_objects", "source_streams", "truncations", "watermarks"}
 
 func TestUpTwiceIsNoop(t *testing.T) {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -38,6 +39,12 @@ type BackfillConfig struct {
 	// Progress, when not nil, runs while the rows are applied and must
 	// return once done is closed (the command's bar or log lines).
 	Progress func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{})
+	// BatchProgress, when not nil, hears where the batch lane
+	// (Index.Embedder.Batch) stands whenever a batch is recorded or ends.
+	BatchProgress func(BatchProgress)
+	// Resume is the command that resumes this backfill, for the batch
+	// lane's log when it is interrupted.
+	Resume string
 }
 
 // BackfillResult is what a backfill did; Err is why its run stopped, if
@@ -62,7 +69,9 @@ type BackfillResult struct {
 	// duplicate chunks on borrowed vectors), done before it returned;
 	// Repaid.Outstanding is what reuse.repay_max_tokens_per_hour left.
 	Repaid pipeline.RepayResult
-	Err    error
+	// Batch is what the batch lane did, when it ran.
+	Batch *BatchResult
+	Err   error
 }
 
 // dryEmbedder counts instead of embedding, with the real client's identity.
@@ -124,6 +133,34 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 		// A dry run's deletes go to the dry run's sink, which writes
 		// nothing, like its upserts.
 		bc.Reconcile = ix.Store
+	}
+	var batchRes *BatchResult
+	if !cfg.DryRun && cfg.Index.Embedder.Batch.Enabled {
+		// The batch lane (embedder.batch): the rows are read once more
+		// before the run, without checkpoints or reconcile, to list what
+		// the run would embed into this index (its shadows embed online);
+		// the run then finds those vectors cached. It runs before the run's
+		// source opens: the batches may take hours, and no snapshot is held
+		// open meanwhile.
+		collect := func(ctx context.Context, t pipeline.Target) error {
+			pre := bc
+			pre.Reconcile, pre.Resume, pre.Logger = nil, false, slog.New(slog.DiscardHandler)
+			psrc, err := backfill.Open(ctx, pre, nil)
+			if err != nil {
+				return err
+			}
+			defer psrc.Close()
+			pp, err := NewPipeline(cfg.Pipeline, Stages{Source: psrc, Target: t}, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				return err
+			}
+			return pp.Run(ctx)
+		}
+		r, err := batchLane(ctx, cfg.Index.Embedder, ix, collect, cfg.Resume, logger, cfg.BatchProgress)
+		if err != nil {
+			return nil, fmt.Errorf("backfill stopped in the batch lane: %w", err)
+		}
+		batchRes = &r
 	}
 	src, err := backfill.Open(ctx, bc, cp)
 	if err != nil {
@@ -204,7 +241,7 @@ func Backfill(ctx context.Context, cfg BackfillConfig) (*BackfillResult, error) 
 			cfg.Progress(src, p, done)
 		}
 	}()
-	res := &BackfillResult{Err: p.Run(ctx), Bulk: bulk}
+	res := &BackfillResult{Err: p.Run(ctx), Bulk: bulk, Batch: batchRes}
 	close(done)
 	<-progressDone
 	// The HNSW build is part of the run (its time is in the summary); it

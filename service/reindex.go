@@ -32,15 +32,22 @@ type ReindexConfig struct {
 	// target after the first pass.
 	WaitServe time.Duration
 	// Force takes over a target of another family or of none.
-	Force  bool
+	Force bool
+	// Resume is the command that resumes this reindex, for the batch lane's
+	// log when it is interrupted.
+	Resume string
 	Logger *slog.Logger
 	// Report, when not nil, hears of each step as it ends, to print it.
 	Report func(ReindexStep)
+	// BatchProgress, when not nil, hears where the batch lane stands
+	// whenever a batch is recorded or ends.
+	BatchProgress func(BatchProgress)
 }
 
 // The steps a re-index reports.
 const (
 	StepStarted   = "started"    // From, Model, Dimensions, Type: the first pass begins
+	StepBatchLane = "batch lane" // Batch, Took (Err when it failed): the batch lane ended
 	StepFirstPass = "first pass" // From, Model, Dimensions, Type, Documents, Took, Stats (Err when it failed)
 	StepNoServe   = "no serve"   // no serve of the family runs: nothing to wait for
 	StepDualWrite = "dual-write" // Since: a running serve writes the target too
@@ -61,7 +68,9 @@ type ReindexStep struct {
 	Took      time.Duration
 	Stats     pipeline.Snapshot
 	Since     time.Time
-	Err       error
+	// Batch is what the batch lane did (StepBatchLane).
+	Batch BatchResult
+	Err   error
 }
 
 // Reindex builds the target from the family's live index: a first pass
@@ -132,6 +141,24 @@ func Reindex(ctx context.Context, cfg ReindexConfig) error {
 	vt := ix.Store.Identity().Type
 	report(ReindexStep{Step: StepStarted, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Type: vt})
 	start := time.Now()
+	if cfg.Target.Embedder.Batch.Enabled {
+		// The batch lane (embedder.batch): the texts the first pass would
+		// embed go through the provider's Batch API, and the pass finds
+		// their vectors cached.
+		collect := func(ctx context.Context, t pipeline.Target) error {
+			src := backfill.NewIndexSource(sink.NewCatalog(ix.Pool, ix.Schema), from, cfg.PageRows)
+			p, err := NewPipeline(cfg.Pipeline, Stages{Source: src, Target: t}, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				return err
+			}
+			return p.Run(ctx)
+		}
+		res, err := batchLane(ctx, cfg.Target.Embedder, ix, collect, cfg.Resume, logger, cfg.BatchProgress)
+		report(ReindexStep{Step: StepBatchLane, Batch: res, Took: res.Took, Err: err})
+		if err != nil {
+			return fmt.Errorf("reindex stopped in the batch lane: %w", err)
+		}
+	}
 	n, stats, err := reindexPass(ctx, cfg, ix, from)
 	report(ReindexStep{Step: StepFirstPass, From: from, Model: ix.Emb.Model(), Dimensions: ix.Emb.Dimensions(), Type: vt, Documents: n,
 		Took: time.Since(start), Stats: stats, Err: err})

@@ -49,7 +49,9 @@ type backfillFlags struct {
 	reconcileUnknown bool
 	// createIndex creates the configured index beside existing ones.
 	createIndex bool
-	debezium    debeziumFlags
+	// batch sets embedder.batch.enabled.
+	batch    bool
+	debezium debeziumFlags
 	// tty is whether stderr is a terminal (globals.stderrTTY).
 	tty bool
 }
@@ -81,7 +83,16 @@ would send to the embedding API and how many documents it would delete.
 The index is created when the schema has none yet; beside existing indexes
 an unknown index: is refused as a likely typo, naming the nearest one, and
 --create-index creates it anyway. --dry-run creates nothing: with no index
-yet, it prices the first backfill against an empty one.
+yet, it prices the first backfill against an empty one. It prices both lanes:
+online (backfill.price_per_million_tokens) and --batch
+(backfill.batch_price_per_million_tokens, by default half the online price).
+
+--batch (embedder.batch.enabled) reads the rows once before the run to list
+the texts it would embed, sends them through the provider's Batch API (half
+price, done within 24h), records every batch in the index's schema and polls
+until they end; the run then finds their vectors cached. Interrupted or
+killed, the batches keep running at the provider: run the same command again
+(with --resume) to apply them without submitting any twice.
 
 The embedder is checked before a row is read, as serve checks it. Reuse
 debt (chunks on a near-duplicate's vector) is repaid before the backfill
@@ -111,6 +122,9 @@ or SIGTERM exits 5, like serve --once.`,
 			}
 			if cmd.Flags().Changed("price-per-million-tokens") {
 				cfg.Backfill.PricePerMillionTokens = f.price
+			}
+			if cmd.Flags().Changed("batch") {
+				cfg.Embedder.Batch.Enabled = f.batch
 			}
 			bc, bErr := cfg.BackfillSource(f.tables, f.where, f.resume && !f.dryRun, f.debezium.signalTopic == "")
 			if f.debezium.connectorName != "" {
@@ -145,6 +159,7 @@ or SIGTERM exits 5, like serve --once.`,
 	fl.BoolVar(&f.yes, "yes", false, "let the reconcile delete past --reconcile-max")
 	fl.BoolVar(&f.reconcileUnknown, "reconcile-unknown", false, "also reconcile documents stored before versions named their source, taking them as this database's (only when no other database or connector ever wrote the table)")
 	fl.BoolVar(&f.createIndex, "create-index", false, "create the configured index even though the schema holds other indexes (without it, an unknown index: beside them is refused as a likely typo)")
+	fl.BoolVar(&f.batch, "batch", false, batchFlagHelp)
 	fl.StringVar(&f.bulk, "bulk", "auto", "auto: into an empty index, load with COPY and build the HNSW index at the end; off: always the streaming path")
 	f.debezium.register(cmd)
 	return cmd
@@ -158,7 +173,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		DryRun: f.dryRun, Bulk: f.bulk != "off", Reconcile: !f.noReconcile, Logger: logger,
 		Progress: func(src *backfill.Source, p *pipeline.Pipeline, done <-chan struct{}) {
 			reportProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty), src, p, logger, done)
-		}}
+		},
+		BatchProgress: batchProgress(cmd.ErrOrStderr(), progressMode(f.progress, f.tty) == "bar", logger),
+		Resume:        "ragsync backfill --batch --resume (with the same config and flags)"}
 	if f.dryRun {
 		// The pipeline's own summary counts what a dry run only pretends
 		// to apply; the dry run's lines say what it did.
@@ -201,6 +218,9 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 	case res.Bulk:
 		fmt.Fprintf(out, "bulk load: HNSW index build failed after %s: %v (serve builds it at start)\n", res.Build.Round(time.Millisecond), res.BuildErr)
 	}
+	if res.Batch != nil {
+		fmt.Fprintln(out, batchSummary(*res.Batch))
+	}
 	if e := res.Estimate; e == nil {
 		fmt.Fprintf(out, "pipeline: %s\n", res.Stats)
 	} else {
@@ -208,8 +228,11 @@ func runBackfill(ctx context.Context, cmd *cobra.Command, cfg Config, bc backfil
 		ec := cfg.EmbedderConfig()
 		fmt.Fprintf(out, "dry run: %d documents, %d chunks; to embed after the cache: %d texts, %d tokens in %d calls\n",
 			e.Documents, e.Chunks, e.Texts, e.Tokens, e.Requests)
-		if cfg.Backfill.PricePerMillionTokens > 0 {
-			fmt.Fprintf(out, "dry run: estimated cost %.4f at %g per million tokens\n", e.Cost(cfg.Backfill.PricePerMillionTokens), cfg.Backfill.PricePerMillionTokens)
+		if online, batch := cfg.Backfill.PricePerMillionTokens, cfg.Backfill.BatchPrice(); online > 0 || batch > 0 {
+			fmt.Fprintf(out, "dry run: estimated cost %.4f at %g per million tokens\n", e.Cost(online), online)
+			fmt.Fprintf(out, "dry run: estimated cost with --batch %.4f at %g per million tokens (the batch lane: done within 24h)\n", e.Cost(batch), batch)
+			logger.Info("dry run estimate", "tokens", e.Tokens, "cost_online", e.Cost(online), "price_online", online,
+				"cost_batch", e.Cost(batch), "price_batch", batch)
 		}
 		embedTime := e.Duration(ec.RequestsPerMinute, ec.TokensPerMinute)
 		readTime := time.Duration(0)

@@ -22,7 +22,7 @@ func newReindexCmd(g *globals) *cobra.Command {
 	var dims, pageRows, hnswM, hnswEfConstruction int
 	var bulkMode string
 	var waitServe time.Duration
-	var force bool
+	var force, batch bool
 	cmd := &cobra.Command{
 		Use:   "reindex",
 		Short: "Build another index (model, dimensions, vector type) from the documents the current one stores",
@@ -49,9 +49,18 @@ holding documents that reindex did not build from index:, is refused before
 anything is written: writing into it would merge two indexes and serve
 foreign documents to its users. --force takes it over anyway (the rare real
 case: adopting an index built by hand with ragsync backfill); the live index
-of another alias is refused even then.`,
+of another alias is refused even then.
+
+--batch (embedder.batch.enabled) sends the texts the first pass would embed
+through the provider's Batch API first, at half the online price: the
+batches are recorded in the index's schema, polled every
+embedder.batch.poll_interval and their vectors cached, then the pass runs
+and finds them there. Killed or interrupted, the batches keep running at
+the provider: running the same command again resumes them without
+submitting any twice. Texts a batch does not answer are embedded online.`,
 		Example: `  ragsync reindex --config ragsync.yaml --to articles_v2 --model text-embedding-3-large --dimensions 1024
-  ragsync reindex --config ragsync.yaml --to articles_half --index-type halfvec --hnsw-m 24 --hnsw-ef-construction 128`,
+  ragsync reindex --config ragsync.yaml --to articles_half --index-type halfvec --hnsw-m 24 --hnsw-ef-construction 128
+  ragsync reindex --config ragsync.yaml --to articles_v3 --model text-embedding-3-large --batch`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -93,12 +102,15 @@ of another alias is refused even then.`,
 			if cmd.Flags().Changed("hnsw-ef-construction") {
 				target.HNSW.EfConstruction = hnswEfConstruction
 			}
+			if cmd.Flags().Changed("batch") {
+				target.Embedder.Batch.Enabled = batch
+			}
 			if err := errors.Join(append(errs, target.Validate(false))...); err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return reindex(ctx, cmd, from, target, pageRows, bulkMode, waitServe, force)
+			return reindex(ctx, cmd, g, from, target, pageRows, bulkMode, waitServe, force)
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "name of the index to build (required)")
@@ -110,19 +122,26 @@ of another alias is refused even then.`,
 	cmd.Flags().IntVar(&pageRows, "page-rows", 500, "documents per batch")
 	cmd.Flags().StringVar(&bulkMode, "bulk", "auto", "auto: COPY into an empty target and build its HNSW index at the end; off: always upsert")
 	cmd.Flags().DurationVar(&waitServe, "wait-serve", time.Minute, "after the first pass, how long to wait for a running serve to start writing every change to the new index too")
+	cmd.Flags().BoolVar(&batch, "batch", false, batchFlagHelp)
 	cmd.Flags().BoolVar(&force, "force", false, "write into --to even when it holds documents of another family or of none (never another alias's live index)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 
-func reindex(ctx context.Context, cmd *cobra.Command, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration, force bool) error {
+func reindex(ctx context.Context, cmd *cobra.Command, g *globals, family string, cfg Config, pageRows int, bulkMode string, waitServe time.Duration, force bool) error {
 	out := cmd.OutOrStdout()
+	logger := newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex")
 	return service.Reindex(ctx, service.ReindexConfig{
 		Target: cfg.indexConfig(), Family: family, Pipeline: cfg.servicePipelineConfig(),
 		PageRows: pageRows, Bulk: bulkMode != "off", WaitServe: waitServe, Force: force,
-		Logger: newLogger(cmd.ErrOrStderr(), cfg.Log, false).With("command", "reindex"),
+		Logger: logger, Resume: fmt.Sprintf("ragsync reindex --to %s --batch (with the same config and flags)", cfg.Index),
+		BatchProgress: batchProgress(cmd.ErrOrStderr(), g.stderrTTY, logger),
 		Report: func(s service.ReindexStep) {
 			switch s.Step {
+			case service.StepBatchLane:
+				if s.Err == nil {
+					fmt.Fprintln(out, batchSummary(s.Batch))
+				}
 			case service.StepStarted:
 				// The first pass re-embeds every document and may take
 				// long: say it began.

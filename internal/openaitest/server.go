@@ -49,6 +49,8 @@ type Options struct {
 	// Limits, if set, enforce requests and tokens per minute as a
 	// provider does (limits.go).
 	Limits Limits
+	// Batch configures the Batch API (batch.go).
+	Batch BatchOptions
 }
 
 // Fault changes how the server answers one request. Status and Drop replace
@@ -100,8 +102,9 @@ type Request struct {
 }
 
 // Server is a running fake. Counters are safe to read at any time; they
-// count every request received (Requests) and what was served successfully
-// (Inputs, Tokens).
+// count every embeddings request received (Requests) and what was served
+// successfully (Inputs, Tokens); the Batch API's calls and the texts of its
+// batches are counted apart (BatchCounts).
 type Server struct {
 	// URL is the base URL to configure as embedder.base_url (ends in /v1).
 	URL string
@@ -121,6 +124,7 @@ type Server struct {
 	xform  func(model, text string, v []float32) []float32
 	served []Request // successful requests, in order
 	lim    *limiter  // nil without Options.Limits
+	batch  batchState
 }
 
 // New starts a Server that is closed when t ends.
@@ -226,6 +230,9 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if s.serveBatch(w, r) {
+		return // the Batch API's routes; Requests counts embeddings requests
+	}
 	s.Requests.Add(1)
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/embeddings") {
 		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
