@@ -62,6 +62,7 @@ type options struct {
 	batch                int
 	backfillRows         int
 	dims                 int
+	latency              time.Duration
 	control              bool
 	drainTimeout         time.Duration
 }
@@ -83,6 +84,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 16, "embedder.max_batch_inputs")
 	flag.IntVar(&o.backfillRows, "backfill-rows", 0, "rows the backfill reads (0: enough to outlast the live + backfill window)")
 	flag.IntVar(&o.dims, "dims", 64, "embedding dimensions")
+	flag.DurationVar(&o.latency, "latency", 150*time.Millisecond, "the fake provider's latency per request (as bench/freshness; 0: freshness is CPU and Postgres only)")
 	flag.BoolVar(&o.control, "control", true, "also run the control: no shared budget, each process with the full limits")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "how long the drain may take before the run fails")
 	flag.Parse()

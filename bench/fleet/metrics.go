@@ -19,10 +19,13 @@ import (
 type scrape struct {
 	fresh   map[float64]float64
 	changes map[string]float64 // outcome → count
+	// wait and admitted are the provider budget's seconds waited and
+	// requests admitted, by lane.
+	wait, admitted map[string]float64
 }
 
 func scrapeAll(reps []*proc) (scrape, error) {
-	s := scrape{fresh: map[float64]float64{}, changes: map[string]float64{}}
+	s := scrape{fresh: map[float64]float64{}, changes: map[string]float64{}, wait: map[string]float64{}, admitted: map[string]float64{}}
 	for _, p := range reps {
 		if err := s.add(p.base); err != nil {
 			return s, fmt.Errorf("%s: %w", p.name, err)
@@ -58,6 +61,10 @@ func (s scrape) add(base string) error {
 			s.fresh[le] += n
 		case strings.HasPrefix(line, "ragsync_pipeline_changes_total{"):
 			s.changes[label(line, "outcome")] += n
+		case strings.HasPrefix(line, "ragsync_embedder_budget_wait_seconds_total{"):
+			s.wait[label(line, "lane")] += n
+		case strings.HasPrefix(line, "ragsync_embedder_budget_requests_total{"):
+			s.admitted[label(line, "lane")] += n
 		}
 	}
 	return sc.Err()
@@ -71,6 +78,16 @@ func label(line, k string) string {
 	}
 	v, _, _ := strings.Cut(rest, `"`)
 	return v
+}
+
+// laneWait is the live lane's mean wait for the budget per request
+// admitted between a and b.
+func laneWait(a, b scrape, lane string) time.Duration {
+	n := b.admitted[lane] - a.admitted[lane]
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration((b.wait[lane] - a.wait[lane]) / n * float64(time.Second))
 }
 
 // p99 is the 0.99 quantile of the freshness observed between a and b, in

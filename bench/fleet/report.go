@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // report prints the run's figures as a markdown table.
@@ -10,8 +11,8 @@ func report(o options, r results) {
 	R, T := float64(o.rpm), float64(o.tpm)
 	pct := func(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
 	fmt.Printf("\n### Fleet: %d `serve` replicas (%d partitions) + 1 `backfill`, one shared budget\n\n", o.replicas, o.partitions)
-	fmt.Printf("R = %d requests/min, T = %s, enforced over %s; live %.1f changes/s; backfill %d rows; windows of %s after %s.\n\n",
-		o.rpm, tokensLimit(o.tpm), o.quantum, o.liveRate, r.backfillRows, o.window, o.warm)
+	fmt.Printf("R = %d requests/min, T = %s, enforced over %s; provider latency %s; live %.1f changes/s; backfill %d rows; windows of %s after %s.\n\n",
+		o.rpm, tokensLimit(o.tpm), o.quantum, o.latency, o.liveRate, r.backfillRows, o.window, o.warm)
 	fmt.Println("| measure | figure | target |")
 	fmt.Println("|---|---|---|")
 	cut := ""
@@ -33,6 +34,8 @@ func report(o options, r results) {
 	if o.tpm > 0 {
 		fmt.Printf("| live lane's tokens without backfill ÷ T | %.3f | ≤ 0.5 |\n", r.live.tokensPerMinute()/T)
 	}
+	fmt.Printf("| live lane's mean wait for the budget per request, without / with backfill | %s / %s | the backfill never holds live back |\n",
+		r.waitLive.Round(time.Microsecond), r.waitMix.Round(time.Microsecond))
 	fmt.Printf("| live freshness p99 without backfill | %.3fs (%.0f changes) | |\n", r.p99Live, r.nLive)
 	fmt.Printf("| live freshness p99 with backfill | %.3fs (%.0f changes) | |\n", r.p99Mix, r.nMix)
 	ratio := math.NaN()

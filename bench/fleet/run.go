@@ -43,7 +43,13 @@ func (w *world) fake(limited bool) (*openaitest.Server, func()) {
 	if limited {
 		opts.Limits = openaitest.Limits{RequestsPerMinute: w.o.rpm, TokensPerMinute: w.o.tpm, Quantum: w.o.quantum}
 	}
-	return openaitest.New(shim, opts), shim.close
+	srv := openaitest.New(shim, opts)
+	if w.o.latency > 0 {
+		// A provider takes time to answer; with none, the fleet's
+		// freshness would be only CPU and Postgres.
+		srv.SetHook(func(openaitest.Request) *openaitest.Fault { return &openaitest.Fault{Delay: w.o.latency} })
+	}
+	return srv, shim.close
 }
 
 // results are the figures of the table.
@@ -51,15 +57,18 @@ type results struct {
 	live, mixed     admitted // phase 1 and 2 windows
 	whole           admitted // the budget run from start to end of the drain
 	p99Live, p99Mix float64
-	nLive, nMix     float64
-	windowCut       bool // the backfill ended before phase 2's window
-	produced        int64
-	applied         float64
-	duplicates      float64
-	backfillRows    int
-	cmp             comparison
-	control         *admitted
-	controlWhole    *admitted
+	// waitLive and waitMix are the live lane's mean wait for the budget
+	// per request, without and with the backfill.
+	waitLive, waitMix time.Duration
+	nLive, nMix       float64
+	windowCut         bool // the backfill ended before phase 2's window
+	produced          int64
+	applied           float64
+	duplicates        float64
+	backfillRows      int
+	cmp               comparison
+	control           *admitted
+	controlWhole      *admitted
 }
 
 func run(ctx context.Context, o options) error {
@@ -181,6 +190,7 @@ func (w *world) budgetRun(ctx context.Context, rc runConfig, res *results) error
 	t1 := time.Now()
 	res.live = admissions(srv.Admissions(), t0, t1)
 	res.p99Live, res.nLive = p99(s0, s1)
+	res.waitLive = laneWait(s0, s1, "live")
 	logf("live only: %d requests accepted (%.2f of R), p99 %.3fs over %.0f changes", res.live.accepted, res.live.perMinute()/float64(o.rpm), res.p99Live, res.nLive)
 
 	// Phase 2: live and backfill.
@@ -211,6 +221,7 @@ func (w *world) budgetRun(ctx context.Context, rc runConfig, res *results) error
 	}
 	res.mixed = admissions(srv.Admissions(), t2, t3)
 	res.p99Mix, res.nMix = p99(s2, s3)
+	res.waitMix = laneWait(s2, s3, "live")
 	logf("live + backfill: %d requests accepted (%.3f of R), %d throttled, p99 %.3fs over %.0f changes",
 		res.mixed.accepted, res.mixed.perMinute()/float64(o.rpm), res.mixed.throttled, res.p99Mix, res.nMix)
 
