@@ -229,13 +229,18 @@ func newIndex(st *sink.Store, pool *pgxpool.Pool, cfg IndexConfig, logger *slog.
 		return nil, err
 	}
 	ix := &Index{Emb: emb, Store: st, Pool: pool, Schema: cfg.Schema, Name: id.Name, Alias: id.Alias}
-	// New returns one of two concrete clients; the remote one draws on a
-	// provider budget, which the monitor reads with the key's limits.
-	if o, ok := emb.(*embedder.OpenAI); ok {
-		ix.budget = func() monitor.ProviderBudget { return providerBudget(o.Budget(), ec) }
+	// A remote client draws on a provider budget, which the monitor reads
+	// with the key's limits; the offline embedder has none.
+	if b, ok := emb.(budgeted); ok {
+		ix.budget = func() monitor.ProviderBudget { return providerBudget(b.Budget(), ec) }
 	}
 	return ix, nil
 }
+
+// budgeted is a client with a provider budget (*embedder.OpenAI).
+type budgeted interface{ Budget() embedder.BudgetStatus }
+
+var _ budgeted = (*embedder.OpenAI)(nil)
 
 // mayCreateAfter is nil when err, a failed look-up of the configured index,
 // says the index may be created: the schema is not migrated or holds no
