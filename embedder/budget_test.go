@@ -123,60 +123,48 @@ func TestRetryAfterDateReadsTheServersClock(t *testing.T) {
 
 // TestSpentLimitPausesTheProcess: without Redis, a reply saying a limit is
 // spent (x-ratelimit-remaining-requests: 0) holds back the process's other
-// requests until the reset it names, not only a retried one.
+// requests, not only a retried one: until the reset it names, or, when the
+// reply also gives the limit, only until one request's worth has refilled
+// at that rate (60 a minute: a second), not for the whole minute the
+// provider's bucket needs to be full again.
 func TestSpentLimitPausesTheProcess(t *testing.T) {
-	c, b := setup(t, openaitest.Options{}, true, func(cfg *embedder.Config) { cfg.RequestsPerMinute = 6000 })
-	var mu sync.Mutex
-	var at []time.Time
-	first := true
-	b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
-		mu.Lock()
-		defer mu.Unlock()
-		at = append(at, time.Now())
-		if first {
-			first = false
-			return &openaitest.Fault{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"1s"}}}
-		}
-		return nil
-	})
-	_, err := c.Embed(t.Context(), someTexts(1))
-	require.NoError(t, err)
-	_, err = c.Embed(t.Context(), []string{"another text"})
-	require.NoError(t, err)
-	require.Len(t, at, 2)
-	require.GreaterOrEqual(t, at[1].Sub(at[0]), 950*time.Millisecond, "the next request waited for the limit's reset")
-	require.Equal(t, embedder.BudgetLocal, c.Budget().Mode)
-	require.Positive(t, c.Budget().Lanes[embedder.LaneLive].Wait)
-}
-
-// TestSpentLimitWaitsForOneRequestsWorth: a spent limit whose reset is a
-// minute away (the time until the provider's bucket is full again) holds
-// the next request back only until one request's worth has refilled at the
-// limit's rate (60 a minute: a second), not for the whole minute.
-func TestSpentLimitWaitsForOneRequestsWorth(t *testing.T) {
-	c, b := setup(t, openaitest.Options{}, true, func(cfg *embedder.Config) { cfg.RequestsPerMinute = 6000 })
-	var mu sync.Mutex
-	var at []time.Time
-	first := true
-	b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
-		mu.Lock()
-		defer mu.Unlock()
-		at = append(at, time.Now())
-		if first {
-			first = false
-			return &openaitest.Fault{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"0"},
-				"X-Ratelimit-Reset-Requests": {"1m0s"}, "X-Ratelimit-Limit-Requests": {"60"}}}
-		}
-		return nil
-	})
-	_, err := c.Embed(t.Context(), someTexts(1))
-	require.NoError(t, err)
-	_, err = c.Embed(t.Context(), []string{"another text"})
-	require.NoError(t, err)
-	require.Len(t, at, 2)
-	gap := at[1].Sub(at[0])
-	require.GreaterOrEqual(t, gap, 950*time.Millisecond, "the next request waited for a request's worth")
-	require.Less(t, gap, 10*time.Second, "the next request did not wait for the whole reset")
+	for _, tc := range []struct {
+		name     string
+		header   http.Header
+		min, max time.Duration
+	}{
+		{"reset", http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"1s"}},
+			950 * time.Millisecond, 10 * time.Second},
+		{"one request's worth", http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"1m0s"},
+			"X-Ratelimit-Limit-Requests": {"60"}}, 950 * time.Millisecond, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, b := setup(t, openaitest.Options{}, true, func(cfg *embedder.Config) { cfg.RequestsPerMinute = 6000 })
+			var mu sync.Mutex
+			var at []time.Time
+			first := true
+			b.srv.SetHook(func(r openaitest.Request) *openaitest.Fault {
+				mu.Lock()
+				defer mu.Unlock()
+				at = append(at, time.Now())
+				if first {
+					first = false
+					return &openaitest.Fault{Header: tc.header}
+				}
+				return nil
+			})
+			_, err := c.Embed(t.Context(), someTexts(1))
+			require.NoError(t, err)
+			_, err = c.Embed(t.Context(), []string{"another text"})
+			require.NoError(t, err)
+			require.Len(t, at, 2)
+			gap := at[1].Sub(at[0])
+			require.GreaterOrEqual(t, gap, tc.min, "the next request waited for the limit")
+			require.Less(t, gap, tc.max, "the next request did not wait for the whole reset")
+			require.Equal(t, embedder.BudgetLocal, c.Budget().Mode)
+			require.Positive(t, c.Budget().Lanes[embedder.LaneLive].Wait)
+		})
+	}
 }
 
 // TestBudgetModes: none without limits, local with per-process ones.

@@ -172,25 +172,13 @@ func (w *world) budgetRun(ctx context.Context, rc runConfig, res *results) error
 	defer func() { stopLive(); wg.Wait() }()
 
 	// Phase 1: live only.
-	if err := sleep(ctx, o.warm); err != nil {
-		return err
-	}
-	s0, err := scrapeAll(reps)
+	m, err := measure(ctx, o, reps)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	if err := sleep(ctx, o.window); err != nil {
-		return err
-	}
-	s1, err := scrapeAll(reps)
-	if err != nil {
-		return err
-	}
-	t1 := time.Now()
-	res.live = admissions(srv.Admissions(), t0, t1)
-	res.p99Live, res.nLive = p99(s0, s1)
-	res.waitLive = laneWait(s0, s1, "live")
+	res.live = admissions(srv.Admissions(), m.from, m.to)
+	res.p99Live, res.nLive = p99(m.a, m.b)
+	res.waitLive = laneWait(m.a, m.b, "live")
 	logf("live only: %d requests accepted (%.2f of R), p99 %.3fs over %.0f changes", res.live.accepted, res.live.perMinute()/float64(o.rpm), res.p99Live, res.nLive)
 
 	// Phase 2: live and backfill.
@@ -199,29 +187,17 @@ func (w *world) budgetRun(ctx context.Context, rc runConfig, res *results) error
 		return err
 	}
 	defer bf.stop()
-	if err := sleep(ctx, o.warm); err != nil {
-		return err
-	}
-	s2, err := scrapeAll(reps)
+	m, err = measure(ctx, o, reps)
 	if err != nil {
 		return err
 	}
-	t2 := time.Now()
-	if err := sleep(ctx, o.window); err != nil {
-		return err
-	}
-	s3, err := scrapeAll(reps)
-	if err != nil {
-		return err
-	}
-	t3 := time.Now()
-	if !bf.running() && bf.done.Before(t3) {
+	if !bf.running() && bf.done.Before(m.to) {
 		res.windowCut = true
-		t3 = bf.done
+		m.to = bf.done
 	}
-	res.mixed = admissions(srv.Admissions(), t2, t3)
-	res.p99Mix, res.nMix = p99(s2, s3)
-	res.waitMix = laneWait(s2, s3, "live")
+	res.mixed = admissions(srv.Admissions(), m.from, m.to)
+	res.p99Mix, res.nMix = p99(m.a, m.b)
+	res.waitMix = laneWait(m.a, m.b, "live")
 	logf("live + backfill: %d requests accepted (%.3f of R), %d throttled, p99 %.3fs over %.0f changes",
 		res.mixed.accepted, res.mixed.perMinute()/float64(o.rpm), res.mixed.throttled, res.p99Mix, res.nMix)
 
@@ -387,4 +363,34 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// window is one measured window: the replicas' metrics at its start (a)
+// and end (b), and when those were read.
+type window struct {
+	a, b     scrape
+	from, to time.Time
+}
+
+// measure lets the fleet settle for o.warm, then reads the replicas'
+// metrics at the start and the end of o.window.
+func measure(ctx context.Context, o options, reps []*proc) (window, error) {
+	var m window
+	if err := sleep(ctx, o.warm); err != nil {
+		return m, err
+	}
+	a, err := scrapeAll(reps)
+	if err != nil {
+		return m, err
+	}
+	m.a, m.from = a, time.Now()
+	if err := sleep(ctx, o.window); err != nil {
+		return m, err
+	}
+	b, err := scrapeAll(reps)
+	if err != nil {
+		return m, err
+	}
+	m.b, m.to = b, time.Now()
+	return m, nil
 }
