@@ -17,7 +17,6 @@ import (
 
 	"github.com/ragsync/ragsync/cdc"
 	"github.com/ragsync/ragsync/chunker"
-	"github.com/ragsync/ragsync/embedder"
 	"github.com/ragsync/ragsync/monitor"
 	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
@@ -440,45 +439,3 @@ func (k *killingEmbedder) ReportedModel() string { return "" }
 func (e *barrierEmbedder) ReportedModel() string { return "" }
 
 func (e blockingEmbedder) ReportedModel() string { return "" }
-
-// laneEmbedder records the budget lane each call's context carries.
-type laneEmbedder struct {
-	countingEmbedder
-	mu    sync.Mutex
-	lanes []string
-}
-
-func (e *laneEmbedder) record(ctx context.Context) {
-	l, ok := embedder.LaneFrom(ctx)
-	name := "none"
-	if ok {
-		name = l.String()
-	}
-	e.mu.Lock()
-	e.lanes = append(e.lanes, name)
-	e.mu.Unlock()
-}
-
-func (e *laneEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	e.record(ctx)
-	return e.countingEmbedder.Embed(ctx, texts)
-}
-
-func (e *laneEmbedder) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
-	e.record(ctx)
-	return e.countingEmbedder.EmbedCounted(ctx, texts, tokens)
-}
-
-// TestLanesTagTheBudgetLane: background calls go to the provider budget in
-// the debt lane, live calls in the embedder's own (no lane named).
-func TestLanesTagTheBudgetLane(t *testing.T) {
-	e := &laneEmbedder{}
-	l := pipeline.NewLanes(e, 0)
-	_, err := l.Live().Embed(t.Context(), []string{"a"})
-	require.NoError(t, err)
-	_, err = l.Background().Embed(t.Context(), []string{"b"})
-	require.NoError(t, err)
-	_, err = l.Background().EmbedCounted(t.Context(), []string{"c"}, []int{1})
-	require.NoError(t, err)
-	require.Equal(t, []string{"none", "debt", "debt"}, e.lanes)
-}

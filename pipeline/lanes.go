@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/ragsync/ragsync/embedder"
 )
 
 // Lanes shares one embedder between live changes and background work (the
@@ -63,21 +61,18 @@ type backgroundLane struct{ l *Lanes }
 // ReportedModel is the wrapped embedder's.
 func (bl backgroundLane) ReportedModel() string { return bl.l.e.ReportedModel() }
 
-// Background calls are tagged embedder.LaneDebt: the provider budget that
-// processes sharing the API key draw from admits them after live changes
-// (of this process and of the others).
 func (bl backgroundLane) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	if err := bl.l.wait(ctx); err != nil {
 		return nil, err
 	}
-	return bl.l.e.Embed(embedder.WithLane(ctx, embedder.LaneDebt), texts)
+	return bl.l.e.Embed(ctx, texts)
 }
 
 func (bl backgroundLane) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
 	if err := bl.l.wait(ctx); err != nil {
 		return nil, err
 	}
-	return bl.l.e.EmbedCounted(embedder.WithLane(ctx, embedder.LaneDebt), texts, tokens)
+	return bl.l.e.EmbedCounted(ctx, texts, tokens)
 }
 
 // Wait returns once the live lane is idle, or ctx's error: background work

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ragsync/ragsync/internal/openaitest"
 	"github.com/ragsync/ragsync/internal/pgtest"
 	"github.com/ragsync/ragsync/monitor"
+	"github.com/ragsync/ragsync/pipeline"
 	"github.com/ragsync/ragsync/sink"
 )
 
@@ -66,4 +68,42 @@ func TestServesMonitorReadsTheBudget(t *testing.T) {
 		require.Equal(t, embedder.BudgetLocal, st.Budget.Mode)
 		require.False(t, st.Budget.Bound)
 	}
+}
+
+// laneRecorder records the budget lane each call's context carries.
+type laneRecorder struct{ lanes []string }
+
+func (r *laneRecorder) record(ctx context.Context) {
+	name := "none"
+	if l, ok := embedder.LaneFrom(ctx); ok {
+		name = l.String()
+	}
+	r.lanes = append(r.lanes, name)
+}
+
+func (r *laneRecorder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	r.record(ctx)
+	return make([][]float32, len(texts)), nil
+}
+
+func (r *laneRecorder) EmbedCounted(ctx context.Context, texts []string, _ []int) ([][]float32, error) {
+	return r.Embed(ctx, texts)
+}
+
+func (r *laneRecorder) ReportedModel() string { return "" }
+
+// TestDebtLaneTagsTheBudgetLane: serve's repayment of reuse debt reaches
+// the provider budget in the debt lane, through pipeline.Lanes' background
+// lane; live calls keep the embedder's own (no lane named).
+func TestDebtLaneTagsTheBudgetLane(t *testing.T) {
+	r := &laneRecorder{}
+	l := pipeline.NewLanes(r, 0)
+	_, err := l.Live().Embed(t.Context(), []string{"a"})
+	require.NoError(t, err)
+	d := debtLane{l.Background()}
+	_, err = d.Embed(t.Context(), []string{"b"})
+	require.NoError(t, err)
+	_, err = d.EmbedCounted(t.Context(), []string{"c"}, []int{1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"none", "debt", "debt"}, r.lanes)
 }

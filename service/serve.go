@@ -195,7 +195,7 @@ func Serve(ctx context.Context, cfg Config) (Result, error) {
 		dc := cfg.Pipeline.Debt
 		dc.Predictor = pred
 		dc.Logger, dc.Registerer, dc.Yield, dc.Samples = logger.With("stage", "reuse_debt"), reg, lanes.Wait, st
-		if repayer, err = pipeline.NewRepayer(dc, st, lanes.Background()); err != nil {
+		if repayer, err = pipeline.NewRepayer(dc, st, debtLane{lanes.Background()}); err != nil {
 			return Result{}, err
 		}
 	}
@@ -433,3 +433,20 @@ func probeEmbedder(ctx context.Context, emb embedder.Client, logger *slog.Logger
 	logger.WarnContext(ctx, "the embedder did not answer the start-up probe; starting anyway, the pipeline waits for it", "model", emb.Model(), "error", err)
 	return nil
 }
+
+// debtLane sends the repayment of reuse debt to the provider budget in
+// embedder.LaneDebt: the budget every process sharing the API key draws
+// from admits it after live changes, of this process and of the others
+// (pipeline.Lanes only orders it after this process's own).
+type debtLane struct{ e pipeline.Embedder }
+
+func (d debtLane) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	return d.e.Embed(embedder.WithLane(ctx, embedder.LaneDebt), texts)
+}
+
+func (d debtLane) EmbedCounted(ctx context.Context, texts []string, tokens []int) ([][]float32, error) {
+	return d.e.EmbedCounted(embedder.WithLane(ctx, embedder.LaneDebt), texts, tokens)
+}
+
+// ReportedModel is the wrapped embedder's.
+func (d debtLane) ReportedModel() string { return d.e.ReportedModel() }
