@@ -95,11 +95,15 @@ func batchLane(ctx context.Context, ec embedder.Config, ix *Index, collect colle
 			return res, err
 		}
 	}
+	// The batches recorded before this run (a row still uploading was
+	// dropped above): they cover their texts and are polled, not cut again.
 	covered := map[string]bool{}
+	var live []sink.BatchRecord
 	for _, r := range open {
 		if r.Status == sink.BatchStatusUploading {
 			continue
 		}
+		live = append(live, r)
 		for _, h := range r.Hashes {
 			covered[h] = true
 		}
@@ -114,12 +118,6 @@ func batchLane(ctx context.Context, ec embedder.Config, ix *Index, collect colle
 	res.Fallback += int64(tooLong)
 	if tooLong > 0 {
 		l.logger.WarnContext(ctx, "batch lane: texts over embedder.max_input_tokens are left to online requests", "texts", tooLong)
-	}
-	var live []sink.BatchRecord
-	for _, r := range open {
-		if r.Status != sink.BatchStatusUploading {
-			live = append(live, r)
-		}
 	}
 	res.Resumed = len(live)
 	for _, f := range files {
